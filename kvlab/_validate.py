@@ -1,0 +1,110 @@
+"""Checks of user input at kvlab's public boundary.
+
+Each raises ``ValueError`` naming the parameter and the bad value, so a wrong argument never
+surfaces as a traceback from deep inside NumPy. Hot loops receive already-checked values.
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Any, Iterable
+
+import numpy as np
+
+
+def positive_int(value: Any, name: str) -> int:
+    """``value`` as an ``int`` > 0, or ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        if isinstance(value, numbers.Real) and float(value).is_integer():
+            value = int(value)
+        else:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def nonnegative_int(value: Any, name: str) -> int:
+    """``value`` as an ``int`` >= 0, or ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        if isinstance(value, numbers.Real) and float(value).is_integer():
+            value = int(value)
+        else:
+            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    return int(value)
+
+
+def positive_float(value: Any, name: str) -> float:
+    """``value`` as a finite ``float`` > 0, or ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value) \
+            or value <= 0:
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+def nonnegative_float(value: Any, name: str) -> float:
+    """``value`` as a finite ``float`` >= 0, or ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value) \
+            or value < 0:
+        raise ValueError(f"{name} must be a non-negative finite number, got {value!r}")
+    return float(value)
+
+
+def fraction(value: Any, name: str, *, low_open: bool = True, high_closed: bool = True) -> float:
+    """``value`` in (0, 1] (by default), or ``ValueError`` naming ``name`` and the interval."""
+    lo, hi = ("(" if low_open else "["), ("]" if high_closed else ")")
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and np.isfinite(value)
+    if ok:
+        v = float(value)
+        ok = (v > 0 if low_open else v >= 0) and (v <= 1 if high_closed else v < 1)
+    if not ok:
+        raise ValueError(f"{name} must be in {lo}0, 1{hi}, got {value!r}")
+    return float(value)
+
+
+def positive_int_array(values: Any, name: str) -> np.ndarray:
+    """A 1-D ``int64`` array of positive integers (scalar accepted), or ``ValueError``.
+
+    The error names the parameter and the first bad position and value.
+    """
+    arr = np.atleast_1d(np.asarray(values))
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"{name} must not be empty")
+    for i, v in enumerate(arr.tolist()):
+        try:
+            positive_int(v, name)
+        except ValueError:
+            raise ValueError(f"{name} must hold positive integers; element {i} is {v!r}") from None
+    return arr.astype(np.int64)
+
+
+def nonnegative_int_array(values: Any, name: str) -> np.ndarray:
+    """A 1-D ``int64`` array of integers >= 0 (scalar accepted), or ``ValueError``."""
+    arr = np.atleast_1d(np.asarray(values))
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"{name} must not be empty")
+    if arr.dtype.kind in "iu":
+        bad = np.flatnonzero(arr < 0)
+    elif arr.dtype.kind == "f":
+        bad = np.flatnonzero(~np.isfinite(arr) | (arr < 0) | (arr != np.floor(arr)))
+    else:
+        bad = np.array([i for i, v in enumerate(arr.tolist())
+                        if not (isinstance(v, numbers.Real) and not isinstance(v, bool)
+                                and float(v).is_integer() and v >= 0)], dtype=np.int64)
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"{name} must hold non-negative integers; element {i} is {arr.tolist()[i]!r}")
+    return arr.astype(np.int64)
+
+
+def choice(value: Any, name: str, options: Iterable[str]) -> str:
+    """``value`` if it is one of ``options``, else ``ValueError`` listing them."""
+    options = list(options)
+    if value not in options:
+        raise ValueError(f"{name} {value!r} is unknown: expected one of {', '.join(map(str, options))}")
+    return value
