@@ -1,9 +1,9 @@
 """kvlab: how much KV-cache memory a serving configuration wastes, and what to run instead."""
-from . import backend, costmodel, specs
+from . import backend, claims, costmodel, report, specs
 from .reservation import pool_pages, real_pool_table, reservation_table, reservation_waste
 
 __all__ = [
-    "backend", "costmodel", "specs",
+    "backend", "claims", "costmodel", "report", "specs",
     "pool_pages", "real_pool_table", "reservation_table", "reservation_waste",
 ]
 __version__ = "0.1.0"
