@@ -13,8 +13,10 @@ import numpy as np
 
 def positive_int(value: Any, name: str) -> int:
     """``value`` as an ``int`` > 0, or ``ValueError`` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        if isinstance(value, numbers.Real) and float(value).is_integer():
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if not isinstance(value, numbers.Integral):
+        if isinstance(value, numbers.Real) and np.isfinite(value) and float(value).is_integer():
             value = int(value)
         else:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -25,8 +27,10 @@ def positive_int(value: Any, name: str) -> int:
 
 def nonnegative_int(value: Any, name: str) -> int:
     """``value`` as an ``int`` >= 0, or ``ValueError`` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        if isinstance(value, numbers.Real) and float(value).is_integer():
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    if not isinstance(value, numbers.Integral):
+        if isinstance(value, numbers.Real) and np.isfinite(value) and float(value).is_integer():
             value = int(value)
         else:
             raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
