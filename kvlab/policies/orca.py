@@ -1,0 +1,61 @@
+"""The Orca baselines of the vLLM paper (Kwon et al., SOSP 2023, section 6.1).
+
+Orca reserves a contiguous slot per request at admission. The vLLM paper evaluates three
+versions by how much it reserves: Orca (Oracle) the true sequence length, Orca (Pow2) the next
+power of two of it (at most 2x over-reservation), Orca (Max) the maximum sequence length. None
+of them ever needs more than it reserved, so they never preempt.
+"""
+from __future__ import annotations
+
+from .. import _validate as v
+from .base import Policy, PolicyName, RequestView, register
+
+
+def _final_tokens(policy: Policy, req: RequestView) -> int:
+    """Prompt + the tokens the request will really generate (capped by max_new_tokens)."""
+    return req.prompt_tokens + min(req.output_tokens, policy.max_new_tokens)
+
+
+@register
+class OrcaOraclePolicy(Policy):
+    """Orca (Oracle): reserve exactly the true final length, prompt + min(output, max_new_tokens)."""
+
+    name = PolicyName.ORCA_ORACLE
+
+    def reservation_tokens(self, req: RequestView) -> int:
+        return _final_tokens(self, req)
+
+
+@register
+class OrcaPow2Policy(Policy):
+    """Orca (Pow2): reserve the next power of two of the true final length.
+
+    Capped at prompt + max_new_tokens (the most the request could ever hold).
+    """
+
+    name = PolicyName.ORCA_POW2
+
+    def reservation_tokens(self, req: RequestView) -> int:
+        final = _final_tokens(self, req)
+        return min(1 << (final - 1).bit_length(), req.prompt_tokens + self.max_new_tokens)
+
+
+@register
+class OrcaMaxPolicy(Policy):
+    """Orca (Max): reserve the maximum sequence length, ``max_model_len`` tokens.
+
+    Parameters
+    ----------
+    max_model_len : int
+        Maximum sequence length (tokens); the vLLM paper's Orca (Max) used 2048. A request whose
+        prompt + max_new_tokens is longer reserves that instead, so it can always finish.
+    """
+
+    name = PolicyName.ORCA_MAX
+
+    def __init__(self, *, max_model_len: int = 2048) -> None:
+        super().__init__()
+        self.max_model_len = v.positive_int(max_model_len, "max_model_len")
+
+    def reservation_tokens(self, req: RequestView) -> int:
+        return max(self.max_model_len, req.prompt_tokens + self.max_new_tokens)

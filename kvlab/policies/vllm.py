@@ -1,0 +1,40 @@
+"""vLLM: admit on the prompt's pages, allocate decode pages on demand, preempt the newest."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from .. import _validate as v
+from ..reservation import pages_for
+from .base import Policy, PolicyName, RequestView, register
+
+
+@register
+class VLLMPolicy(Policy):
+    """vLLM's on-demand paging (Kwon et al., SOSP 2023; ``vllm/v1/core/sched/scheduler.py``).
+
+    A request is admitted when the pages for its context (prompt, plus generated tokens after a
+    preemption) leave at least a watermark of the pool free (v0 ``BlockSpaceManager``:
+    ``free - required >= int(watermark x num_blocks)``). Decode pages are allocated on demand;
+    when one cannot be, the most recently admitted running request is preempted
+    (``self.running.pop()``) until it can. The scheduler admits no new request in an iteration
+    that preempted (the same rule applies to every policy in ``kvlab.sim``).
+
+    Parameters
+    ----------
+    watermark_frac : float
+        Share of the pool kept free at admission, in [0, 1); default 0.01 (v0's 1%).
+    """
+
+    name = PolicyName.VLLM
+    on_demand = True
+
+    def __init__(self, *, watermark_frac: float = 0.01) -> None:
+        super().__init__()
+        self.watermark_frac = v.fraction(watermark_frac, "watermark_frac", low_open=False, high_closed=False)
+
+    def reservation_tokens(self, req: RequestView) -> int:
+        return req.prompt_tokens + req.generated_tokens
+
+    def can_admit(self, req: RequestView, *, free_pages: int, running: Sequence[RequestView]) -> bool:
+        watermark_pages = int(self.watermark_frac * self.num_pages)
+        return free_pages - int(pages_for(self.reservation_tokens(req), self.block_size)) >= watermark_pages
