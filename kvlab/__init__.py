@@ -1,11 +1,14 @@
 """kvlab: how much KV-cache memory a serving configuration wastes, and what to run instead."""
 from . import backend, claims, costmodel, report, specs
 from . import lengths
+from . import preemption_cost
+from .preemption_cost import crossover, crossover_table, preemption_costs
 from .reservation import pool_pages, real_pool_table, reservation_table, reservation_waste
 
 __all__ = [
     "backend", "claims", "costmodel", "report", "specs",
     "lengths",
+    "preemption_cost", "crossover", "crossover_table", "preemption_costs",
     "pool_pages", "real_pool_table", "reservation_table", "reservation_waste",
 ]
 __version__ = "0.1.0"

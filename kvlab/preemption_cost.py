@@ -1,0 +1,573 @@
+"""The cost of one preemption: recompute (prefill again) against swap (KV pages to host and back).
+
+A preempted sequence of ``s`` tokens (prompt + generated so far) can resume in two ways
+(brief section 4):
+
+* **recompute**: drop its KV pages and prefill the ``s`` tokens again. Priced with the same
+  roofline the simulator uses (:class:`kvlab.costmodel.CostModel`): one iteration per prefill
+  chunk when the scheduler prefills in chunks of a token budget, one iteration otherwise. Linear
+  layers cost ~ 2 x params x s FLOPs, causal attention ~ s^2, KV writes ~ s bytes; at short
+  lengths the weight reads (memory-bound) set the floor.
+* **swap**: copy its ``ceil(s / block_size)`` pages to pinned host memory and back, each copy
+  paying a fixed latency plus bytes / host-link bandwidth. How many copies a page takes depends
+  on the KV layout (``copy_mode``): vLLM v0 keeps one K and one V tensor per layer and issues one
+  ``cudaMemcpyAsync`` per page per tensor (``csrc/cache_kernels.cu: swap_blocks``), so a page is
+  2 x layers small copies; a page-contiguous layout needs one copy per page; a batched copy
+  gathers every page into one transfer.
+
+Both are per GPU: under tensor parallelism each GPU recomputes its share of the FLOPs and swaps
+its share of the KV heads over its own host link, in parallel with the others.
+
+Model-level functions (:func:`preemption_costs`, :func:`crossover`, :func:`crossover_table`)
+check lengths against the model's context; :func:`recompute_s` and :meth:`SwapModel.swap_s`
+price any positive length.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import _validate as v
+from . import claims as _claims
+from .costmodel import CostModel, prefill_attention_pairs, roofline
+from .reservation import pages_for, pool_pages
+from .specs import GPUSpec, ModelSpec, gpu as _gpu, model as _model, models as _models, gpus as _gpus
+
+COPY_MODES = ("per_layer_page", "per_page", "batched")
+# Fixed cost of one host<->device copy: driver call plus DMA set-up (seconds). An assumption of
+# the order measured for small pinned cudaMemcpyAsync calls; kvlab.calibrate.fit_host_link fits
+# it from kvlab.measure's copy table.
+DEFAULT_COPY_LATENCY_S = 5e-6
+TP_CHOICES = (1, 2, 4, 8)
+WINNERS = ("recompute", "swap")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SwapModel:
+    """Per-GPU cost of swapping a sequence's KV pages to host memory and back.
+
+    Build it with :func:`swap_model`.
+
+    Parameters
+    ----------
+    kv_bytes_per_token : float
+        KV bytes of one token on one GPU, all its layers, K and V (bytes/token).
+    copies_per_page : int
+        Copies needed to move one page one way (1, or 2 x layers for a per-layer layout).
+    batched : bool
+        All pages move in one transfer per direction (``copies_per_page`` is then unused).
+    link_bytes_per_s : float
+        Host-link bandwidth per direction (bytes/s).
+    copy_latency_s : float
+        Fixed cost of one copy (seconds).
+    """
+
+    model_name: str
+    gpu_name: str
+    tp: int
+    copy_mode: str
+    kv_bytes_per_token: float
+    copies_per_page: int
+    batched: bool
+    link_bytes_per_s: float
+    copy_latency_s: float
+
+    def num_copies(self, seq_tokens: Any, block_size: int) -> np.ndarray:
+        """Copies issued to move ``seq_tokens`` tokens one way (count per length)."""
+        return self._num_copies(*_seq_and_block(seq_tokens, block_size))
+
+    def swap_bytes(self, seq_tokens: Any, block_size: int) -> np.ndarray:
+        """Bytes moved one way: whole pages, the partly filled last one included (bytes)."""
+        return self._swap_bytes(*_seq_and_block(seq_tokens, block_size))
+
+    def swap_s(self, seq_tokens: Any, block_size: int) -> np.ndarray:
+        """Swap out and back in: twice the one-way copy time (seconds per length).
+
+        One way costs ``num_copies x copy_latency_s + swap_bytes / link_bytes_per_s``.
+        """
+        return self._swap_s(*_seq_and_block(seq_tokens, block_size))
+
+    # Unchecked versions for kvlab's own callers, which validated their inputs already.
+    def _num_copies(self, seq: np.ndarray, block_size: int) -> np.ndarray:
+        pages = pages_for(seq, block_size)
+        return np.minimum(pages, 1) if self.batched else pages * self.copies_per_page
+
+    def _swap_bytes(self, seq: np.ndarray, block_size: int) -> np.ndarray:
+        return pages_for(seq, block_size) * (block_size * self.kv_bytes_per_token)
+
+    def _swap_s(self, seq: np.ndarray, block_size: int) -> np.ndarray:
+        return 2.0 * (self._num_copies(seq, block_size) * self.copy_latency_s
+                      + self._swap_bytes(seq, block_size) / self.link_bytes_per_s)
+
+
+def _seq_and_block(seq_tokens: Any, block_size: Any) -> tuple[np.ndarray, int]:
+    return v.positive_int_array(seq_tokens, "seq_tokens"), v.positive_int(block_size, "block_size")
+
+
+def swap_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, dtype_bytes: int = 2,
+               copy_mode: str = "per_layer_page", link_bytes_per_s: float | None = None,
+               copy_latency_s: float = DEFAULT_COPY_LATENCY_S) -> SwapModel:
+    """The :class:`SwapModel` of ``model`` on ``gpu`` under tensor parallelism ``tp``.
+
+    Parameters
+    ----------
+    copy_mode : {"per_layer_page", "per_page", "batched"}
+        ``per_layer_page``: one copy per page per layer for K and for V (vLLM v0's layout),
+        ``per_page``: one copy per page, ``batched``: one transfer per direction.
+    link_bytes_per_s : float or None
+        Host-link bandwidth per direction (bytes/s); ``None`` takes the GPU spec's nominal
+        figure (e.g. PCIe Gen5 x16, 63e9), which pinned copies reach only in part.
+    copy_latency_s : float
+        Fixed cost of one copy (seconds).
+    """
+    m, g = _model(model), _gpu(gpu)
+    tp = v.positive_int(tp, "tp")
+    copy_mode = v.choice(copy_mode, "copy_mode", COPY_MODES)
+    link = g.host_link_bytes_per_s if link_bytes_per_s is None \
+        else v.positive_float(link_bytes_per_s, "link_bytes_per_s")
+    copy_latency_s = v.nonnegative_float(copy_latency_s, "copy_latency_s")
+    return SwapModel(
+        model_name=m.name, gpu_name=g.name, tp=tp, copy_mode=copy_mode,
+        kv_bytes_per_token=float(m.kv_bytes_per_token(tp=tp, dtype_bytes=dtype_bytes)),
+        copies_per_page=2 * m.num_layers if copy_mode == "per_layer_page" else 1,
+        batched=copy_mode == "batched", link_bytes_per_s=link, copy_latency_s=copy_latency_s)
+
+
+def _chunk_iterations(cost: CostModel, chunk_tokens: Any, context_tokens: Any) -> np.ndarray:
+    """Roofline time of prefill chunks of ``chunk_tokens`` after ``context_tokens`` (seconds)."""
+    return cost.iteration_s(chunk_tokens, prefill_attention_pairs(chunk_tokens, context_tokens),
+                            context_tokens + chunk_tokens)
+
+
+def _recompute_s(cost: CostModel, seq: np.ndarray, chunk_tokens: int | None) -> np.ndarray:
+    if chunk_tokens is None or chunk_tokens >= seq.max():
+        return _chunk_iterations(cost, seq, np.zeros_like(seq))
+    c = chunk_tokens
+    # Full chunks j = 0, 1, ... cost the same for every sequence: price each once and sum with
+    # a cumulative sum; each sequence then adds its own last (partial or full) chunk.
+    num_full = int((seq.max() - 1) // c)
+    j = np.arange(num_full, dtype=np.int64)
+    full = np.concatenate([[0.0], np.cumsum(_chunk_iterations(cost, np.full_like(j, c), j * c))])
+    before = (seq - 1) // c
+    context = before * c
+    return full[before] + _chunk_iterations(cost, seq - context, context)
+
+
+def recompute_s(cost: CostModel, seq_tokens: Any, *, chunk_tokens: int | None = None) -> np.ndarray:
+    """Time to prefill ``seq_tokens`` tokens again after a recompute preemption (seconds).
+
+    One roofline iteration per chunk of ``chunk_tokens`` (the scheduler's prefill token budget),
+    each chunk attending to the chunks before it; ``None`` prefills in one iteration. The
+    sequence runs alone in those iterations, so each pays the weight reads and fixed overhead.
+
+    Parameters
+    ----------
+    cost : CostModel
+        The per-GPU roofline (:func:`kvlab.costmodel.roofline` or a calibrated one).
+    seq_tokens : int or array of int
+        Tokens to recompute (prompt + generated so far).
+    chunk_tokens : int or None
+        Prefill chunk size (tokens).
+
+    Examples
+    --------
+    >>> from kvlab.costmodel import roofline
+    >>> cost = roofline("Llama-3-8B", "H200")
+    >>> bool(recompute_s(cost, 4096, chunk_tokens=512)[0] > recompute_s(cost, 4096)[0])
+    True
+    """
+    seq = v.positive_int_array(seq_tokens, "seq_tokens")
+    if chunk_tokens is not None:
+        chunk_tokens = v.positive_int(chunk_tokens, "chunk_tokens")
+    return np.asarray(_recompute_s(cost, seq, chunk_tokens), dtype=np.float64)
+
+
+def recompute_flops(cost: CostModel, seq_tokens: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Linear-layer and attention FLOPs of recomputing ``seq_tokens`` tokens, per GPU (FLOPs).
+
+    Chunking does not change them: the chunks' attention pairs sum to ``s (s + 1) / 2``.
+    """
+    seq = v.positive_int_array(seq_tokens, "seq_tokens")
+    return (cost.linear_flops_per_token * seq.astype(np.float64),
+            cost.attention_flops_per_pair * prefill_attention_pairs(seq, 0).astype(np.float64))
+
+
+def attention_dominance_tokens(cost: CostModel) -> float:
+    """Sequence length at which recompute's attention FLOPs equal its linear FLOPs (tokens).
+
+    Solves ``linear x s = attention x s (s + 1) / 2``: ``s = 2 linear / attention - 1``. Below
+    it the O(s) linear layers dominate recompute, above it the O(s^2) attention does.
+    """
+    return 2.0 * cost.linear_flops_per_token / cost.attention_flops_per_pair - 1.0
+
+
+def _check_context(seq: np.ndarray, m: ModelSpec, allow_beyond_context: bool) -> None:
+    if not allow_beyond_context and seq.max() > m.max_context_tokens:
+        i = int(np.argmax(seq > m.max_context_tokens))
+        raise ValueError(f"seq_tokens element {i} is {int(seq[i])}, longer than the "
+                         f"{m.max_context_tokens}-token context of {m.name}; pass "
+                         f"allow_beyond_context=True to price it anyway")
+
+
+def _models_for(model: str | ModelSpec, gpu: str | GPUSpec, tp: int, cost_model: CostModel | None,
+                swap: SwapModel | None) -> tuple[ModelSpec, GPUSpec, CostModel, SwapModel]:
+    m, g = _model(model), _gpu(gpu)
+    tp = v.positive_int(tp, "tp")
+    cost = roofline(m, g, tp=tp) if cost_model is None else cost_model
+    sw = swap_model(m, g, tp=tp) if swap is None else swap
+    for what, obj in (("cost_model", cost), ("swap", sw)):
+        if (obj.model_name, obj.gpu_name, obj.tp) != (m.name, g.name, tp):
+            raise ValueError(f"{what} describes {obj.model_name} on {obj.gpu_name} with tp={obj.tp}, "
+                             f"not {m.name} on {g.name} with tp={tp}")
+    return m, g, cost, sw
+
+
+def preemption_costs(model: str | ModelSpec, gpu: str | GPUSpec, seq_tokens: Any, *, block_size: int = 16,
+                     tp: int = 1, chunk_tokens: int | None = None, cost_model: CostModel | None = None,
+                     swap: SwapModel | None = None, allow_beyond_context: bool = False) -> pd.DataFrame:
+    """Recompute and swap cost of one preemption at each sequence length, per GPU.
+
+    Parameters
+    ----------
+    model, gpu : str or spec
+        Catalogue names (see :func:`kvlab.specs.models`) or specs.
+    seq_tokens : int or array of int
+        Sequence lengths at preemption (tokens).
+    block_size : int
+        Tokens per KV page.
+    tp : int
+        Tensor-parallel GPUs.
+    chunk_tokens : int or None
+        Prefill chunk size used for the recompute (tokens); ``None``: one iteration.
+    cost_model, swap : CostModel, SwapModel or None
+        Overrides (calibrated, other link or copy mode); default :func:`roofline` and
+        :func:`swap_model` of ``model`` on ``gpu``.
+    allow_beyond_context : bool
+        Price lengths beyond the model's context instead of raising ``ValueError``.
+
+    Returns
+    -------
+    DataFrame with ``seq_tokens``, ``recompute_s``, ``swap_s``, ``recompute_over_swap``,
+    ``winner``, ``linear_flops``, ``attention_flops``, ``swap_bytes`` (one way) and
+    ``num_copies`` (one way).
+    """
+    seq = v.positive_int_array(seq_tokens, "seq_tokens")
+    block_size = v.positive_int(block_size, "block_size")
+    if chunk_tokens is not None:
+        chunk_tokens = v.positive_int(chunk_tokens, "chunk_tokens")
+    m, _, cost, sw = _models_for(model, gpu, tp, cost_model, swap)
+    _check_context(seq, m, allow_beyond_context)
+    rec = _recompute_s(cost, seq, chunk_tokens)
+    swp = sw._swap_s(seq, block_size)
+    linear, attention = recompute_flops(cost, seq)
+    return pd.DataFrame({
+        "seq_tokens": seq, "recompute_s": rec, "swap_s": swp, "recompute_over_swap": rec / swp,
+        "winner": np.where(rec <= swp, "recompute", "swap"),
+        "linear_flops": linear, "attention_flops": attention,
+        "swap_bytes": sw._swap_bytes(seq, block_size), "num_copies": sw._num_copies(seq, block_size),
+    })
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Crossover:
+    """Where recompute and swap cost the same, for one model, GPU, TP and block size.
+
+    ``crossover_tokens`` is the shortest length whose winner differs from the winner at one
+    token (``None`` when one method wins at every length up to ``max_seq_tokens``); the cheaper
+    method is ``winner_below`` under it and ``winner_above`` at ``max_seq_tokens``. Ties go to
+    recompute. ``num_crossings`` > 1 flags curves that cross back (page and chunk steps).
+    ``recompute_over_swap_min``/``_max`` bound the cost ratio over 1..``max_seq_tokens``.
+    ``curves`` holds both costs on a log-spaced grid (from :func:`preemption_costs`).
+    """
+
+    model_name: str
+    gpu_name: str
+    tp: int
+    block_size: int
+    chunk_tokens: int | None
+    copy_mode: str
+    max_seq_tokens: int
+    crossover_tokens: int | None
+    winner_below: str
+    winner_above: str
+    num_crossings: int
+    recompute_over_swap_min: float
+    recompute_over_swap_max: float
+    curves: pd.DataFrame
+
+    def summary(self) -> str:
+        """One sentence saying which method wins where."""
+        head = f"{self.model_name} on {self.gpu_name} (tp={self.tp}, block_size={self.block_size})"
+        if self.crossover_tokens is None:
+            return (f"{head}: {self.winner_below} wins at every length up to {self.max_seq_tokens} tokens "
+                    f"(recompute/swap between {self.recompute_over_swap_min:.3g} and "
+                    f"{self.recompute_over_swap_max:.3g})")
+        return (f"{head}: {self.winner_below} wins below {self.crossover_tokens} tokens, "
+                f"{self.winner_above} at {self.max_seq_tokens}")
+
+
+def _winner(diff: np.ndarray) -> np.ndarray:
+    return np.where(diff > 0, "swap", "recompute")
+
+
+def crossing_tokens(seq_tokens: Any, recompute_s: Any, swap_s: Any) -> tuple[float | None, int]:
+    """Where the cheaper method first changes, from two cost curves sampled on a grid (tokens).
+
+    For measured curves, which come on sparse grids: the cost difference is interpolated
+    linearly in length between the two grid points that bracket the first change of winner
+    (ties go to recompute). Returns that length (``None`` when the winner never changes) and
+    how many times the winner changes on the grid.
+    """
+    seq = v.positive_int_array(seq_tokens, "seq_tokens")
+    rec, swp = np.asarray(recompute_s, dtype=np.float64), np.asarray(swap_s, dtype=np.float64)
+    if rec.shape != seq.shape or swp.shape != seq.shape:
+        raise ValueError(f"recompute_s and swap_s must have the shape of seq_tokens {seq.shape}, "
+                         f"got {rec.shape} and {swp.shape}")
+    if np.any(np.diff(seq) <= 0):
+        raise ValueError("seq_tokens must be strictly increasing")
+    diff = rec - swp
+    swap_wins = diff > 0
+    changes = np.flatnonzero(swap_wins[1:] != swap_wins[:-1])
+    if changes.size == 0:
+        return None, 0
+    i = int(changes[0])
+    s0, s1 = float(seq[i]), float(seq[i + 1])
+    return s0 + (s1 - s0) * diff[i] / (diff[i] - diff[i + 1]), int(changes.size)
+
+
+def _dense_crossover(seq: np.ndarray, rec: np.ndarray, swp: np.ndarray) -> dict[str, Any]:
+    diff = rec - swp
+    swap_wins = diff > 0
+    changes = np.flatnonzero(swap_wins[1:] != swap_wins[:-1])
+    ratio = rec / swp
+    return {
+        "crossover_tokens": int(seq[changes[0] + 1]) if changes.size else None,
+        "winner_below": str(_winner(diff[:1])[0]), "winner_above": str(_winner(diff[-1:])[0]),
+        "num_crossings": int(changes.size),
+        "recompute_over_swap_min": float(ratio.min()), "recompute_over_swap_max": float(ratio.max()),
+    }
+
+
+def _curve_grid(max_seq: int, num_points: int) -> np.ndarray:
+    return np.unique(np.geomspace(1, max_seq, num_points).round().astype(np.int64))
+
+
+def crossover(model: str | ModelSpec, gpu: str | GPUSpec, block_size: int = 16, *, tp: int = 1,
+              chunk_tokens: int | None = None, cost_model: CostModel | None = None,
+              swap: SwapModel | None = None, max_seq_tokens: int | None = None,
+              allow_beyond_context: bool = False, num_curve_points: int = 200) -> Crossover:
+    """The sequence length where recompute and swap of one preemption cost the same.
+
+    Both costs are evaluated at every integer length from 1 to ``max_seq_tokens`` (default: the
+    model's context), so the crossover is exact for the model, not a root-finder's estimate.
+
+    Parameters
+    ----------
+    model, gpu, block_size, tp, chunk_tokens, cost_model, swap, allow_beyond_context
+        As in :func:`preemption_costs`.
+    max_seq_tokens : int or None
+        Longest length considered (tokens); default the model's ``max_context_tokens``.
+    num_curve_points : int
+        Points of the log-spaced ``curves`` table.
+
+    Examples
+    --------
+    >>> c = crossover("Llama-3-8B", "H200", 16)
+    >>> c.winner_below in ("recompute", "swap")
+    True
+    """
+    block_size = v.positive_int(block_size, "block_size")
+    if chunk_tokens is not None:
+        chunk_tokens = v.positive_int(chunk_tokens, "chunk_tokens")
+    num_curve_points = v.positive_int(num_curve_points, "num_curve_points")
+    m, g, cost, sw = _models_for(model, gpu, tp, cost_model, swap)
+    max_seq = m.max_context_tokens if max_seq_tokens is None \
+        else v.positive_int(max_seq_tokens, "max_seq_tokens")
+    _check_context(np.array([max_seq]), m, allow_beyond_context)
+    seq = np.arange(1, max_seq + 1, dtype=np.int64)
+    found = _dense_crossover(seq, _recompute_s(cost, seq, chunk_tokens), sw._swap_s(seq, block_size))
+    curves = preemption_costs(m, g, _curve_grid(max_seq, num_curve_points), block_size=block_size, tp=sw.tp,
+                              chunk_tokens=chunk_tokens, cost_model=cost, swap=sw, allow_beyond_context=True)
+    return Crossover(model_name=m.name, gpu_name=g.name, tp=sw.tp, block_size=block_size,
+                     chunk_tokens=chunk_tokens, copy_mode=sw.copy_mode, max_seq_tokens=max_seq,
+                     curves=curves, **found)
+
+
+def smallest_tp(model: str | ModelSpec, gpu: str | GPUSpec, *, block_size: int = 16) -> int | None:
+    """Smallest tensor-parallel degree in 1, 2, 4, 8 whose weights leave room for KV pages.
+
+    ``None`` when the model does not fit even on 8 GPUs (see :func:`kvlab.reservation.pool_pages`).
+    """
+    for tp in TP_CHOICES:
+        try:
+            pool_pages(model, gpu, block_size=block_size, tp=tp)
+        except ValueError:
+            continue
+        return tp
+    return None
+
+
+def crossover_table(models: Sequence[str] | None = None, gpus: Sequence[str] | None = None,
+                    block_sizes: Sequence[int] = (8, 16, 32, 64, 128), *, chunk_tokens: int | None = None,
+                    copy_mode: str = "per_layer_page", link_bytes_per_s: float | None = None,
+                    copy_latency_s: float = DEFAULT_COPY_LATENCY_S,
+                    reference_tokens: int = 4000) -> pd.DataFrame:
+    """:func:`crossover` over the spec catalogue: models x GPUs x block sizes.
+
+    Each model runs on each GPU with the smallest TP in 1, 2, 4, 8 that fits it
+    (:func:`smallest_tp`); pairs that fit on no TP are left out.
+
+    Parameters
+    ----------
+    models, gpus : sequence of str or None
+        Catalogue names; ``None`` takes the whole catalogue.
+    block_sizes : sequence of int
+        Tokens per page.
+    chunk_tokens, copy_mode, link_bytes_per_s, copy_latency_s
+        As in :func:`recompute_s` and :func:`swap_model` (``link_bytes_per_s=None``: each GPU's
+        nominal host link).
+    reference_tokens : int
+        The brief's crossover (~4,000 tokens): ``recompute_over_swap_at_ref`` is the ratio there
+        and ``brief_claim`` says whether recompute wins below a crossover within a factor of 2
+        of it and swap above (``holds``) or not (``differs``, with what kvlab finds).
+
+    Returns
+    -------
+    DataFrame, one row per (model, GPU, block size): ``model``, ``gpu``, ``host_link``, ``tp``,
+    ``block_size``, ``max_seq_tokens``, ``crossover_tokens`` (NaN when none), ``winner_below``,
+    ``winner_above``, ``num_crossings``, ``recompute_over_swap_min``/``_max``,
+    ``recompute_over_swap_at_ref``, ``reference_tokens``, ``attention_dominance_tokens``,
+    ``brief_claim``.
+    """
+    names_m = list(_models()["name"]) if models is None else list(models)
+    names_g = list(_gpus()["name"]) if gpus is None else list(gpus)
+    sizes = v.positive_int_array(block_sizes, "block_sizes")
+    reference_tokens = v.positive_int(reference_tokens, "reference_tokens")
+    if chunk_tokens is not None:
+        chunk_tokens = v.positive_int(chunk_tokens, "chunk_tokens")
+    rows = []
+    for mn in names_m:
+        m = _model(mn)
+        seq = np.arange(1, m.max_context_tokens + 1, dtype=np.int64)
+        ref = min(reference_tokens, m.max_context_tokens)
+        for gn in names_g:
+            g = _gpu(gn)
+            tp = smallest_tp(m, g)
+            if tp is None:
+                continue
+            cost = roofline(m, g, tp=tp)
+            sw = swap_model(m, g, tp=tp, copy_mode=copy_mode, link_bytes_per_s=link_bytes_per_s,
+                            copy_latency_s=copy_latency_s)
+            rec = _recompute_s(cost, seq, chunk_tokens)
+            for bs in sizes.tolist():
+                swp = sw._swap_s(seq, bs)
+                rows.append({"model": m.name, "gpu": g.name, "host_link": g.host_link, "tp": tp,
+                             "block_size": bs, "max_seq_tokens": m.max_context_tokens,
+                             **_dense_crossover(seq, rec, swp),
+                             "recompute_over_swap_at_ref": float(rec[ref - 1] / swp[ref - 1]),
+                             "reference_tokens": ref,
+                             "attention_dominance_tokens": attention_dominance_tokens(cost)})
+                rows[-1]["brief_claim"] = _brief_verdict(rows[-1], reference_tokens)
+    table = pd.DataFrame(rows)
+    if not table.empty:
+        table["crossover_tokens"] = table["crossover_tokens"].astype("Float64")
+    return table
+
+
+def _brief_verdict(row: dict[str, Any], reference_tokens: int) -> str:
+    """Verdict on "recompute is faster below ~reference_tokens, swap above" for one table row."""
+    at = row["crossover_tokens"]
+    if at is None:
+        return f"differs: {row['winner_below']} always wins (recompute/swap " \
+               f"{row['recompute_over_swap_min']:.2g}-{row['recompute_over_swap_max']:.2g})"
+    if row["winner_below"] == "recompute" and reference_tokens / 2 <= at <= 2 * reference_tokens:
+        return f"holds (crossover at {at:,} tokens)"
+    return f"differs: {row['winner_below']} wins below {at:,} tokens, {row['winner_above']} above"
+
+
+def preemption_claims(model: str | ModelSpec, gpu: str | GPUSpec, *, catalogue: pd.DataFrame,
+                      tp: int | None = None, chunk_tokens: int | None = None,
+                      swap: SwapModel | None = None, cost_model: CostModel | None = None, min_seq_tokens: int = 64,
+                      comparable_factor: float = 2.0) -> pd.DataFrame:
+    """The brief's and the vLLM paper's recompute-vs-swap claims, checked by kvlab.
+
+    Parameters
+    ----------
+    model, gpu : str or spec
+        The pair the vLLM-paper claims are checked on.
+    catalogue : DataFrame
+        :func:`crossover_table` output; the "~4,000 tokens" claim is counted over its rows.
+    tp : int or None
+        Tensor-parallel GPUs; ``None`` takes :func:`smallest_tp`.
+    chunk_tokens : int or None
+        Prefill chunk size of the recompute (tokens).
+    swap, cost_model : SwapModel, CostModel or None
+        Overrides (other link or copy mode, calibrated roofline), as in :func:`preemption_costs`.
+    min_seq_tokens : int
+        Shortest length over which ratios are taken (tokens): the paper's preempted sequences
+        are hundreds of tokens long, not single tokens.
+    comparable_factor : float
+        "Comparable" means recompute/swap within this factor either way.
+
+    Returns
+    -------
+    DataFrame from :func:`kvlab.claims.table`: claim, source, claimed, kvlab_value, verdict.
+    """
+    m, g = _model(model), _gpu(gpu)
+    tp = smallest_tp(m, g) if tp is None else v.positive_int(tp, "tp")
+    if tp is None:
+        raise ValueError(f"model {m.name} fits GPU {g.name} at no TP in {TP_CHOICES}")
+    min_seq_tokens = v.positive_int(min_seq_tokens, "min_seq_tokens")
+    comparable_factor = v.positive_float(comparable_factor, "comparable_factor")
+    if min_seq_tokens >= m.max_context_tokens:
+        raise ValueError(f"min_seq_tokens {min_seq_tokens} must be below the {m.max_context_tokens}-token "
+                         f"context of {m.name}")
+    m, g, cost, swap = _models_for(m, g, tp, cost_model, swap)
+    seq = np.arange(min_seq_tokens, m.max_context_tokens + 1, dtype=np.int64)
+    rec = _recompute_s(cost, seq, chunk_tokens)
+    ratio = {bs: rec / swap._swap_s(seq, bs) for bs in (8, 16, 32, 64, 128)}
+    worst = max(float(r.max()) for r in ratio.values())
+    mid = np.concatenate([ratio[bs] for bs in (16, 32, 64)])
+    lo, hi = float(mid.min()), float(mid.max())
+    comparable = lo >= 1 / comparable_factor and hi <= comparable_factor
+    n_hold = int(catalogue["brief_claim"].str.startswith("holds").sum()) if len(catalogue) else 0
+    this = catalogue[(catalogue["model"] == m.name) & (catalogue["gpu"] == g.name)]
+    this_row = this[this["block_size"] == 16]
+    s_att = attention_dominance_tokens(cost)
+    linear, attention = recompute_flops(cost, [m.max_context_tokens])
+    att_share = float(attention[0] / (linear[0] + attention[0]))
+    where = f"{m.name} on {g.name}, tp={tp}, copy_mode={swap.copy_mode}"
+    rows = [
+        _claims.Claim(
+            claim="Below ~4,000 tokens recompute is faster, above it swap",
+            source="brief section 4 (no primary source)",
+            claimed="crossover ~4,000 tokens, recompute below",
+            kvlab_value=(f"{n_hold} of {len(catalogue)} catalogue rows; "
+                         + (f"{where}, block 16: {this_row['brief_claim'].iloc[0]}" if len(this_row) else "")),
+            verdict="holds" if len(catalogue) and n_hold == len(catalogue)
+            else f"differs: holds in {n_hold} of {len(catalogue)} (model, GPU, block size) rows"),
+        _claims.at_most(
+            f"Recompute overhead is never more than 20% of swap's latency ({where}, block sizes 8-128, "
+            f"lengths {min_seq_tokens}-{m.max_context_tokens})",
+            "vLLM paper (Kwon et al., SOSP'23), section 7.3, Fig. 19", 1.2, worst,
+            note="max recompute/swap"),
+        _claims.Claim(
+            claim=f"For block sizes 16-64 recompute and swap are comparable ({where})",
+            source="vLLM paper (Kwon et al., SOSP'23), section 7.3, Fig. 19",
+            claimed=f"recompute/swap within {comparable_factor:g}x either way",
+            kvlab_value=f"recompute/swap {lo:.3g} to {hi:.3g}",
+            verdict="holds" if comparable else f"differs (ratio {lo:.3g} to {hi:.3g})"),
+        _claims.Claim(
+            claim=f"Recompute costs O(s^2), swap O(s) ({m.name})",
+            source="brief section 4",
+            claimed="recompute quadratic in s",
+            kvlab_value=(f"attention FLOPs pass linear-layer FLOPs at {s_att:,.0f} tokens; "
+                         f"at the {m.max_context_tokens:,}-token context attention is {att_share:.0%} of FLOPs"),
+            verdict=("holds above {:,.0f} tokens only".format(s_att) if s_att < m.max_context_tokens
+                     else f"differs: recompute is dominated by O(s) linear layers up to the "
+                          f"{m.max_context_tokens:,}-token context (swap is O(s) throughout)")),
+    ]
+    return _claims.table(rows)

@@ -1,0 +1,199 @@
+"""Recompute and swap costs of one preemption, their crossover and the catalogue table."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from kvlab import preemption_cost as pc
+from kvlab.costmodel import roofline
+from kvlab.reservation import pool_pages
+
+# Llama-3-8B on H200, tp=1, written out from data/models.csv and data/gpus.csv.
+PARAMS = 8030261248
+LAYERS, Q_HEADS, KV_HEADS, HEAD_DIM = 32, 32, 8, 128
+FLOPS = 989e12 * 0.6            # default compute_efficiency
+HBM = 4800e9 * 0.8              # default bandwidth_efficiency
+OVERHEAD_S = 0.002
+KV_BYTES_PER_TOKEN = 2 * LAYERS * KV_HEADS * HEAD_DIM * 2
+LINK = 63e9
+
+
+def _iteration(tokens: int, pairs: int, kv_tokens: int) -> float:
+    compute = (2 * PARAMS * tokens + 4 * LAYERS * Q_HEADS * HEAD_DIM * pairs) / FLOPS
+    memory = (2 * PARAMS + KV_BYTES_PER_TOKEN * kv_tokens) / HBM
+    return max(compute, memory) + OVERHEAD_S
+
+
+def test_recompute_by_hand_one_iteration():
+    cost = roofline("Llama-3-8B", "H200")
+    expected = _iteration(1000, 1000 * 1001 // 2, 1000)
+    assert pc.recompute_s(cost, 1000)[0] == pytest.approx(expected, rel=1e-12)
+    # 1000 tokens: compute-bound, 2 x 8.03e9 x 1000 + attention over 593.4 TFLOP/s + 2 ms.
+    assert expected == pytest.approx(0.029507, rel=1e-4)
+
+
+def test_recompute_by_hand_chunked():
+    cost = roofline("Llama-3-8B", "H200")
+    # 1000 tokens in chunks of 512: 512 tokens from scratch, then 488 after 512 cached.
+    expected = _iteration(512, 512 * 513 // 2, 512) + _iteration(488, 488 * 512 + 488 * 489 // 2, 1000)
+    assert pc.recompute_s(cost, 1000, chunk_tokens=512)[0] == pytest.approx(expected, rel=1e-12)
+    # A chunk at least as long as the sequence is one iteration.
+    assert pc.recompute_s(cost, 1000, chunk_tokens=1000)[0] == pc.recompute_s(cost, 1000)[0]
+
+
+def test_swap_by_hand_each_copy_mode():
+    s, bs, lat = 1000, 16, 5e-6
+    pages = 63                                        # ceil(1000 / 16)
+    page_bytes = bs * KV_BYTES_PER_TOKEN
+    per_layer = pc.swap_model("Llama-3-8B", "H200", copy_latency_s=lat)
+    per_page = pc.swap_model("Llama-3-8B", "H200", copy_latency_s=lat, copy_mode="per_page")
+    batched = pc.swap_model("Llama-3-8B", "H200", copy_latency_s=lat, copy_mode="batched")
+    moved = pages * page_bytes / LINK
+    assert per_layer.swap_s(s, bs)[0] == pytest.approx(2 * (pages * 2 * LAYERS * lat + moved), rel=1e-12)
+    assert per_page.swap_s(s, bs)[0] == pytest.approx(2 * (pages * lat + moved), rel=1e-12)
+    assert batched.swap_s(s, bs)[0] == pytest.approx(2 * (lat + moved), rel=1e-12)
+    assert per_layer.num_copies(s, bs)[0] == pages * 64
+    assert per_layer.swap_bytes(s, bs)[0] == pages * page_bytes
+
+
+def test_swap_under_tp_moves_each_gpus_share():
+    one = pc.swap_model("Llama-3-8B", "H200", tp=1)
+    two = pc.swap_model("Llama-3-8B", "H200", tp=2)
+    assert two.kv_bytes_per_token * 2 == one.kv_bytes_per_token
+    # Llama-3-8B has 8 KV heads: beyond TP 8 each GPU keeps one head (replicated).
+    assert pc.swap_model("Llama-3-8B", "H200", tp=16).kv_bytes_per_token == one.kv_bytes_per_token / 8
+
+
+@settings(max_examples=60)
+@given(s=st.integers(1, 20000), chunk=st.integers(1, 4096))
+def test_chunk_attention_pairs_sum_to_the_whole_prefill(s, chunk):
+    """Whatever the chunking, the chunks attend to s (s + 1) / 2 pairs in all."""
+    from kvlab.costmodel import prefill_attention_pairs
+    starts = np.arange(0, s, chunk)
+    sizes = np.minimum(chunk, s - starts)
+    assert int(prefill_attention_pairs(sizes, starts).sum()) == s * (s + 1) // 2
+
+
+@settings(max_examples=40)
+@given(seq=st.lists(st.integers(1, 8192), min_size=1, max_size=30), chunk=st.integers(16, 2048))
+def test_chunked_recompute_matches_a_loop_and_is_never_cheaper(seq, chunk):
+    cost = roofline("Llama-3-8B", "H200")
+    got = pc.recompute_s(cost, seq, chunk_tokens=chunk)
+    for s, g in zip(seq, got):
+        expected = sum(_iteration(min(chunk, s - k), min(chunk, s - k) * k + min(chunk, s - k) * (min(chunk, s - k) + 1) // 2,
+                                  k + min(chunk, s - k)) for k in range(0, s, chunk))
+        assert g == pytest.approx(expected, rel=1e-9)
+    assert np.all(got >= pc.recompute_s(cost, seq) * (1 - 1e-12))
+
+
+def test_costs_grow_with_length():
+    costs = pc.preemption_costs("Llama-2-7B", "A100-80GB-SXM", np.arange(1, 4097), block_size=16)
+    assert np.all(np.diff(costs["recompute_s"]) > 0)
+    assert np.all(np.diff(costs["swap_s"]) >= 0)
+    assert (costs["winner"] == np.where(costs["recompute_s"] <= costs["swap_s"], "recompute", "swap")).all()
+
+
+@pytest.mark.parametrize("block_size", [8, 16, 64, 128])
+@pytest.mark.parametrize("copy_mode", ["per_layer_page", "per_page", "batched"])
+def test_crossover_is_where_the_curves_meet(block_size, copy_mode):
+    swap = pc.swap_model("Llama-3-8B", "H200", copy_mode=copy_mode)
+    c = pc.crossover("Llama-3-8B", "H200", block_size, swap=swap)
+    full = pc.preemption_costs("Llama-3-8B", "H200", np.arange(1, c.max_seq_tokens + 1),
+                               block_size=block_size, swap=swap)
+    ratio = full["recompute_s"] / full["swap_s"]
+    assert c.recompute_over_swap_min == pytest.approx(ratio.min())
+    assert c.recompute_over_swap_max == pytest.approx(ratio.max())
+    assert c.winner_below == full["winner"].iloc[0] and c.winner_above == full["winner"].iloc[-1]
+    if c.crossover_tokens is None:
+        assert (full["winner"] == c.winner_below).all()
+    else:
+        at = pc.preemption_costs("Llama-3-8B", "H200", [c.crossover_tokens - 1, c.crossover_tokens],
+                                 block_size=block_size, swap=swap)
+        assert at["winner"][0] == c.winner_below and at["winner"][1] != c.winner_below
+        assert (full["winner"][: c.crossover_tokens - 1] == c.winner_below).all()
+
+
+def test_crossover_by_hand_with_a_linear_swap():
+    """Batched swap with no latency is a line through 0 (262 us/token); recompute has a floor
+    (weights read + overhead, ~6 ms) and a smaller slope (~27 us/token): swap wins short
+    lengths, recompute long ones, from the first length where recompute is no dearer."""
+    swap = pc.swap_model("Llama-3-8B", "H200", copy_mode="batched", copy_latency_s=0.0, link_bytes_per_s=1e9)
+    c = pc.crossover("Llama-3-8B", "H200", 1, swap=swap)
+    s = np.arange(1, 8193)
+    swap_s = 2 * s * KV_BYTES_PER_TOKEN / 1e9
+    rec = np.array([_iteration(int(x), int(x) * (int(x) + 1) // 2, int(x)) for x in s])
+    first = int(s[np.argmax(rec <= swap_s)])
+    assert c.winner_below == "swap" and c.winner_above == "recompute" and c.num_crossings == 1
+    assert c.crossover_tokens == first
+
+
+def test_crossing_tokens_interpolates_sparse_curves():
+    seq = [100, 200, 400]
+    rec = [1.0, 2.0, 3.0]
+    swap = [1.5, 2.5, 2.0]          # difference -0.5, -0.5, +1.0: changes between 200 and 400
+    at, n = pc.crossing_tokens(seq, rec, swap)
+    assert n == 1 and at == pytest.approx(200 + 200 * 0.5 / 1.5)
+    assert pc.crossing_tokens(seq, rec, [2.0, 3.0, 4.0]) == (None, 0)
+
+
+def test_attention_dominance_closed_form():
+    cost = roofline("Llama-3-8B", "H200")
+    s = pc.attention_dominance_tokens(cost)
+    linear, attention = pc.recompute_flops(cost, [int(np.floor(s)), int(np.ceil(s))])
+    assert linear[0] >= attention[0] and linear[1] <= attention[1]
+    assert s == pytest.approx(PARAMS / (LAYERS * Q_HEADS * HEAD_DIM) - 1)
+
+
+def test_smallest_tp_is_the_first_that_fits():
+    tp = pc.smallest_tp("Llama-2-70B", "H100-SXM")
+    assert tp == 2
+    pool_pages("Llama-2-70B", "H100-SXM", tp=2)
+    with pytest.raises(ValueError):
+        pool_pages("Llama-2-70B", "H100-SXM", tp=1)
+    assert pc.smallest_tp("Falcon-180B", "L4") is None
+
+
+def test_crossover_table_covers_the_catalogue():
+    table = pc.crossover_table(models=["Llama-3-8B", "Falcon-180B"], gpus=["H200", "L4"])
+    pairs = set(zip(table["model"], table["gpu"]))
+    assert pairs == {("Llama-3-8B", "H200"), ("Llama-3-8B", "L4"), ("Falcon-180B", "H200")}
+    assert sorted(table["block_size"].unique()) == [8, 16, 32, 64, 128]
+    for _, row in table.iterrows():
+        c = pc.crossover(row["model"], row["gpu"], int(row["block_size"]), tp=int(row["tp"]))
+        expected = pd.NA if c.crossover_tokens is None else c.crossover_tokens
+        assert (pd.isna(row["crossover_tokens"]) and c.crossover_tokens is None) or row["crossover_tokens"] == expected
+        assert row["brief_claim"].startswith(("holds", "differs"))
+
+
+def test_claims_table_rows():
+    cat = pc.crossover_table(models=["Llama-3-8B"], gpus=["H200"])
+    claims = pc.preemption_claims("Llama-3-8B", "H200", catalogue=cat)
+    assert list(claims.columns) == ["claim", "source", "claimed", "kvlab_value", "verdict"]
+    assert len(claims) == 4
+    assert claims["verdict"].str.match(r"^(holds|differs)").all()
+    # Llama-3-8B's context (8,192) is far below where attention passes the linear layers.
+    assert claims["verdict"].iloc[3].startswith("differs")
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: pc.preemption_costs("Llama-3-8B", "H200", [100, 0]), "seq_tokens.*element 1"),
+    (lambda: pc.preemption_costs("Llama-3-8B", "H200", [100], block_size=0), "block_size"),
+    (lambda: pc.preemption_costs("Llama-3-8B", "H200", [100], chunk_tokens=-5), "chunk_tokens"),
+    (lambda: pc.preemption_costs("Llama-3-8B", "H200", [100, 9000]), "longer than the 8192-token context"),
+    (lambda: pc.swap_model("Llama-3-8B", "H200", link_bytes_per_s=0), "link_bytes_per_s"),
+    (lambda: pc.swap_model("Llama-3-8B", "H200", copy_latency_s=-1e-6), "copy_latency_s"),
+    (lambda: pc.swap_model("Llama-3-8B", "H200", copy_mode="dma"), "copy_mode"),
+    (lambda: pc.crossover("Llama-3-8B", "H200", 16, max_seq_tokens=10000), "allow_beyond_context"),
+    (lambda: pc.crossover("Llama-3-8B", "H200", 16, cost_model=roofline("Llama-2-7B", "H200")), "cost_model"),
+    (lambda: pc.crossing_tokens([1, 3, 2], [1, 2, 3], [1, 2, 3]), "increasing"),
+])
+def test_bad_input_names_the_parameter(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_beyond_context_with_the_flag():
+    costs = pc.preemption_costs("Llama-3-8B", "H200", [9000], allow_beyond_context=True)
+    assert costs["recompute_s"].iloc[0] > 0
