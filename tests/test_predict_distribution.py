@@ -1,0 +1,128 @@
+"""LogTPredictive: quantiles, capped mean, CVaR and the TIE score against independent computations."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from scipy import stats
+
+from kvlab.predict import LogTPredictive
+
+NU = 3.5
+
+
+def _pred():
+    return LogTPredictive.from_params([np.log(20.0), 4.0, 5.5, 2.5], [0.5, 0.8, 1.1, 0.3], NU)
+
+
+def test_ppf_hand_worked_median_and_p90():
+    p = LogTPredictive.from_params([np.log(20.0)], [0.5], NU)
+    # median of T is 0: X median = 20, K = round(20) = 20
+    assert p.ppf(0.5).tolist() == [20]
+    x90 = 20.0 * np.exp(0.5 * stats.t.ppf(0.9, NU))       # 43.9... tokens on the continuous scale
+    assert p.ppf(0.9).tolist() == [int(np.ceil(x90 - 0.5))]
+    assert p.ppf(0.9).dtype == np.int64
+
+
+@settings(max_examples=60)
+@given(mu=st.floats(0.0, 7.0), sigma=st.floats(0.05, 2.0), nu=st.floats(1.5, 30.0),
+       q=st.floats(0.01, 0.995))
+def test_ppf_is_the_smallest_integer_reaching_q(mu, sigma, nu, q):
+    p = LogTPredictive.from_params([mu], [sigma], nu)
+    k = int(p.ppf(q)[0])
+    cdf = lambda j: stats.t.cdf((np.log(j + 0.5) - mu) / sigma, nu)   # P(K <= j), independent
+    assert cdf(k) >= q - 1e-12
+    assert k == 0 or cdf(k - 1) < q + 1e-12
+
+
+def _exact_capped_mean(mu, sigma, nu, cap):
+    k = np.arange(cap)
+    return np.array([stats.t.sf((np.log(k + 0.5) - m) / s, nu).sum() for m, s in zip(mu, sigma)])
+
+
+@pytest.mark.parametrize("cap", [16, 512, 4096])
+def test_capped_mean_matches_exact_integer_sum(cap):
+    p = _pred()
+    exact = _exact_capped_mean(p.mu, p.sigma, NU, cap)   # E[min(K,c)] = sum_{k<c} P(K > k)
+    np.testing.assert_allclose(p.mean(cap), exact, atol=2e-3)
+
+
+def test_mean_cvar_and_tie_agree_with_monte_carlo():
+    p = _pred()
+    cap, n_draws = 512, 400_000
+    rng = np.random.default_rng(7)
+    # sample() draws one length per request: draw many by tiling the predictive
+    big = p[np.repeat(np.arange(len(p)), n_draws)]
+    draws = np.minimum(big.sample(rng).reshape(len(p), n_draws), cap).astype(float)
+    mc_mean = draws.mean(axis=1)
+    se_mean = draws.std(axis=1) / np.sqrt(n_draws)
+    assert np.all(np.abs(p.mean(cap) - mc_mean) < 5 * se_mean + 1e-9)
+    tail = np.sort(draws, axis=1)[:, int(0.9 * n_draws):]
+    mc_cvar = tail.mean(axis=1)
+    se_cvar = tail.std(axis=1) / np.sqrt(tail.shape[1]) + 0.05
+    assert np.all(np.abs(p.cvar(0.9, cap) - mc_cvar) < 5 * se_cvar)
+    beta = 0.7
+    np.testing.assert_allclose(p.tail_inflated_expectation(beta, cap),
+                               p.mean(cap) + beta * p.cvar(0.9, cap))
+    mc_tie = mc_mean + beta * mc_cvar
+    assert np.all(np.abs(p.tail_inflated_expectation(beta, cap) - mc_tie) < 5 * (se_mean + beta * se_cvar))
+
+
+def test_cvar_equals_quantile_integral():
+    # second implementation: (1/(1-q)) int_q^1 ppf_C(u) du by the midpoint rule in u
+    p, cap, q = _pred(), 2048, 0.9
+    u = q + (np.arange(200_000) + 0.5) * (1 - q) / 200_000
+    z = stats.t.ppf(u, NU)
+    ppf_c = np.minimum(np.ceil(np.exp(p.mu[:, None] + p.sigma[:, None] * z[None, :]) - 0.5), cap)
+    np.testing.assert_allclose(p.cvar(q, cap), ppf_c.mean(axis=1), rtol=2e-3)
+
+
+def test_cvar_is_the_cap_when_more_than_the_tail_overruns():
+    p = LogTPredictive.from_params([np.log(300.0)], [1.0], NU)   # P(K >= 64) is about 0.9
+    assert p.cvar(0.9, 64).tolist() == [64.0]
+    assert p.mean(64)[0] < 64.0
+
+
+@settings(max_examples=40)
+@given(mu=st.floats(0.0, 8.0), sigma=st.floats(0.1, 2.0), cap=st.integers(1, 8192),
+       beta=st.floats(0.0, 3.0))
+def test_order_mean_le_cvar_le_cap(mu, sigma, cap, beta):
+    p = LogTPredictive.from_params([mu], [sigma], NU)
+    m, c = p.mean(cap)[0], p.cvar(0.9, cap)[0]
+    assert 0.0 <= m <= c + 1e-6 <= cap + 1e-6
+    assert p.tail_inflated_expectation(beta, cap)[0] <= (1 + beta) * cap + 1e-6
+    assert p.mean(cap + 1)[0] >= m - 1e-9
+
+
+def test_subsetting_and_len():
+    p = _pred()
+    assert len(p) == 4
+    sub = p[[2, 0]]
+    assert len(sub) == 2 and sub.mu.tolist() == [p.mu[2], p.mu[0]]
+    np.testing.assert_array_equal(p[np.array([True, False, True, False])].ppf(0.9), p.ppf(0.9)[[0, 2]])
+    assert len(p[1]) == 1 and p[1].ppf(0.5)[0] == p.ppf(0.5)[1]
+    np.testing.assert_allclose(p[1:3].mean(512), p.mean(512)[1:3])
+    with pytest.raises(ValueError, match="selects no requests"):
+        p[np.zeros(4, dtype=bool)]
+
+
+@pytest.mark.parametrize("q", [0.0, 1.0, -0.1, 1.5, float("nan")])
+def test_quantile_outside_open_unit_interval_raises(q):
+    with pytest.raises(ValueError, match=r"q must be in \(0, 1\)"):
+        _pred().ppf(q)
+
+
+def test_bad_inputs_name_the_parameter():
+    p = _pred()
+    with pytest.raises(ValueError, match="max_new_tokens is required"):
+        p.mean()
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        p.mean(0)
+    with pytest.raises(ValueError, match="beta"):
+        p.tail_inflated_expectation(-1.0, 512)
+    with pytest.raises(ValueError, match="sigma must be finite and > 0; request 1"):
+        LogTPredictive.from_params([1.0, 2.0], [0.5, 0.0], NU)
+    with pytest.raises(ValueError, match="mu must be finite; request 0"):
+        LogTPredictive.from_params([np.nan], [0.5], NU)
+    with pytest.raises(ValueError, match="nu"):
+        LogTPredictive.from_params([1.0], [0.5], -2.0)
