@@ -1,7 +1,9 @@
-"""Output- and prompt-length distributions: log-t, fits, workload profiles."""
+"""Output- and prompt-length distributions: percentiles, fits (log-t and scipy families),
+bootstrap intervals and calibrated workload profiles."""
 from .families import DEFAULT_FAMILIES, FAMILIES, family
+from .fit import FittedLength, fit, fit_family, percentile_ci, percentiles
 from .logt import LogT
 from .profiles import Marginal, Profile, calibrate, list_profiles, profile
 
-__all__ = ["DEFAULT_FAMILIES", "FAMILIES", "LogT", "Marginal", "Profile", "calibrate", "family",
-           "list_profiles", "profile"]
+__all__ = ["DEFAULT_FAMILIES", "FAMILIES", "FittedLength", "LogT", "Marginal", "Profile", "calibrate",
+           "family", "fit", "fit_family", "list_profiles", "percentile_ci", "percentiles", "profile"]

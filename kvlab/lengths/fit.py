@@ -1,0 +1,316 @@
+"""Percentiles, bootstrap intervals and integer-, censoring-aware maximum-likelihood fits.
+
+Why the likelihood is hand-assembled rather than ``dist.fit(CensoredData(...))``: token counts
+are integers, so each observed count ``k`` is the interval ``[k - 0.5, k + 0.5]`` of the
+continuous law (``[0, 1.5]`` for ``k = 1``, since lengths are floored at 1), and an output that
+hit its cap ``c`` is right-censored at ``c - 0.5`` (its true length is at least ``c``).
+scipy.stats.CensoredData expresses exactly this, but ``rv_continuous.fit`` on it evaluates the
+likelihood per observation with a generic optimiser: ~1,000,000 lengths take minutes per family
+(``bench/bench_fit.py`` measures it). Counts repeat heavily (a million outputs hold a few
+thousand distinct values), so we collapse to unique ``(value, censored)`` pairs with weights and
+maximise the same weighted interval log-likelihood with ``scipy.optimize.minimize``, using
+scipy.stats for every cdf. The two give the same maximum (tested).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import optimize, stats
+
+from .. import _validate as v
+from .families import DEFAULT_FAMILIES, Family, family as _family
+
+#: Fewest uncensored lengths a fit accepts.
+MIN_FIT_SAMPLES = 10
+_TINY = 1e-300
+
+
+def lengths_array(x: Any, name: str = "x") -> np.ndarray:
+    """``x`` as a 1-D int64 array of lengths >= 1 (tokens), or ``ValueError`` naming the element."""
+    arr = v.nonnegative_int_array(x, name)
+    zeros = np.flatnonzero(arr == 0)
+    if zeros.size:
+        raise ValueError(f"{name} must hold lengths >= 1 token; element {int(zeros[0])} is 0")
+    return arr
+
+
+def percentiles(x: Any) -> pd.Series:
+    """Summary of a length sample: p50, p90, p95, p99, max, mean (tokens) and tail ratios.
+
+    Percentiles use NumPy's default linear interpolation. ``p90_over_p50`` and ``p99_over_p50``
+    are the brief's "P90 about 4.6x the median" ratios.
+
+    Examples
+    --------
+    >>> percentiles(np.arange(1, 101))[["p50", "max", "p90_over_p50"]].round(3).tolist()
+    [50.5, 100.0, 1.784]
+    """
+    arr = lengths_array(x)
+    p50, p90, p95, p99 = np.percentile(arr, [50, 90, 95, 99])
+    return pd.Series({"n": float(arr.size), "p50": p50, "p90": p90, "p95": p95, "p99": p99,
+                      "max": float(arr.max()), "mean": float(arr.mean()),
+                      "p90_over_p50": p90 / p50, "p99_over_p50": p99 / p50})
+
+
+def percentile_ci(x: Any, q: Sequence[float] = (50, 90, 95, 99), *, confidence: float = 0.95,
+                  n_resamples: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """Bootstrap confidence intervals for percentiles of a length sample.
+
+    Uses ``scipy.stats.bootstrap`` (percentile method) with ``numpy.random.default_rng(seed)``.
+
+    Parameters
+    ----------
+    x : array of int
+        Lengths (tokens).
+    q : sequence of float
+        Percentiles in (0, 100).
+    confidence : float
+        Confidence level in (0, 1).
+    n_resamples : int
+        Bootstrap resamples.
+    seed : int
+        Seed of the resampling generator.
+
+    Returns
+    -------
+    DataFrame with ``percentile``, ``tokens`` (the sample percentile), ``low_tokens``,
+    ``high_tokens``.
+    """
+    arr = lengths_array(x)
+    qs = np.asarray(q, dtype=np.float64)
+    if qs.ndim != 1 or qs.size == 0 or np.any(~np.isfinite(qs)) or np.any((qs <= 0) | (qs >= 100)):
+        raise ValueError(f"q must hold percentiles in (0, 100), got {q!r}")
+    confidence = v.fraction(confidence, "confidence", high_closed=False)
+    n_resamples = v.positive_int(n_resamples, "n_resamples")
+    res = stats.bootstrap((arr,), lambda s, axis: np.percentile(s, qs, axis=axis),
+                          confidence_level=confidence, n_resamples=n_resamples, method="percentile",
+                          rng=np.random.default_rng(seed), batch=max(1, int(2e7 // arr.size)))
+    return pd.DataFrame({"percentile": qs, "tokens": np.percentile(arr, qs),
+                         "low_tokens": res.confidence_interval.low,
+                         "high_tokens": res.confidence_interval.high})
+
+
+@dataclass(frozen=True, kw_only=True)
+class FittedLength:
+    """A length distribution fitted to integer token counts.
+
+    ``cdf``, ``ppf`` and ``sample`` speak integer lengths: the length is the continuous draw
+    rounded to the nearest integer and floored at 1, the model the likelihood assumed.
+
+    Attributes
+    ----------
+    family : str
+        Family name.
+    params : dict
+        Maximum-likelihood parameters by name.
+    loglik : float
+        Log-likelihood at the maximum (natural log).
+    n : int
+        Lengths fitted.
+    n_censored : int
+        Of which right-censored.
+    """
+
+    family: str
+    params: dict[str, float]
+    loglik: float
+    n: int
+    n_censored: int
+
+    @property
+    def dist(self) -> Any:
+        """The continuous frozen distribution (tokens)."""
+        return _family(self.family).frozen(self.params)
+
+    @property
+    def aic(self) -> float:
+        """Akaike information criterion ``2 k - 2 loglik``."""
+        return 2.0 * len(self.params) - 2.0 * self.loglik
+
+    def cdf(self, tokens: Any) -> np.ndarray:
+        """P(length <= tokens) for integer lengths (tokens)."""
+        return self.dist.cdf(np.asarray(tokens, dtype=np.float64) + 0.5)
+
+    def ppf(self, q: Any) -> np.ndarray:
+        """Smallest integer length (tokens) whose :meth:`cdf` reaches ``q``."""
+        x = self.dist.ppf(np.asarray(q, dtype=np.float64))
+        return np.maximum(np.ceil(x - 0.5), 1.0).astype(np.int64)
+
+    def sample(self, n: int, seed: int = 0) -> np.ndarray:
+        """``n`` integer lengths (tokens) drawn with ``numpy.random.default_rng(seed)``."""
+        n = v.positive_int(n, "n")
+        u = np.random.default_rng(seed).random(n)
+        return np.maximum(np.rint(self.dist.ppf(u)), 1.0).astype(np.int64)
+
+    def __str__(self) -> str:
+        pars = ", ".join(f"{k}={val:.4g}" for k, val in self.params.items())
+        return (f"FittedLength({self.family}: {pars}; loglik={self.loglik:.6g}, aic={self.aic:.6g}, "
+                f"n={self.n}, n_censored={self.n_censored})")
+
+
+@dataclass(frozen=True)
+class _Collapsed:
+    """Unique (value, censored) pairs with counts: what the likelihood needs.
+
+    The interval bounds of all values are one sorted grid ``edges``; each uncensored value ``k``
+    spans ``edges[lo_idx] .. edges[lo_idx + 1]`` and each censoring point is ``edges[cens_idx]``.
+    Edges at or below ``split`` are evaluated with the cdf, those above with the sf, so interval
+    masses far in the tail keep their precision (``cdf(hi) - cdf(lo)`` would round to 0).
+    """
+
+    edges: np.ndarray    # sorted interval bounds (tokens)
+    split: int           # edges[:split] use the cdf, edges[split:] the sf
+    lo_idx: np.ndarray   # index of each uncensored value's lower bound in edges
+    w: np.ndarray        # count of each uncensored value
+    cens_idx: np.ndarray  # index of each censoring point c - 0.5 in edges
+    cens_w: np.ndarray   # count of each censoring point
+
+
+def _collapse(x: np.ndarray, censored: np.ndarray) -> _Collapsed:
+    k, w = np.unique(x[~censored], return_counts=True)
+    c, cw = np.unique(x[censored], return_counts=True)
+    lo = np.where(k == 1, 0.0, k - 0.5)
+    edges = np.unique(np.concatenate([lo, k + 0.5, c - 0.5]))
+    split = int(np.searchsorted(edges, np.median(x), side="right"))
+    return _Collapsed(edges=edges, split=split, lo_idx=np.searchsorted(edges, lo),
+                      w=w.astype(np.float64), cens_idx=np.searchsorted(edges, c - 0.5),
+                      cens_w=cw.astype(np.float64))
+
+
+def _loglik(dist: Any, d: _Collapsed) -> float:
+    """Weighted interval (and right-censored) log-likelihood of ``dist`` (natural log)."""
+    cdf_part = dist.cdf(d.edges[:d.split])
+    sf_part = dist.sf(d.edges[d.split:])
+    # F at every edge from the lower part, S at every edge from the upper part; an interval
+    # straddling the split mixes them as (1 - S(hi)) - F(lo) = S(lo)... written out below.
+    F = np.concatenate([cdf_part, 1.0 - sf_part])
+    S = np.concatenate([1.0 - cdf_part, sf_part])
+    lo, hi = d.lo_idx, d.lo_idx + 1
+    mass = np.where(lo >= d.split, S[lo] - S[hi], F[hi] - F[lo])
+    total = float(np.dot(d.w, np.log(np.maximum(mass, _TINY))))
+    if d.cens_w.size:
+        total += float(np.dot(d.cens_w, np.log(np.maximum(S[d.cens_idx], _TINY))))
+    return total
+
+
+def _fit_collapsed(fam: Family, d: _Collapsed, x: np.ndarray) -> tuple[dict[str, float], float]:
+    logs = np.log(x.astype(np.float64))
+    m, s = float(logs.mean()), max(float(logs.std()), 1e-3)
+    mean, var = float(x.mean()), max(float(x.var()), 1e-6)
+    theta0 = fam.to_theta(fam.initial(m, s, mean, var))
+    n = float(d.w.sum() + d.cens_w.sum())
+
+    def nll(theta: np.ndarray) -> float:
+        try:
+            with np.errstate(all="ignore"):
+                val = -_loglik(fam.frozen(fam.from_theta(theta)), d) / n
+        except ValueError:  # parameters out of range (a scale that underflowed to 0)
+            return 1e10
+        return val if np.isfinite(val) else 1e10
+
+    # Nelder-Mead, not a gradient method: interval masses are differences of cdfs, so the
+    # objective carries ~1e-10 rounding noise that spoils finite-difference gradients (L-BFGS-B
+    # stops early on it); the simplex needs only function values.
+    res = optimize.minimize(nll, theta0, method="Nelder-Mead",
+                            options={"xatol": 1e-6, "fatol": 1e-10, "maxfev": 2000 * theta0.size})
+    params = fam.from_theta(res.x)
+    return dict(zip(fam.param_names, params)), -res.fun * n
+
+
+def _check_sample(x: Any, censored: Any) -> tuple[np.ndarray, np.ndarray]:
+    arr = lengths_array(x)
+    if censored is None:
+        cens = np.zeros(arr.size, dtype=bool)
+    else:
+        cens = np.asarray(censored)
+        if cens.shape != arr.shape or cens.dtype != bool:
+            raise ValueError(f"censored must be a bool array of the same shape as x {arr.shape}, "
+                             f"got dtype {cens.dtype} shape {cens.shape}")
+    n_unc = int((~cens).sum())
+    if n_unc < MIN_FIT_SAMPLES:
+        raise ValueError(f"fit needs at least {MIN_FIT_SAMPLES} uncensored lengths, got {n_unc}")
+    if np.all(arr == arr[0]):
+        raise ValueError(f"fit needs lengths that vary: all {arr.size} are {int(arr[0])} tokens")
+    return arr, cens
+
+
+def fit_family(x: Any, family: str, *, censored: Any = None) -> FittedLength:
+    """Maximum-likelihood fit of one family to integer lengths, with right-censoring.
+
+    Parameters
+    ----------
+    x : array of int
+        Lengths (tokens, >= 1). For a censored entry, the cap it hit.
+    family : str
+        A name in :data:`kvlab.lengths.families.FAMILIES`.
+    censored : array of bool, optional
+        True where the output hit its cap (true length >= x).
+
+    Returns
+    -------
+    FittedLength
+    """
+    fam = _family(family)
+    arr, cens = _check_sample(x, censored)
+    params, ll = _fit_collapsed(fam, _collapse(arr, cens), arr)
+    return FittedLength(family=family, params=params, loglik=ll, n=arr.size, n_censored=int(cens.sum()))
+
+
+def ks_statistic(fitted: FittedLength, x: np.ndarray, censored: np.ndarray) -> float:
+    """Largest gap (fraction) between the empirical and fitted CDFs of integer lengths.
+
+    Evaluated at the distinct uncensored values below the smallest censoring point, where the
+    empirical CDF is exact whatever the censoring.
+    """
+    limit = x[censored].min() if censored.any() else np.inf
+    k, counts = np.unique(x, return_counts=True)
+    ecdf = np.cumsum(counts) / x.size
+    keep = k < limit
+    return float(np.max(np.abs(ecdf[keep] - fitted.cdf(k[keep]))))
+
+
+def fit(x: Any, families: Iterable[str] = DEFAULT_FAMILIES, *, censored: Any = None) -> pd.DataFrame:
+    """Fit several families to integer lengths and rank them by AIC.
+
+    Parameters
+    ----------
+    x : array of int
+        Lengths (tokens, >= 1); for a censored entry, the cap it hit.
+    families : iterable of str
+        Family names (default: log-t, log-normal, gamma, Weibull, log-logistic, exponential).
+    censored : array of bool, optional
+        True where the output hit its cap; those enter the likelihood as right-censored.
+
+    Returns
+    -------
+    DataFrame, one row per family, best (lowest AIC) first: ``family``, ``params`` (dict),
+    ``num_params``, ``loglik``, ``aic``, ``delta_aic``, ``ks``, ``p50``/``p90``/``p99`` fitted
+    (tokens), ``p50_emp``/``p90_emp``/``p99_emp`` empirical (tokens; censored values counted at
+    their cap), and ``fitted`` (the :class:`FittedLength`).
+
+    Raises
+    ------
+    ValueError
+        Bad lengths or censored flags, fewer than 10 uncensored lengths, or all lengths equal.
+    """
+    arr, cens = _check_sample(x, censored)
+    names = [_family(f).name for f in families]
+    if not names:
+        raise ValueError("families must name at least one family")
+    d = _collapse(arr, cens)
+    emp = np.percentile(arr, [50, 90, 99])
+    rows = []
+    for name in names:
+        params, ll = _fit_collapsed(_family(name), d, arr)
+        f = FittedLength(family=name, params=params, loglik=ll, n=arr.size, n_censored=int(cens.sum()))
+        p50, p90, p99 = f.ppf([0.5, 0.9, 0.99])
+        rows.append({"family": name, "params": params, "num_params": len(params), "loglik": ll,
+                     "aic": f.aic, "ks": ks_statistic(f, arr, cens),
+                     "p50": int(p50), "p90": int(p90), "p99": int(p99),
+                     "p50_emp": emp[0], "p90_emp": emp[1], "p99_emp": emp[2], "fitted": f})
+    table = pd.DataFrame(rows).sort_values("aic", kind="stable").reset_index(drop=True)
+    table.insert(table.columns.get_loc("aic") + 1, "delta_aic", table["aic"] - table["aic"].iloc[0])
+    return table
