@@ -1,0 +1,199 @@
+"""The iteration-level serving simulator: ``simulate(workload, policy, model=..., gpu=...)``.
+
+The engine's rules are written once, at the top of :mod:`kvlab.sim.reference`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .. import _validate as v
+from ..arrivals import KINDS as ARRIVAL_KINDS, arrival_times
+from ..costmodel import CostModel, roofline
+from ..policies import create_policy
+from ..reservation import pool_pages as _pool_pages
+from ..specs import GIB, GPUSpec, ModelSpec, gpu as _gpu, model as _model
+from .config import PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind, SwapConfig
+from .metrics import iteration_table, request_table, summarize
+from .reference import ReferenceEngine
+from .request import Request, RequestStatus
+
+ENGINES = ("reference",)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimResult:
+    """What one simulation produced.
+
+    Attributes
+    ----------
+    requests : DataFrame
+        One row per request (see :func:`kvlab.sim.metrics.request_table`).
+    iterations : DataFrame or None
+        One row per iteration when ``record_iterations=True``.
+    summary : dict of str to float
+        Headline figures (see :func:`kvlab.sim.metrics.summarize`).
+    params : dict
+        The configuration that ran (policy, max_new_tokens, pool_pages, ...).
+    """
+
+    requests: pd.DataFrame
+    iterations: pd.DataFrame | None
+    summary: dict[str, float]
+    params: dict[str, Any]
+
+    def __str__(self) -> str:
+        s, p = self.summary, self.params
+        return (f"SimResult(policy={p['policy']}, max_new_tokens={p['max_new_tokens']}, "
+                f"pool_pages={p['pool_pages']}, preemption_mode={p['preemption_mode']}): "
+                f"{int(s['num_completed'])}/{int(s['num_requests'])} completed, "
+                f"{s['tokens_per_s']:.1f} tokens/s, {s['requests_per_s']:.2f} requests/s, "
+                f"TTFT p50 {s['ttft_p50_s']:.3f} s, e2e p50/p99 {s['e2e_p50_s']:.3f}/{s['e2e_p99_s']:.3f} s, "
+                f"{s['preemptions_per_request']:.3f} preemptions/request, "
+                f"KV used {s['mean_kv_used_frac']:.1%} of the pool")
+
+
+def _workload_columns(workload: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]:
+    if not isinstance(workload, pd.DataFrame):
+        raise ValueError(f"workload must be a pandas DataFrame, got {type(workload).__name__}")
+    if len(workload) == 0:
+        raise ValueError("workload is empty: it needs at least one request")
+    for col in ("prompt_tokens", "output_tokens"):
+        if col not in workload.columns:
+            raise ValueError(f"workload lacks the column {col!r} (has {list(workload.columns)})")
+    prompt = v.positive_int_array(workload["prompt_tokens"].to_numpy(), "workload column prompt_tokens")
+    output = v.positive_int_array(workload["output_tokens"].to_numpy(), "workload column output_tokens")
+    arrival = None
+    if "arrival_s" in workload.columns:
+        arrival = workload["arrival_s"].to_numpy(dtype=np.float64)
+        bad = np.flatnonzero(~np.isfinite(arrival) | (arrival < 0))
+        if bad.size:
+            raise ValueError(f"workload column arrival_s must hold finite times >= 0 s; row {int(bad[0])} "
+                             f"is {arrival[bad[0]]!r}")
+    ids = workload["request_id"].to_numpy() if "request_id" in workload.columns else np.arange(len(workload))
+    return prompt, output, arrival, ids
+
+
+def simulate(workload: pd.DataFrame, policy: str = "vllm", *, model: str | ModelSpec, gpu: str | GPUSpec,
+             max_new_tokens: int = 2048, block_size: int = 16, pool_pages: int | None = None,
+             gpu_memory_utilization: float = 0.9, tp: int = 1, scheduler: str = "chunked",
+             max_num_seqs: int = 256, max_num_batched_tokens: int | None = None,
+             preemption_mode: str = "recompute", arrivals: str = "auto", qps: float | None = None,
+             burst_cv: float = 1.0, cpu_pool_pages: int | None = None, copy_latency_s: float = 5e-6,
+             seed: int = 0, record_iterations: bool = False, engine: str = "reference",
+             cost_model: CostModel | None = None, **policy_params: Any) -> SimResult:
+    """Serve ``workload`` under one reservation policy and return per-request and summary figures.
+
+    Parameters
+    ----------
+    workload : DataFrame
+        Int columns ``prompt_tokens`` and ``output_tokens`` (the true length the model would
+        generate), optional float ``arrival_s`` (seconds) and ``request_id``.
+    policy : str
+        One of ``kvlab.policies.policy_names()``; its parameters are passed as extra keywords
+        (e.g. ``watermark_frac=0.01`` for ``vllm``, ``cap_tokens`` for ``tgi``, ``quantile``
+        for ``predicted``).
+    model, gpu : str or spec
+        Model and GPU (``kvlab.specs``), for the pool size and the roofline cost model.
+    max_new_tokens : int
+        The server's output cap (tokens).
+    block_size : int
+        Tokens per KV page.
+    pool_pages : int, optional
+        GPU KV pages; default ``kvlab.pool_pages(model, gpu, ...)``.
+    gpu_memory_utilization : float
+        Share of GPU memory for weights + KV when ``pool_pages`` is derived.
+    tp : int
+        Tensor-parallel degree.
+    scheduler : {"chunked", "prefill_first"}
+        Stall-free chunked prefill (Sarathi-Serve, vLLM V1) or whole prefills that stall decodes
+        (vLLM V0).
+    max_num_seqs : int
+        Running requests at most.
+    max_num_batched_tokens : int, optional
+        Tokens per iteration; default 2048 (chunked) or 8192 (prefill_first). At least one page.
+    preemption_mode : {"recompute", "swap", "reject"}
+        What happens to a preempted request.
+    arrivals : {"auto", "trace", "offline", "poisson", "gamma"}
+        ``auto``: the workload's ``arrival_s`` if present, else offline (all at 0).
+    qps : float, optional
+        Request rate for ``poisson`` and ``gamma`` (requests/s).
+    burst_cv : float
+        Coefficient of variation of gamma inter-arrival gaps.
+    cpu_pool_pages : int, optional
+        CPU swap pool (pages); default 4 GiB of pages (vLLM's ``swap_space``).
+    copy_latency_s : float
+        Fixed latency of copying one page one way (seconds); the bytes go at the GPU's host-link
+        bandwidth.
+    seed : int
+        Seed for arrivals and seeded policies.
+    record_iterations : bool
+        Keep the per-iteration table.
+    engine : {"reference"}
+        The engine to run.
+    cost_model : CostModel, optional
+        Overrides ``kvlab.costmodel.roofline(model, gpu, tp=tp)``.
+
+    Returns
+    -------
+    SimResult
+    """
+    prompt, output, trace_arrival, ids = _workload_columns(workload)
+    m, g = _model(model), _gpu(gpu)
+    v.choice(engine, "engine", ENGINES)
+    kind = SchedulerKind(v.choice(scheduler, "scheduler", [k.value for k in SchedulerKind]))
+    mode = PreemptionMode(v.choice(preemption_mode, "preemption_mode", [k.value for k in PreemptionMode]))
+    max_new_tokens = v.positive_int(max_new_tokens, "max_new_tokens")
+    block_size = v.positive_int(block_size, "block_size")
+    tp = v.positive_int(tp, "tp")
+    num_pages = (_pool_pages(m, g, block_size=block_size, gpu_memory_utilization=gpu_memory_utilization, tp=tp)
+                 if pool_pages is None else v.positive_int(pool_pages, "pool_pages"))
+    if max_num_batched_tokens is None:
+        max_num_batched_tokens = 2048 if kind == SchedulerKind.CHUNKED else 8192
+    max_num_batched_tokens = v.positive_int(max_num_batched_tokens, "max_num_batched_tokens")
+    if max_num_batched_tokens < block_size:
+        raise ValueError(f"max_num_batched_tokens ({max_num_batched_tokens}) must be at least one page "
+                         f"(block_size = {block_size} tokens)")
+    sched = SchedulerConfig(kind=kind, max_num_seqs=v.positive_int(max_num_seqs, "max_num_seqs"),
+                            max_num_batched_tokens=max_num_batched_tokens, preemption_mode=mode)
+    page_bytes = block_size * m.kv_bytes_per_token(tp=tp)
+    copy_latency_s = v.nonnegative_float(copy_latency_s, "copy_latency_s")
+    swap = SwapConfig(
+        cpu_pool_pages=(int(4 * GIB // page_bytes) if cpu_pool_pages is None
+                        else v.nonnegative_int(cpu_pool_pages, "cpu_pool_pages")),
+        page_copy_s=copy_latency_s + page_bytes / g.host_link_bytes_per_s)
+    arrival_s = _arrivals(arrivals, len(prompt), trace_arrival, qps=qps, burst_cv=burst_cv, seed=seed)
+    cost = roofline(m, g, tp=tp) if cost_model is None else cost_model
+    pol = create_policy(policy, **policy_params)
+    pol.bind(output_tokens=output, max_new_tokens=max_new_tokens, block_size=block_size, num_pages=num_pages,
+             seed=seed)
+    requests = [Request(index=i, prompt_tokens=int(prompt[i]), output_tokens=int(output[i]),
+                        arrival_s=float(arrival_s[i]), max_new_tokens=max_new_tokens) for i in range(len(prompt))]
+    done, rows = ReferenceEngine(requests, policy=pol, pool=PoolConfig(num_pages=num_pages, block_size=block_size),
+                                 scheduler=sched, swap=swap, cost_model=cost).run()
+    req_table, it_table = request_table(done, ids), iteration_table(rows)
+    params = {"policy": pol.name.value, "max_new_tokens": max_new_tokens, "block_size": block_size,
+              "pool_pages": num_pages, "scheduler": kind.value, "max_num_seqs": sched.max_num_seqs,
+              "max_num_batched_tokens": max_num_batched_tokens, "preemption_mode": mode.value,
+              "cpu_pool_pages": swap.cpu_pool_pages, "page_copy_s": swap.page_copy_s, "model": m.name,
+              "gpu": g.name, "tp": tp, "engine": engine}
+    return SimResult(requests=req_table, iterations=it_table if record_iterations else None,
+                     summary=summarize(req_table, it_table, num_pages=num_pages), params=params)
+
+
+def _arrivals(kind: str, n: int, trace: np.ndarray | None, *, qps: float | None, burst_cv: float,
+              seed: int) -> np.ndarray:
+    kind = v.choice(kind, "arrivals", ("auto", "trace") + ARRIVAL_KINDS)
+    if kind == "auto":
+        return trace if trace is not None else np.zeros(n)
+    if kind == "trace":
+        if trace is None:
+            raise ValueError("arrivals='trace' needs an arrival_s column in the workload")
+        return trace
+    return arrival_times(n, kind, qps=qps, cv=burst_cv, seed=seed)
+
+
+__all__ = ["Request", "RequestStatus", "SimResult", "simulate"]

@@ -1,0 +1,48 @@
+"""Small frozen configurations of the simulator's components."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class SchedulerKind(str, enum.Enum):
+    """How prefills and decodes share an iteration."""
+
+    CHUNKED = "chunked"
+    PREFILL_FIRST = "prefill_first"
+
+
+class PreemptionMode(str, enum.Enum):
+    """What happens to a preempted request."""
+
+    RECOMPUTE = "recompute"
+    SWAP = "swap"
+    REJECT = "reject"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchedulerConfig:
+    """Continuous-batching limits and modes."""
+
+    kind: SchedulerKind = field(default=SchedulerKind.CHUNKED,
+                                metadata={"help": "chunked (Sarathi-Serve, vLLM V1) or prefill_first (vLLM V0)"})
+    max_num_seqs: int = field(default=256, metadata={"help": "running requests at most (requests)"})
+    max_num_batched_tokens: int = field(default=2048, metadata={"help": "tokens computed per iteration (tokens)"})
+    preemption_mode: PreemptionMode = field(default=PreemptionMode.RECOMPUTE,
+                                            metadata={"help": "recompute, swap or reject"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolConfig:
+    """The GPU KV pool."""
+
+    num_pages: int = field(metadata={"help": "KV pages on the GPU (pages)"})
+    block_size: int = field(default=16, metadata={"help": "tokens per page"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class SwapConfig:
+    """The CPU swap pool and the price of moving a page over the host link."""
+
+    cpu_pool_pages: int = field(metadata={"help": "pages the CPU pool holds (pages)"})
+    page_copy_s: float = field(metadata={"help": "one page one way: copy latency + bytes / host link (seconds)"})

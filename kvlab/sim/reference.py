@@ -1,0 +1,268 @@
+"""The reference engine: plain Python, one object per request, to be read as the specification.
+
+NOTE (the model; a fast engine must reproduce every integer below exactly)
+-------------------------------------------------------------------------
+* Time is iteration-indexed. Iteration k starts at ``start_s``; requests with
+  ``arrival_s <= start_s`` join the back of the waiting queue (in arrival order, ties by row)
+  before it is scheduled. If nothing is running, waiting or swapped, the clock jumps to the next
+  arrival. Iteration k lasts ``cost_model.iteration_s(tokens, attention_pairs, kv_tokens)`` (0
+  when it computes no token) plus ``page_copy_s`` per page swapped out or in.
+* Tokens: a request caches ``computed_tokens`` of context; the iteration in which that reaches
+  ``prompt + generated`` produces its next output token (prefill and decode are one rule). After
+  ``min(output_tokens, max_new_tokens)`` tokens it finishes (LENGTH_CAPPED if output_tokens >
+  max_new_tokens, else STOPPED) and its pages are freed at the end of the iteration.
+* Pages: a scheduled chunk of c tokens needs ``pages_for(computed + c)`` pages, allocated when
+  scheduled. At (re)admission a request reserves ``pages_for(policy.reservation_tokens(req))``.
+  A page beyond the reservation: if ``policy.on_demand``, it is taken from the unpromised pages,
+  preempting ``policy.choose_victim(running)`` (the newest by default) until it fits; otherwise
+  the request preempts itself (TGI's requeue). A request that is the only holder of GPU pages and
+  still cannot grow can never fit: it is aborted ("kv_exceeds_pool").
+* Preemption (mode): recompute frees the pages and puts the request at the front of the waiting
+  queue with computed_tokens = 0; swap copies pages_for(computed) pages to the CPU pool (if they
+  fit, else recompute) and puts it at the front of the swapped queue; reject aborts it
+  ("preempted_rejected"). A victim already scheduled in this iteration is unscheduled first.
+* Each iteration, phases in order: ``_schedule_running``; then, only if nothing was preempted,
+  ``_resume_swapped`` (FCFS) and, only if no request is left swapped, ``_admit_waiting`` (FCFS,
+  stopping at the first request that does not fit: head-of-line blocking).
+  - chunked: running requests that decode go first (oldest admission first), then running
+    partial prefills, then swapped and waiting ones; each takes ``min(remaining, budget left)``
+    tokens of ``max_num_batched_tokens``.
+  - prefill_first: if a waiting request can be admitted, the iteration admits waiting requests
+    whole (their full prefill must fit the budget left) and runs no decode; otherwise it decodes
+    every running request and resumes swapped ones.
+  At most ``max_num_seqs`` requests run.
+* Rejection at admission: a request that could not be admitted even into an empty pool is
+  aborted ("exceeds_pool"); under prefill_first, one whose prefill exceeds
+  ``max_num_batched_tokens`` is aborted ("exceeds_token_budget").
+* All scheduling decisions compare integers; the only float comparison is arrival visibility.
+  An iteration that computes nothing and finishes nothing raises ``RuntimeError`` with the state.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..costmodel import CostModel, prefill_attention_pairs
+from ..paged import BlockPool
+from ..policies import Policy
+from ..reservation import pages_for
+from .config import PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind, SwapConfig
+from .request import Request, RequestStatus
+
+
+@dataclass
+class _Step:
+    """What iteration ``k`` does: chunks per request, preemptions, swap traffic, finishes."""
+
+    k: int
+    start_s: float
+    budget_tokens: int
+    chunks: dict[Request, int] = field(default_factory=dict)
+    num_preempted: int = 0
+    swap_pages: int = 0
+    num_aborted: int = 0
+
+    def schedule(self, req: Request, chunk_tokens: int) -> None:
+        self.chunks[req] = chunk_tokens
+        self.budget_tokens -= chunk_tokens
+
+    def unschedule(self, req: Request) -> None:
+        self.budget_tokens += self.chunks.pop(req, 0)
+
+
+ITERATION_COLUMNS = ("iteration", "start_s", "duration_s", "batch_size", "prefill_tokens", "decode_tokens",
+                     "num_running", "num_waiting", "num_swapped", "num_preempted", "pages_used",
+                     "pages_reserved", "pages_free", "pages_swapped", "swap_pages_moved")
+
+
+class ReferenceEngine:
+    """Runs one simulation; :meth:`run` returns the requests and the per-iteration rows."""
+
+    def __init__(self, requests: list[Request], *, policy: Policy, pool: PoolConfig, scheduler: SchedulerConfig,
+                 swap: SwapConfig, cost_model: CostModel) -> None:
+        self.requests = requests
+        self.policy, self.cfg, self.swap_cfg, self.cost = policy, scheduler, swap, cost_model
+        self.block_size = pool.block_size
+        self.pool = BlockPool(num_pages=pool.num_pages, num_owners=len(requests), xp=np)
+        order = sorted(requests, key=lambda r: (r.arrival_s, r.index))
+        self.pending: deque[Request] = deque(order)
+        self.waiting: deque[Request] = deque()
+        self.swapped: deque[Request] = deque()
+        self.running: list[Request] = []  # admission order, oldest first
+        self.cpu_pages_used = 0
+        self.now_s = 0.0
+        self.k = 0
+        self.admit_count = 0
+        self.rows: list[tuple] = []
+
+    # ------------------------------------------------------------------ main loop
+    def run(self) -> tuple[list[Request], list[tuple]]:
+        while self.pending or self.waiting or self.running or self.swapped:
+            while self.pending and self.pending[0].arrival_s <= self.now_s:
+                self.waiting.append(self.pending.popleft())
+            if not (self.waiting or self.running or self.swapped):
+                self.now_s = self.pending[0].arrival_s
+                continue
+            step = self._schedule()
+            self._execute(step)
+        return self.requests, self.rows
+
+    # ------------------------------------------------------------------ scheduling phases
+    def _schedule(self) -> _Step:
+        step = _Step(k=self.k, start_s=self.now_s, budget_tokens=self.cfg.max_num_batched_tokens)
+        if self.cfg.kind == SchedulerKind.PREFILL_FIRST and not self.swapped:
+            self._admit_waiting(step, whole=True)
+        if not step.chunks:
+            self._schedule_running(step)
+            if not step.num_preempted:
+                self._resume_swapped(step)
+                if not self.swapped and self.cfg.kind == SchedulerKind.CHUNKED:
+                    self._admit_waiting(step, whole=False)
+        self.policy.end_schedule(num_preempted=step.num_preempted, running=self.running)
+        return step
+
+    def _schedule_running(self, step: _Step) -> None:
+        decodes = [r for r in self.running if r.is_decoding]
+        prefills = [r for r in self.running if not r.is_decoding]
+        for req in decodes + prefills:
+            if req.status != RequestStatus.RUNNING or req in step.chunks:
+                continue  # preempted as a victim earlier in this loop
+            if step.budget_tokens == 0:
+                break
+            chunk = min(req.remaining_tokens, step.budget_tokens)
+            if self._preempt_until_fits(req, chunk, step):
+                self._allocate(req, chunk, step)
+
+    def _resume_swapped(self, step: _Step) -> None:
+        while self.swapped and len(self.running) < self.cfg.max_num_seqs and step.budget_tokens > 0:
+            req = self.swapped[0]
+            if not self.policy.can_admit(req, free_pages=self.pool.num_pages, running=()):
+                self.swapped.popleft()
+                self.cpu_pages_used -= req.cpu_pages
+                self._abort(req, "exceeds_pool", step, preempted=False)
+                continue
+            if not self.policy.can_admit(req, free_pages=self.pool.num_uncommitted_pages, running=self.running):
+                break
+            self.swapped.popleft()
+            self.cpu_pages_used -= req.cpu_pages
+            step.swap_pages += req.cpu_pages
+            cpu_pages = req.cpu_pages
+            req.swap_in(iteration=step.k, seq=self._next_seq(), start_s=step.start_s)
+            self._reserve(req)
+            self.pool.allocate([req.index], [cpu_pages])
+            self.running.append(req)
+            self._allocate(req, min(req.remaining_tokens, step.budget_tokens), step)
+
+    def _admit_waiting(self, step: _Step, *, whole: bool) -> None:
+        while self.waiting and len(self.running) < self.cfg.max_num_seqs and step.budget_tokens > 0:
+            req = self.waiting[0]
+            if not self.policy.can_admit(req, free_pages=self.pool.num_pages, running=()):
+                self.waiting.popleft()
+                self._abort(req, "exceeds_pool", step, preempted=False)
+                continue
+            if whole and req.remaining_tokens > self.cfg.max_num_batched_tokens:
+                self.waiting.popleft()
+                self._abort(req, "exceeds_token_budget", step, preempted=False)
+                continue
+            if whole and req.remaining_tokens > step.budget_tokens:
+                break
+            if not self.policy.can_admit(req, free_pages=self.pool.num_uncommitted_pages, running=self.running):
+                break
+            self.waiting.popleft()
+            req.admit(iteration=step.k, seq=self._next_seq(), start_s=step.start_s)
+            self._reserve(req)
+            self.running.append(req)
+            self._allocate(req, min(req.remaining_tokens, step.budget_tokens), step)
+
+    def _preempt_until_fits(self, req: Request, chunk: int, step: _Step) -> bool:
+        """Make room for ``req``'s chunk; False when ``req`` itself was preempted or aborted."""
+        need = int(pages_for(req.computed_tokens + chunk, self.block_size))
+        beyond = need - max(self.pool.reserved_pages(req.index), self.pool.used_pages(req.index))
+        if beyond <= 0:
+            return True
+        if not self.policy.on_demand:
+            self._preempt(req, step)
+            return False
+        while beyond > self.pool.num_uncommitted_pages:
+            victim = self.policy.choose_victim(self.running)
+            if victim is req and len(self.running) == 1:
+                self.running.remove(req)
+                self._abort(req, "kv_exceeds_pool", step, preempted=False)
+                return False
+            self._preempt(victim, step)
+            if victim is req:
+                return False
+        self.pool.reserve(req.index, need)
+        return True
+
+    # ------------------------------------------------------------------ state changes
+    def _next_seq(self) -> int:
+        self.admit_count += 1
+        return self.admit_count
+
+    def _reserve(self, req: Request) -> None:
+        pages = int(pages_for(self.policy.reservation_tokens(req), self.block_size))
+        self.pool.reserve(req.index, pages)
+        req.max_reserved_pages = max(req.max_reserved_pages, pages)
+
+    def _allocate(self, req: Request, chunk: int, step: _Step) -> None:
+        extra = int(pages_for(req.computed_tokens + chunk, self.block_size)) - self.pool.used_pages(req.index)
+        if extra > 0:
+            self.pool.allocate([req.index], [extra])
+        used = self.pool.used_pages(req.index)
+        req.max_used_pages = max(req.max_used_pages, used)
+        req.max_reserved_pages = max(req.max_reserved_pages, self.pool.reserved_pages(req.index))
+        step.schedule(req, chunk)
+
+    def _preempt(self, victim: Request, step: _Step) -> None:
+        step.unschedule(victim)
+        self.running.remove(victim)
+        step.num_preempted += 1
+        mode = self.cfg.preemption_mode
+        if mode == PreemptionMode.REJECT:
+            self._abort(victim, "preempted_rejected", step, preempted=True)
+            return
+        kv_pages = int(pages_for(victim.computed_tokens, self.block_size))
+        self.pool.release(victim.index)
+        if mode == PreemptionMode.SWAP and kv_pages <= self.swap_cfg.cpu_pool_pages - self.cpu_pages_used:
+            self.cpu_pages_used += kv_pages
+            step.swap_pages += kv_pages
+            victim.swap_out(kv_pages)
+            self.swapped.appendleft(victim)
+        else:
+            victim.preempt_recompute()
+            self.waiting.appendleft(victim)
+
+    def _abort(self, req: Request, reason: str, step: _Step, *, preempted: bool) -> None:
+        self.pool.release(req.index)
+        req.abort(reason=reason, iteration=step.k, end_s=step.start_s, preempted=preempted)
+        step.num_aborted += 1
+
+    # ------------------------------------------------------------------ running an iteration
+    def _execute(self, step: _Step) -> None:
+        if not step.chunks and not step.num_aborted:
+            raise RuntimeError(
+                f"iteration {step.k} at {step.start_s:.6f} s makes no progress: "
+                f"running={self.running}, waiting={list(self.waiting)[:5]}, swapped={list(self.swapped)[:5]}, "
+                f"free pages={self.pool.num_free_pages}, unpromised pages={self.pool.num_uncommitted_pages}")
+        num_tokens = sum(step.chunks.values())
+        duration_s = step.swap_pages * self.swap_cfg.page_copy_s
+        if num_tokens:
+            pairs = sum(int(prefill_attention_pairs(c, r.computed_tokens)) for r, c in step.chunks.items())
+            kv_tokens = sum(r.computed_tokens + c for r, c in step.chunks.items())
+            duration_s += float(self.cost.iteration_s(num_tokens, pairs, kv_tokens))
+        end_s = step.start_s + duration_s
+        decode_tokens = sum(1 for r in step.chunks if r.is_decoding)
+        pages_used, pages_reserved = self.pool.num_used_pages, self.pool.num_committed_pages
+        for req, chunk in step.chunks.items():
+            if req.compute(chunk, iteration=step.k, end_s=end_s):
+                self.running.remove(req)
+                self.pool.release(req.index)
+        self.rows.append((step.k, step.start_s, duration_s, len(step.chunks), num_tokens - decode_tokens,
+                          decode_tokens, len(self.running), len(self.waiting), len(self.swapped),
+                          step.num_preempted, pages_used, pages_reserved, self.pool.num_pages - pages_reserved,
+                          self.cpu_pages_used, step.swap_pages))
+        self.now_s = end_s
+        self.k += 1
