@@ -3,12 +3,16 @@ from . import backend, claims, costmodel, report, specs
 from . import lengths
 from . import preemption_cost
 from .preemption_cost import crossover, crossover_table, preemption_costs
+from . import arrivals, paged, policies, sim
+from .policies import PolicyName, create_policy, policy_names
+from .sim import SimResult, simulate
 from .reservation import pool_pages, real_pool_table, reservation_table, reservation_waste
 
 __all__ = [
     "backend", "claims", "costmodel", "report", "specs",
     "lengths",
     "preemption_cost", "crossover", "crossover_table", "preemption_costs",
+    "arrivals", "paged", "policies", "sim", "PolicyName", "create_policy", "policy_names", "SimResult", "simulate",
     "pool_pages", "real_pool_table", "reservation_table", "reservation_waste",
 ]
 __version__ = "0.1.0"
