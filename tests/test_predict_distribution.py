@@ -40,9 +40,10 @@ def _exact_capped_mean(mu, sigma, nu, cap):
     return np.array([stats.t.sf((np.log(k + 0.5) - m) / s, nu).sum() for m, s in zip(mu, sigma)])
 
 
-@pytest.mark.parametrize("cap", [16, 512, 4096])
+@pytest.mark.parametrize("cap", [2, 16, 512, 4096])
 def test_capped_mean_matches_exact_integer_sum(cap):
-    p = _pred()
+    # realistic spreads plus lengths known to within a token (1.1 +- 0.1, 37 +- 2 tokens)
+    p = LogTPredictive.from_params([*_pred().mu, 0.1, np.log(37.0)], [*_pred().sigma, 0.1, 0.05], NU)
     exact = _exact_capped_mean(p.mu, p.sigma, NU, cap)   # E[min(K,c)] = sum_{k<c} P(K > k)
     np.testing.assert_allclose(p.mean(cap), exact, atol=2e-3)
 
