@@ -109,6 +109,8 @@ def _noisy_estimate(theta: np.ndarray, r2: float, rng: np.random.Generator) -> n
     center = theta.mean()
     if r2 == 0.0:
         return np.full_like(theta, center)
+    if r2 == 1.0:
+        return theta.copy()
     noise_sd = np.sqrt(theta.var() * (1.0 - r2) / r2)
     return center + r2 * (theta + rng.normal(0.0, noise_sd, theta.size) - center)
 
