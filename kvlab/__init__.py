@@ -1,6 +1,7 @@
 """kvlab: how much KV-cache memory a serving configuration wastes, and what to run instead."""
 from . import backend, claims, costmodel, report, specs
 from . import lengths
+from . import predict
 from . import preemption_cost
 from .preemption_cost import crossover, crossover_table, preemption_costs
 from . import arrivals, paged, policies, sim
@@ -11,6 +12,7 @@ from .reservation import pool_pages, real_pool_table, reservation_table, reserva
 __all__ = [
     "backend", "claims", "costmodel", "report", "specs",
     "lengths",
+    "predict",
     "preemption_cost", "crossover", "crossover_table", "preemption_costs",
     "arrivals", "paged", "policies", "sim", "PolicyName", "create_policy", "policy_names", "SimResult", "simulate",
     "pool_pages", "real_pool_table", "reservation_table", "reservation_waste",
