@@ -73,6 +73,10 @@ class Policy(ABC):
         """Whether ``req`` may be admitted with ``free_pages`` pages neither held nor promised."""
         return int(pages_for(self.reservation_tokens(req), self.block_size)) <= free_pages
 
+    def fits_empty_pool(self, req: RequestView) -> bool:
+        """Whether ``req`` could ever run: admissible into an empty pool. Otherwise it is rejected."""
+        return self.can_admit(req, free_pages=self.num_pages, running=())
+
     def choose_victim(self, running: Sequence[RequestView]) -> RequestView:
         """The running request to preempt (``running`` is in admission order): the most recent."""
         return running[-1]
@@ -96,7 +100,7 @@ def register(cls: P) -> P:
 
 def policy_names() -> list[str]:
     """Names of the registered policies."""
-    return [name.value for name in _REGISTRY]
+    return [name.value for name in PolicyName if name in _REGISTRY]
 
 
 def create_policy(name: str | PolicyName, **params: object) -> Policy:

@@ -5,6 +5,7 @@ from fractions import Fraction
 from typing import Sequence
 
 from .. import _validate as v
+from ..reservation import pages_for
 from .base import Policy, PolicyName, RequestView, register
 
 
@@ -62,6 +63,10 @@ class SGLangPolicy(Policy):
         future = self._remaining(req) + sum(self._remaining(r) for r in running)
         charge = -(-future * self.ratio.numerator // self.ratio.denominator)  # ceil, exact
         return self.reservation_tokens(req) + charge <= free_pages * self.block_size
+
+    def fits_empty_pool(self, req: RequestView) -> bool:
+        """The context alone must fit: the estimate of future tokens only delays admission."""
+        return int(pages_for(self.reservation_tokens(req), self.block_size)) <= self.num_pages
 
     def end_schedule(self, *, num_preempted: int, running: Sequence[RequestView]) -> None:
         if num_preempted and running:

@@ -31,11 +31,14 @@ NOTE (the model; a fast engine must reproduce every integer below exactly)
     whole (their full prefill must fit the budget left) and runs no decode; otherwise it decodes
     every running request and resumes swapped ones.
   At most ``max_num_seqs`` requests run.
-* Rejection at admission: a request that could not be admitted even into an empty pool is
-  aborted ("exceeds_pool"); under prefill_first, one whose prefill exceeds
-  ``max_num_batched_tokens`` is aborted ("exceeds_token_budget").
+* Admission checks ``policy.can_admit(req, free_pages=unpromised pages, running)``, except that
+  a server with nothing running admits its head whenever ``policy.fits_empty_pool(req)`` (so it
+  never idles with work queued). A request that does not fit an empty pool is aborted
+  ("exceeds_pool"); under prefill_first, one whose prefill exceeds ``max_num_batched_tokens`` is
+  aborted ("exceeds_token_budget").
 * All scheduling decisions compare integers; the only float comparison is arrival visibility.
-  An iteration that computes nothing and finishes nothing raises ``RuntimeError`` with the state.
+  An iteration that computes no token is allowed only when it preempted or aborted a request and
+  the iteration before it computed tokens; otherwise ``RuntimeError`` is raised with the state.
 """
 from __future__ import annotations
 
@@ -95,6 +98,7 @@ class ReferenceEngine:
         self.now_s = 0.0
         self.k = 0
         self.admit_count = 0
+        self.idle_before = False  # the previous iteration computed no token
         self.rows: list[tuple] = []
 
     # ------------------------------------------------------------------ main loop
@@ -138,12 +142,13 @@ class ReferenceEngine:
     def _resume_swapped(self, step: _Step) -> None:
         while self.swapped and len(self.running) < self.cfg.max_num_seqs and step.budget_tokens > 0:
             req = self.swapped[0]
-            if not self.policy.can_admit(req, free_pages=self.pool.num_pages, running=()):
+            if not self.policy.fits_empty_pool(req):
                 self.swapped.popleft()
                 self.cpu_pages_used -= req.cpu_pages
                 self._abort(req, "exceeds_pool", step, preempted=False)
                 continue
-            if not self.policy.can_admit(req, free_pages=self.pool.num_uncommitted_pages, running=self.running):
+            if self.running and not self.policy.can_admit(req, free_pages=self.pool.num_uncommitted_pages,
+                                                          running=self.running):
                 break
             self.swapped.popleft()
             self.cpu_pages_used -= req.cpu_pages
@@ -158,7 +163,7 @@ class ReferenceEngine:
     def _admit_waiting(self, step: _Step, *, whole: bool) -> None:
         while self.waiting and len(self.running) < self.cfg.max_num_seqs and step.budget_tokens > 0:
             req = self.waiting[0]
-            if not self.policy.can_admit(req, free_pages=self.pool.num_pages, running=()):
+            if not self.policy.fits_empty_pool(req):
                 self.waiting.popleft()
                 self._abort(req, "exceeds_pool", step, preempted=False)
                 continue
@@ -168,7 +173,8 @@ class ReferenceEngine:
                 continue
             if whole and req.remaining_tokens > step.budget_tokens:
                 break
-            if not self.policy.can_admit(req, free_pages=self.pool.num_uncommitted_pages, running=self.running):
+            if self.running and not self.policy.can_admit(req, free_pages=self.pool.num_uncommitted_pages,
+                                                          running=self.running):
                 break
             self.waiting.popleft()
             req.admit(iteration=step.k, seq=self._next_seq(), start_s=step.start_s)
@@ -242,7 +248,7 @@ class ReferenceEngine:
 
     # ------------------------------------------------------------------ running an iteration
     def _execute(self, step: _Step) -> None:
-        if not step.chunks and not step.num_aborted:
+        if not step.chunks and (self.idle_before or not (step.num_aborted or step.num_preempted)):
             raise RuntimeError(
                 f"iteration {step.k} at {step.start_s:.6f} s makes no progress: "
                 f"running={self.running}, waiting={list(self.waiting)[:5]}, swapped={list(self.swapped)[:5]}, "
@@ -264,5 +270,6 @@ class ReferenceEngine:
                           decode_tokens, len(self.running), len(self.waiting), len(self.swapped),
                           step.num_preempted, pages_used, pages_reserved, self.pool.num_pages - pages_reserved,
                           self.cpu_pages_used, step.swap_pages))
+        self.idle_before = not step.chunks
         self.now_s = end_s
         self.k += 1
