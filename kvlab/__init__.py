@@ -1,6 +1,6 @@
 """kvlab: how much KV-cache memory a serving configuration wastes, and what to run instead."""
 from . import backend, claims, costmodel, report, specs
-from . import lengths
+from . import lengths, traces
 from . import predict
 from . import preemption_cost
 from .preemption_cost import crossover, crossover_table, preemption_costs
@@ -11,7 +11,7 @@ from .reservation import pool_pages, real_pool_table, reservation_table, reserva
 
 __all__ = [
     "backend", "claims", "costmodel", "report", "specs",
-    "lengths",
+    "lengths", "traces",
     "predict",
     "preemption_cost", "crossover", "crossover_table", "preemption_costs",
     "arrivals", "paged", "policies", "sim", "PolicyName", "create_policy", "policy_names", "SimResult", "simulate",
