@@ -246,6 +246,7 @@ def measure_forward(model: str | ModelSpec, *, seq_tokens: Sequence[int] = (256,
          "mlp_in": _random(cp, (sh.hidden, sh.mlp_cols), dtype, rng),
          "mlp_out": _random(cp, (sh.mlp_inner, sh.hidden), dtype, rng)}
     lm_head = _random(cp, (sh.hidden, sh.vocab), dtype, rng)
+    cp.cuda.Device().synchronize()      # the timing stream does not wait for the default stream
     stream = cp.cuda.Stream(non_blocking=True)
     rows = []
 

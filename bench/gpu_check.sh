@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# One prepared check for a lent NVIDIA GPU machine (H200; CuPy for CUDA 13, NumPy, SciPy, pandas,
+# pytest preinstalled; no network, no papermill). Runs kvlab from the source tree
+# (PYTHONPATH=.) and writes its results under $OUT when set, else ./gpu_results.
+#
+#   bash bench/gpu_check.sh            # every stage
+#   bash bench/gpu_check.sh env tests  # chosen stages
+#
+# Each stage is one function writing its own files; add a stage by writing stage_<name> and
+# listing it in STAGES. The whole default run is sized to finish in under 5 minutes.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+RESULTS="${OUT:-$PWD/gpu_results}"
+mkdir -p "$RESULTS"
+STAGES=(env tests crossover)
+status=0
+
+# kvlab/__init__.py may import packages this machine lacks (pyyaml, ...): this prelude registers
+# the kvlab package without running its __init__ in that case, so kvlab.measure still imports.
+PY_PRELUDE='
+import sys, types, pathlib
+try:
+    import kvlab
+except ImportError as exc:
+    print(f"note: import kvlab failed ({exc}); loading submodules without kvlab/__init__.py")
+    pkg = types.ModuleType("kvlab"); pkg.__path__ = [str(pathlib.Path("kvlab").resolve())]
+    sys.modules["kvlab"] = pkg
+'
+
+stage_env() {   # what machine and software this is
+  {
+    date -u
+    nvidia-smi --query-gpu=name,memory.total,driver_version,pcie.link.gen.current,pcie.link.width.current \
+      --format=csv 2>&1 || echo "nvidia-smi failed"
+    python - <<'PY'
+import importlib, sys
+print("python", sys.version.split()[0])
+for name in ("numpy", "scipy", "pandas", "pytest", "cupy", "ml_dtypes", "yaml"):
+    try:
+        print(name, importlib.import_module(name).__version__)
+    except Exception as exc:  # noqa: BLE001
+        print(name, "missing:", exc)
+import cupy
+print("cupy.is_available()", cupy.is_available())
+print("CUDA runtime", cupy.cuda.runtime.runtimeGetVersion(), "driver", cupy.cuda.runtime.driverGetVersion())
+PY
+  } >"$RESULTS/env.txt" 2>&1
+  cat "$RESULTS/env.txt"
+}
+
+stage_tests() {  # kvlab.measure's tests, GPU ones included (no conftest: it needs hypothesis)
+  timeout 240 python -c "$PY_PRELUDE
+import pytest
+sys.exit(pytest.main(['--noconftest', '-p', 'no:cacheprovider', '-q', 'tests/test_measure.py']))" \
+    >"$RESULTS/pytest_measure.txt" 2>&1
+  local rc=$?
+  tail -n 30 "$RESULTS/pytest_measure.txt"
+  return $rc
+}
+
+stage_crossover() {  # measured recompute vs swap for Llama-3-8B and Llama-2-7B shapes
+  timeout 300 python bench/measure_crossover.py --out "$RESULTS" --models Llama-3-8B Llama-2-7B \
+    >"$RESULTS/crossover.txt" 2>&1
+  local rc=$?
+  cat "$RESULTS/crossover.txt"
+  return $rc
+}
+
+chosen=("$@")
+[ ${#chosen[@]} -eq 0 ] && chosen=("${STAGES[@]}")
+for stage in "${chosen[@]}"; do
+  echo "=== stage $stage"
+  start=$SECONDS
+  if ! "stage_$stage"; then
+    echo "=== stage $stage FAILED"
+    status=1
+  fi
+  echo "=== stage $stage took $((SECONDS - start)) s"
+done
+echo "results in $RESULTS: $(ls "$RESULTS" | tr '\n' ' ')"
+exit $status
