@@ -159,14 +159,7 @@ class LogTPredictive:
         computed as ``VaR_q + E[(C - VaR_q)^+] / (1 - q)`` (Rockafellar-Uryasev, exact for the
         integer-valued ``C``), with ``VaR_q = min(ppf(q), max_new_tokens)``.
         """
-        q = v.fraction(q, "q", high_closed=False)
-        cap = float(self._cap(max_new_tokens))
-        var_tokens = np.minimum(self.ppf(q).astype(np.float64), cap)
-        caps = np.concatenate([np.full(len(self), cap), var_tokens])
-        both = self._capped_mean(caps)
-        excess = np.maximum(both[:len(self)] - both[len(self):], 0.0)
-        # CVaR <= cap; the clip only absorbs quadrature error amplified by 1 / (1 - q)
-        return np.minimum(var_tokens + excess / (1.0 - q), cap)
+        return self._mean_and_cvar(q, max_new_tokens)[1]
 
     def tail_inflated_expectation(self, beta: float, max_new_tokens: int) -> np.ndarray:
         """TIE score ``E[C] + beta * CVaR_0.9[C]``, ``C = min(K, max_new_tokens)`` (tokens).
@@ -183,7 +176,18 @@ class LogTPredictive:
         ndarray of float64, shape (n,)
         """
         beta = v.nonnegative_float(beta, "beta")
-        return self.mean(max_new_tokens) + beta * self.cvar(0.9, max_new_tokens)
+        mean, cvar = self._mean_and_cvar(0.9, max_new_tokens)
+        return mean + beta * cvar
+
+    def _mean_and_cvar(self, q: float, max_new_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+        q = v.fraction(q, "q", high_closed=False)
+        cap = float(self._cap(max_new_tokens))
+        n = len(self)
+        var_tokens = np.minimum(self.ppf(q).astype(np.float64), cap)
+        both = self._capped_mean(np.concatenate([np.full(n, cap), var_tokens]))
+        mean, excess = both[:n], np.maximum(both[:n] - both[n:], 0.0)
+        # CVaR <= cap; the clip only absorbs quadrature error amplified by 1 / (1 - q)
+        return mean, np.minimum(var_tokens + excess / (1.0 - q), cap)
 
     @staticmethod
     def _cap(max_new_tokens: int | None) -> int:
