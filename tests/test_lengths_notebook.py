@@ -1,0 +1,40 @@
+import numpy as np
+import pytest
+
+from kvlab import lengths
+
+
+@pytest.mark.notebook
+def test_notebook_02_quick(run_notebook):
+    r = run_notebook("02_length_distributions", {"quick": True, "seed": 1})
+    assert r["num_requests"] == 20000
+    # The notebook's numbers are those of the same seeded sample computed here.
+    out = lengths.profile("brief-sharegpt").sample(20000, seed=1)["output_tokens"].to_numpy()
+    assert r["percentiles"]["p50"] == np.percentile(out, 50)
+    assert r["percentiles"]["p99_over_p50"] == pytest.approx(np.percentile(out, 99) / np.percentile(out, 50))
+    fits = r["fits"]
+    assert len(fits) == 6 and [f["aic"] for f in fits] == sorted(f["aic"] for f in fits)
+    assert r["best_family"] == fits[0]["family"]
+    bias = {b["fit"]: b for b in r["censoring_bias"]}
+    assert r["censoring_cap_tokens"] == int(np.percentile(out, 80))
+    assert bias["capped, censored"]["n_censored"] == int((out >= r["censoring_cap_tokens"]).sum())
+    # The naive fit of a capped sample underestimates the tail more than the censored fit.
+    assert bias["capped, naive"]["p99_error_frac"] < bias["capped, censored"]["p99_error_frac"]
+    rec = r["recommend"]
+    assert [x["max_new_tokens"] for x in rec] == [int(np.ceil(np.quantile(out, q))) for q in (0.95, 0.99)]
+    assert all(x["decode_pages"] == -(-x["max_new_tokens"] // 16) for x in rec)
+    claims = r["claims"]
+    assert len(claims) == 4 and claims[0]["verdict"] == "holds"  # calibrated profile: median 21
+
+
+@pytest.mark.notebook
+def test_notebook_02_on_a_trace(run_notebook, tmp_path):
+    df = lengths.profile("azure-2023-code").sample(3000, seed=2)
+    df[["prompt_tokens", "output_tokens"]].rename(
+        columns={"prompt_tokens": "num_prefill_tokens", "output_tokens": "num_decode_tokens"}
+    ).to_csv(tmp_path / "trace.csv", index=False)
+    r = run_notebook("02_length_distributions", {"quick": True, "workload": str(tmp_path / "trace.csv"),
+                                                 "max_new_tokens": 50, "families": ["log-t", "log-normal"]})
+    assert r["num_requests"] == 3000 and r["censoring_cap_tokens"] == 50
+    assert {f["family"] for f in r["fits"]} == {"log-t", "log-normal"}
+    assert r["percentiles"]["p50"] == np.percentile(df.output_tokens, 50)
