@@ -30,21 +30,22 @@ def test_ppf_hand_worked_median_and_p90():
 def test_ppf_is_the_smallest_integer_reaching_q(mu, sigma, nu, q):
     p = LogTPredictive.from_params([mu], [sigma], nu)
     k = int(p.ppf(q)[0])
-    cdf = lambda j: stats.t.cdf((np.log(j + 0.5) - mu) / sigma, nu)   # P(K <= j), independent
-    assert cdf(k) >= q - 1e-12
-    assert k == 0 or cdf(k - 1) < q + 1e-12
+    cdf = lambda j: stats.t.cdf((np.log(j + 0.5) - mu) / sigma, nu)   # P(K <= j) for j >= 1
+    assert k >= 1 and cdf(k) >= q - 1e-12
+    assert k == 1 or cdf(k - 1) < q + 1e-12
 
 
 def _exact_capped_mean(mu, sigma, nu, cap):
-    k = np.arange(cap)
-    return np.array([stats.t.sf((np.log(k + 0.5) - m) / s, nu).sum() for m, s in zip(mu, sigma)])
+    # E[min(K, c)] = sum_{k<c} P(K > k) with P(K > 0) = 1 and P(K > k) = P(X >= k + 0.5)
+    k = np.arange(1, cap)
+    return np.array([1.0 + stats.t.sf((np.log(k + 0.5) - m) / s, nu).sum() for m, s in zip(mu, sigma)])
 
 
 @pytest.mark.parametrize("cap", [2, 16, 512, 4096])
 def test_capped_mean_matches_exact_integer_sum(cap):
     # realistic spreads plus lengths known to within a token (1.1 +- 0.1, 37 +- 2 tokens)
     p = LogTPredictive.from_params([*_pred().mu, 0.1, np.log(37.0)], [*_pred().sigma, 0.1, 0.05], NU)
-    exact = _exact_capped_mean(p.mu, p.sigma, NU, cap)   # E[min(K,c)] = sum_{k<c} P(K > k)
+    exact = _exact_capped_mean(p.mu, p.sigma, NU, cap)
     np.testing.assert_allclose(p.mean(cap), exact, atol=2e-3)
 
 
@@ -52,9 +53,9 @@ def test_mean_cvar_and_tie_agree_with_monte_carlo():
     p = _pred()
     cap, n_draws = 512, 400_000
     rng = np.random.default_rng(7)
-    # sample() draws one length per request: draw many by tiling the predictive
-    big = p[np.repeat(np.arange(len(p)), n_draws)]
-    draws = np.minimum(big.sample(rng).reshape(len(p), n_draws), cap).astype(float)
+    # independent sampler: scipy's t, rounded to whole tokens, at least one
+    x = np.exp(p.mu[:, None] + p.sigma[:, None] * stats.t.rvs(NU, size=(len(p), n_draws), random_state=rng))
+    draws = np.minimum(np.maximum(np.floor(x + 0.5), 1), cap)
     mc_mean = draws.mean(axis=1)
     se_mean = draws.std(axis=1) / np.sqrt(n_draws)
     assert np.all(np.abs(p.mean(cap) - mc_mean) < 5 * se_mean + 1e-9)
@@ -74,7 +75,8 @@ def test_cvar_equals_quantile_integral():
     p, cap, q = _pred(), 2048, 0.9
     u = q + (np.arange(200_000) + 0.5) * (1 - q) / 200_000
     z = stats.t.ppf(u, NU)
-    ppf_c = np.minimum(np.ceil(np.exp(p.mu[:, None] + p.sigma[:, None] * z[None, :]) - 0.5), cap)
+    ppf_k = np.maximum(np.ceil(np.exp(p.mu[:, None] + p.sigma[:, None] * z[None, :]) - 0.5), 1)
+    ppf_c = np.minimum(ppf_k, cap)
     np.testing.assert_allclose(p.cvar(q, cap), ppf_c.mean(axis=1), rtol=2e-3)
 
 
@@ -93,6 +95,17 @@ def test_order_mean_le_cvar_le_cap(mu, sigma, cap, beta):
     assert 0.0 <= m <= c + 1e-6 <= cap + 1e-6
     assert p.tail_inflated_expectation(beta, cap)[0] <= (1 + beta) * cap + 1e-6
     assert p.mean(cap + 1)[0] >= m - 1e-9
+
+
+def test_every_request_generates_at_least_one_token():
+    # median 0.05 tokens: all mass rounds to the minimum count of 1
+    p = LogTPredictive.from_params([np.log(0.05)], [0.2], NU)
+    assert p.ppf(0.99).tolist() == [1]
+    assert p.cdf(0).tolist() == [0.0] and p.cdf(1)[0] > 0.999
+    # 1 plus the heavy tail's small chance of a longer output
+    assert p.mean(512)[0] == pytest.approx(_exact_capped_mean(p.mu, p.sigma, NU, 512)[0], abs=1e-3)
+    assert 1.0 <= p.mean(512)[0] < 1.01
+    assert p.sample(np.random.default_rng(0)).tolist() == [1]
 
 
 def test_subsetting_and_len():

@@ -21,7 +21,7 @@ def _trace(n: int, seed: int) -> pd.DataFrame:
     x = np.column_stack([np.ones(n), prompt, np.log(prompt), f])
     length = np.exp(x @ MU_COEF + np.exp(x @ LOG_SIGMA_COEF)
                     * stats.t.rvs(NU_TRUE, size=n, random_state=rng))
-    k = np.floor(length + 0.5)
+    k = np.maximum(np.floor(length + 0.5), 1)
     return pd.DataFrame({"prompt_tokens": prompt, "output_tokens": np.minimum(k, CAP).astype(int),
                          "censored": k >= CAP, "f": f})
 
@@ -58,7 +58,7 @@ def test_nll_is_the_independent_interval_censored_likelihood_at_its_minimum(trac
         x = np.column_stack([np.ones(len(train)), train.prompt_tokens, np.log(train.prompt_tokens), train.f])
         mu, s = x @ mu_coef, np.exp(x @ log_sigma_coef)
         k = train.output_tokens.to_numpy()
-        lo = stats.t.cdf((np.log(np.maximum(k - 0.5, 1e-300)) - mu) / s, nu) * (k > 0)
+        lo = np.where(k >= 2, stats.t.cdf((np.log(np.maximum(k, 2) - 0.5) - mu) / s, nu), 0.0)
         hi = np.where(train.censored, 1.0, stats.t.cdf((np.log(k + 0.5) - mu) / s, nu))
         return -np.sum(np.log(hi - lo))
 
@@ -110,7 +110,7 @@ def test_bad_values_name_the_column_and_row(trace):
     with pytest.raises(ValueError, match="'g' is constant"):
         fit_logt_regression(const, extra_features=["g"])
     with pytest.raises(ValueError, match="output_tokens"):
-        fit_logt_regression(trace.iloc[:500].assign(output_tokens=-1))
+        fit_logt_regression(trace.iloc[:500].assign(output_tokens=0))
     with pytest.raises(ValueError, match="censored"):
         fit_logt_regression(trace.iloc[:500].assign(censored="yes"))
     with pytest.raises(ValueError, match="rows"):

@@ -2,8 +2,10 @@
 
 A request's output length is modelled as ``X = exp(mu + sigma * T)``, ``T`` Student t with ``nu``
 degrees of freedom (the log-t of the TIE paper, arXiv 2604.00499), on the continuous length scale.
-Token counts are integers: the count ``K`` is ``X`` rounded to the nearest integer, so
-``P(K = k) = P(k - 0.5 <= X < k + 0.5)``, the same interval model the fits use. The server stops
+Token counts are integers >= 1 (a request generates at least one token, as kvlab's traces and
+workload profiles have it): the count ``K`` is ``X`` rounded to the nearest integer and at least
+1, so ``P(K = k) = P(k - 0.5 <= X < k + 0.5)`` for ``k >= 2`` and ``P(K = 1) = P(X < 1.5)``,
+the same interval model the fits use. The server stops
 at ``max_new_tokens``, so what it generates is ``C = min(K, max_new_tokens)``.
 
 A log-t length has no finite mean (``E[exp(sigma T)]`` diverges for every ``nu``), so every
@@ -100,18 +102,19 @@ class LogTPredictive:
         Returns
         -------
         ndarray of float64, shape (n,)
-            ``F((log(tokens + 0.5) - mu) / sigma)``, ``F`` the Student t cdf.
+            ``F((log(tokens + 0.5) - mu) / sigma)``, ``F`` the Student t cdf; 0 for ``tokens = 0``.
         """
         k = v.nonnegative_int_array(tokens, "tokens")
         if k.size not in (1, len(self)):
             raise ValueError(f"tokens must be a scalar or hold one count per request ({len(self)}), "
                              f"got {k.size}")
-        return special.stdtr(self.nu, (np.log(k + 0.5) - self.mu) / self.sigma)
+        return np.where(k >= 1, special.stdtr(self.nu, (np.log(k + 0.5) - self.mu) / self.sigma), 0.0)
 
     def ppf(self, q: float) -> np.ndarray:
         """Per-request ``q``-quantile of the output length in tokens (what to reserve for ``q``).
 
-        The smallest integer ``k`` with ``P(K <= k) >= q``: ``ceil(exp(mu + sigma t_q) - 0.5)``.
+        The smallest integer ``k >= 1`` with ``P(K <= k) >= q``:
+        ``max(ceil(exp(mu + sigma t_q) - 0.5), 1)``.
 
         Parameters
         ----------
@@ -128,13 +131,13 @@ class LogTPredictive:
         if np.any(x > _MAX_TOKENS):
             raise ValueError(f"q={q} puts some requests' quantile beyond 2**62 tokens "
                              f"(heavy log-t tail); use a smaller q")
-        return np.maximum(np.ceil(x - 0.5), 0).astype(np.int64)
+        return np.maximum(np.ceil(x - 0.5), 1).astype(np.int64)
 
     def sample(self, rng: np.random.Generator) -> np.ndarray:
-        """One draw of the uncapped output length per request, in tokens (int64, shape (n,))."""
+        """One draw of the uncapped output length per request, in tokens >= 1 (int64, shape (n,))."""
         t = rng.standard_t(self.nu, size=len(self))
         x = np.minimum(np.exp(self.mu + self.sigma * t), _MAX_TOKENS)
-        return np.floor(x + 0.5).astype(np.int64)
+        return np.maximum(np.floor(x + 0.5), 1).astype(np.int64)
 
     def mean(self, max_new_tokens: int | None = None) -> np.ndarray:
         """Expected generated length ``E[min(K, max_new_tokens)]`` per request (tokens).
@@ -197,7 +200,9 @@ class LogTPredictive:
         return v.positive_int(max_new_tokens, "max_new_tokens")
 
     def _capped_mean(self, caps: np.ndarray) -> np.ndarray:
-        """``E[min(K, c)] = sum_{k<c} P(X > k + 0.5)`` for per-row caps ``c`` (rows tile requests).
+        """``E[min(K, c)] = sum_{k<c} P(K > k)`` for per-row caps ``c`` (rows tile requests).
+
+        ``P(K > 0) = 1`` and ``P(K > k) = P(X >= k + 0.5)`` for ``k >= 1``.
 
         The first ``_EXACT_TOKENS`` terms are summed exactly (where a narrow distribution sits on
         a few integers). Beyond, the sum is the midpoint rule for ``int_a^c P(X > x) dx``, ``a =
@@ -219,6 +224,7 @@ class LogTPredictive:
             rows = slice(start, min(start + _CHUNK_ROWS, caps.size))
             m, s, c = mu[rows], sigma[rows], caps[rows]
             survival = special.stdtr(nu, -(np.log(half_steps)[None, :] - m[:, None]) / s[:, None])
+            survival[:, 0] = 1.0   # K >= 1
             exact = np.where(half_steps[None, :] < c[:, None], survival, 0.0).sum(axis=1)
             far = c > _EXACT_TOKENS
             if np.any(far):

@@ -72,7 +72,7 @@ def calibration_table(predicted: LogTPredictive, output_tokens: Any, *,
     predicted : LogTPredictive
         Predictions for the held-out requests.
     output_tokens : array_like of int, shape (n,)
-        Their observed output lengths (tokens).
+        Their observed output lengths (tokens, >= 1).
     max_new_tokens : int, optional
         The cap the outputs were generated under (outputs equal to it are the censored ones);
         ``None`` when they were not capped.
@@ -88,7 +88,7 @@ def calibration_table(predicted: LogTPredictive, output_tokens: Any, *,
     """
     if not isinstance(predicted, LogTPredictive):
         raise ValueError(f"predicted must be a LogTPredictive, got {type(predicted).__name__}")
-    k = v.nonnegative_int_array(output_tokens, "output_tokens")
+    k = v.positive_int_array(output_tokens, "output_tokens")
     if k.size != len(predicted):
         raise ValueError(f"output_tokens holds {k.size} lengths for {len(predicted)} predictions")
     qs = [v.fraction(q, "quantile", high_closed=False) for q in np.atleast_1d(quantiles).tolist()]

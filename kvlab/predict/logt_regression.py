@@ -2,8 +2,9 @@
 ``log sigma`` linear in its features (prompt tokens, log prompt tokens, named trace columns).
 
 Fitted by maximum likelihood with :func:`scipy.optimize.minimize` (L-BFGS-B, analytic gradient
-in the coefficients, a finite difference in ``log nu``). Output counts are integers, so an
-uncensored count ``k`` contributes ``log P(k - 0.5 <= X < k + 0.5)``; an output that hit
+in the coefficients, a finite difference in ``log nu``). Output counts are integers >= 1, so an
+uncensored count ``k`` contributes ``log P(k - 0.5 <= X < k + 0.5)`` (``log P(X < 1.5)`` for
+``k = 1``, the count of every draw under 1.5, as in :class:`LogTPredictive`); an output that hit
 ``max_new_tokens`` (``censored``) only says the true length is at least its count ``c``, and
 contributes the survival term ``log P(X >= c - 0.5)``, as the lengths module fits marginals.
 The features are standardised inside the fit for conditioning; coefficients are reported on the
@@ -157,7 +158,7 @@ def design_matrix(trace: pd.DataFrame, extra_features: Sequence[str] = ()) -> np
 
 def _outputs(trace: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     _require_columns(trace, ("output_tokens",), "fitting the length predictor")
-    k = v.nonnegative_int_array(trace["output_tokens"].to_numpy(), "output_tokens")
+    k = v.positive_int_array(trace["output_tokens"].to_numpy(), "output_tokens")
     if "censored" not in trace.columns:
         return k, np.zeros(k.size, dtype=bool)
     cens = trace["censored"]
@@ -172,8 +173,8 @@ class _Likelihood:
 
     def __init__(self, z: np.ndarray, k: np.ndarray, censored: np.ndarray, nu_fixed: float | None):
         self.z, self.nu_fixed, self.p = z, nu_fixed, z.shape[1]
-        self.log_lo = np.log(np.maximum(k, 1) - 0.5)
-        self.log_lo[k == 0] = -np.inf
+        self.log_lo = np.log(np.maximum(k, 2) - 0.5)
+        self.log_lo[k <= 1] = -np.inf       # K = 1 collects every draw under 1.5
         self.log_hi = np.where(censored, np.inf, np.log(k + 0.5))
 
     def split(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
@@ -239,7 +240,7 @@ def fit_logt_regression(trace: pd.DataFrame, *, extra_features: Sequence[str] = 
     Parameters
     ----------
     trace : DataFrame
-        One row per request: ``prompt_tokens`` (tokens, >= 1), ``output_tokens`` (tokens, >= 0),
+        One row per request: ``prompt_tokens`` (tokens, >= 1), ``output_tokens`` (tokens, >= 1),
         optional boolean ``censored`` (the output hit ``max_new_tokens``, so its true length is
         at least ``output_tokens``), and the ``extra_features`` columns.
     extra_features : sequence of str
@@ -263,7 +264,7 @@ def fit_logt_regression(trace: pd.DataFrame, *, extra_features: Sequence[str] = 
     >>> rng = np.random.default_rng(0)
     >>> prompt = rng.integers(10, 2000, 4000)
     >>> x = np.exp(1.0 + 0.4 * np.log(prompt) + 0.5 * rng.standard_t(3.5, 4000))
-    >>> trace = pd.DataFrame({"prompt_tokens": prompt, "output_tokens": np.floor(x + 0.5)})
+    >>> trace = pd.DataFrame({"prompt_tokens": prompt, "output_tokens": np.maximum(np.floor(x + 0.5), 1)})
     >>> fit = fit_logt_regression(trace, nu=3.5)
     >>> round(float(fit.mu_coef[2]), 1)
     0.4
@@ -285,7 +286,7 @@ def fit_logt_regression(trace: pd.DataFrame, *, extra_features: Sequence[str] = 
     z = np.column_stack([np.ones(len(trace)), (x[:, 1:] - center) / scale])
     lik = _Likelihood(z, k, censored, nu_fixed)
 
-    y = np.log(np.maximum(k, 0.5))
+    y = np.log(k)
     beta0 = np.linalg.lstsq(z, y, rcond=None)[0]
     gamma0 = np.zeros(p)
     gamma0[0] = np.log(max(np.std(y - z @ beta0), 0.05))

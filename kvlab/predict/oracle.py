@@ -54,7 +54,7 @@ def synthetic_requests(num_requests: int, *, seed: int = 0, mu_mean: float = 3.3
     """Draw requests whose per-request log-t output-length parameters are known.
 
     ``mu ~ Normal(mu_mean, mu_sd)``, ``log sigma ~ Normal(log_sigma_mean, log_sigma_sd)``
-    independently, ``output = round(exp(mu + sigma T_nu))``; prompts are log-normal and
+    independently, ``output = max(round(exp(mu + sigma T_nu)), 1)``; prompts are log-normal and
     independent of outputs (the oracle stands in for what a model reads from the prompt text).
     The defaults are illustrative (median output ~27 tokens), not a measured workload: use
     :mod:`kvlab.lengths` profiles for those.
