@@ -12,11 +12,11 @@ NU = 3.5
 
 
 def _pred():
-    return LogTPredictive.from_params([np.log(20.0), 4.0, 5.5, 2.5], [0.5, 0.8, 1.1, 0.3], NU)
+    return LogTPredictive(mu=[np.log(20.0), 4.0, 5.5, 2.5], sigma=[0.5, 0.8, 1.1, 0.3], nu=NU)
 
 
 def test_ppf_hand_worked_median_and_p90():
-    p = LogTPredictive.from_params([np.log(20.0)], [0.5], NU)
+    p = LogTPredictive(mu=[np.log(20.0)], sigma=[0.5], nu=NU)
     # median of T is 0: X median = 20, K = round(20) = 20
     assert p.ppf(0.5).tolist() == [20]
     x90 = 20.0 * np.exp(0.5 * stats.t.ppf(0.9, NU))       # 43.9... tokens on the continuous scale
@@ -28,7 +28,7 @@ def test_ppf_hand_worked_median_and_p90():
 @given(mu=st.floats(0.0, 7.0), sigma=st.floats(0.05, 2.0), nu=st.floats(1.5, 30.0),
        q=st.floats(0.01, 0.995))
 def test_ppf_is_the_smallest_integer_reaching_q(mu, sigma, nu, q):
-    p = LogTPredictive.from_params([mu], [sigma], nu)
+    p = LogTPredictive(mu=[mu], sigma=[sigma], nu=nu)
     k = int(p.ppf(q)[0])
     cdf = lambda j: stats.t.cdf((np.log(j + 0.5) - mu) / sigma, nu)   # P(K <= j) for j >= 1
     assert k >= 1 and cdf(k) >= q - 1e-12
@@ -44,7 +44,7 @@ def _exact_capped_mean(mu, sigma, nu, cap):
 @pytest.mark.parametrize("cap", [2, 16, 512, 4096])
 def test_capped_mean_matches_exact_integer_sum(cap):
     # realistic spreads plus lengths known to within a token (1.1 +- 0.1, 37 +- 2 tokens)
-    p = LogTPredictive.from_params([*_pred().mu, 0.1, np.log(37.0)], [*_pred().sigma, 0.1, 0.05], NU)
+    p = LogTPredictive(mu=[*_pred().mu, 0.1, np.log(37.0)], sigma=[*_pred().sigma, 0.1, 0.05], nu=NU)
     exact = _exact_capped_mean(p.mu, p.sigma, NU, cap)
     np.testing.assert_allclose(p.mean(cap), exact, atol=2e-3)
 
@@ -81,7 +81,7 @@ def test_cvar_equals_quantile_integral():
 
 
 def test_cvar_is_the_cap_when_more_than_the_tail_overruns():
-    p = LogTPredictive.from_params([np.log(300.0)], [1.0], NU)   # P(K >= 64) is about 0.9
+    p = LogTPredictive(mu=[np.log(300.0)], sigma=[1.0], nu=NU)   # P(K >= 64) is about 0.9
     assert p.cvar(0.9, 64).tolist() == [64.0]
     assert p.mean(64)[0] < 64.0
 
@@ -90,7 +90,7 @@ def test_cvar_is_the_cap_when_more_than_the_tail_overruns():
 @given(mu=st.floats(0.0, 8.0), sigma=st.floats(0.1, 2.0), cap=st.integers(1, 8192),
        beta=st.floats(0.0, 3.0))
 def test_order_mean_le_cvar_le_cap(mu, sigma, cap, beta):
-    p = LogTPredictive.from_params([mu], [sigma], NU)
+    p = LogTPredictive(mu=[mu], sigma=[sigma], nu=NU)
     m, c = p.mean(cap)[0], p.cvar(0.9, cap)[0]
     assert 0.0 <= m <= c + 1e-6 <= cap + 1e-6
     assert p.tail_inflated_expectation(beta, cap)[0] <= (1 + beta) * cap + 1e-6
@@ -99,7 +99,7 @@ def test_order_mean_le_cvar_le_cap(mu, sigma, cap, beta):
 
 def test_every_request_generates_at_least_one_token():
     # median 0.05 tokens: all mass rounds to the minimum count of 1
-    p = LogTPredictive.from_params([np.log(0.05)], [0.2], NU)
+    p = LogTPredictive(mu=[np.log(0.05)], sigma=[0.2], nu=NU)
     assert p.ppf(0.99).tolist() == [1]
     assert p.cdf(0).tolist() == [0.0] and p.cdf(1)[0] > 0.999
     # 1 plus the heavy tail's small chance of a longer output
@@ -118,6 +118,10 @@ def test_subsetting_and_len():
     np.testing.assert_allclose(p[1:3].mean(512), p.mean(512)[1:3])
     with pytest.raises(ValueError, match="selects no requests"):
         p[np.zeros(4, dtype=bool)]
+    with pytest.raises(ValueError):   # read-only: a predictive cannot be edited in place
+        p.mu[0] = 1.0
+    same = LogTPredictive(mu=p.mu, sigma=0.5, nu=NU)   # scalar sigma applies to every request
+    assert same.sigma.tolist() == [0.5] * 4
 
 
 @pytest.mark.parametrize("q", [0.0, 1.0, -0.1, 1.5, float("nan")])
@@ -135,8 +139,8 @@ def test_bad_inputs_name_the_parameter():
     with pytest.raises(ValueError, match="beta"):
         p.tail_inflated_expectation(-1.0, 512)
     with pytest.raises(ValueError, match="sigma must be finite and > 0; request 1"):
-        LogTPredictive.from_params([1.0, 2.0], [0.5, 0.0], NU)
+        LogTPredictive(mu=[1.0, 2.0], sigma=[0.5, 0.0], nu=NU)
     with pytest.raises(ValueError, match="mu must be finite; request 0"):
-        LogTPredictive.from_params([np.nan], [0.5], NU)
+        LogTPredictive(mu=[np.nan], sigma=[0.5], nu=NU)
     with pytest.raises(ValueError, match="nu"):
-        LogTPredictive.from_params([1.0], [0.5], -2.0)
+        LogTPredictive(mu=[1.0], sigma=[0.5], nu=-2.0)

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvlab.predict import (LogTPredictive, calibration_table, holdout_indices, oracle_predictive, parameter_r2,
-                           r2_score, synthetic_requests)
+from kvlab.predict import (LogTPredictive, calibration_table, holdout_indices, oracle_predictive,
+                           parameter_r2, r2_score, synthetic_requests)
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def test_synthetic_requests_censoring_and_truth_calibration(requests):
 
 def test_calibration_quantile_beyond_the_cap_always_fits():
     # median 300 tokens, cap 40: every quantile >= p50 reserves the cap, which always fits
-    truth = LogTPredictive.from_params([np.log(300.0)] * 3, [0.5] * 3, 3.5)
+    truth = LogTPredictive(mu=[np.log(300.0)] * 3, sigma=[0.5] * 3, nu=3.5)
     table = calibration_table(truth, [40, 40, 12], max_new_tokens=40, quantiles=[0.5, 0.9])
     assert table.predicted_frac.tolist() == [1.0, 1.0]
     assert table.observed_frac.tolist() == [1.0, 1.0]

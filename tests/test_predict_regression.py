@@ -115,3 +115,7 @@ def test_bad_values_name_the_column_and_row(trace):
         fit_logt_regression(trace.iloc[:500].assign(censored="yes"))
     with pytest.raises(ValueError, match="rows"):
         fit_logt_regression(trace.iloc[:5])
+    with pytest.raises(ValueError, match="sequence of column names"):
+        fit_logt_regression(trace, extra_features="f")
+    with pytest.raises(ValueError, match="distinct columns"):
+        fit_logt_regression(trace, extra_features=["prompt_tokens"])

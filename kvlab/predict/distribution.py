@@ -36,65 +36,69 @@ _CHUNK_ROWS = 4096
 _MAX_TOKENS = 2.0**62
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class LogTPredictive:
     """Predicted output-length distributions of ``n`` requests: ``exp(mu_i + sigma_i T_nu)``.
 
     Parameters
     ----------
-    mu : ndarray of float64, shape (n,)
+    mu : array_like of float, shape (n,)
         Location of log length per request (log tokens); ``exp(mu)`` is the median length.
-    sigma : ndarray of float64, shape (n,)
-        Scale of log length per request (log tokens), > 0.
+    sigma : array_like of float, shape (n,) or scalar
+        Scale of log length per request (log tokens), > 0; a scalar applies to every request.
     nu : float
         Degrees of freedom of the Student t on log length, shared by all requests, > 0.
 
     Notes
     -----
-    Construct through :meth:`from_params`, which validates; the fields are read-only arrays.
-    Index with an int, slice, integer array or boolean mask to get the requests' sub-predictive.
+    The arguments are checked and stored as read-only float64 arrays of shape (n,). Index with
+    an int, slice, integer array or boolean mask to get those requests' predictive.
+
+    Examples
+    --------
+    >>> p = LogTPredictive(mu=np.log([20.0, 200.0]), sigma=0.5, nu=3.5)
+    >>> p.ppf(0.5).tolist()
+    [20, 200]
+    >>> len(p[[1]])
+    1
     """
 
     mu: np.ndarray
     sigma: np.ndarray
     nu: float
 
-    @classmethod
-    def from_params(cls, mu: Any, sigma: Any, nu: float) -> "LogTPredictive":
-        """Validated predictive: ``mu`` finite, ``sigma`` finite and > 0 (broadcast to ``mu``)."""
-        mu_arr = np.atleast_1d(np.asarray(mu, dtype=np.float64))
-        if mu_arr.ndim != 1 or mu_arr.size == 0:
-            raise ValueError(f"mu must be a non-empty 1-D array of log tokens, got shape {mu_arr.shape}")
-        sigma_arr = np.atleast_1d(np.asarray(sigma, dtype=np.float64))
+    def __post_init__(self) -> None:
+        mu = np.atleast_1d(np.asarray(self.mu, dtype=np.float64))
+        if mu.ndim != 1 or mu.size == 0:
+            raise ValueError(f"mu must be a non-empty 1-D array of log tokens, got shape {mu.shape}")
+        sigma = np.atleast_1d(np.asarray(self.sigma, dtype=np.float64))
         try:
-            sigma_arr = np.broadcast_to(sigma_arr, mu_arr.shape)
+            sigma = np.broadcast_to(sigma, mu.shape)
         except ValueError:
-            raise ValueError(f"sigma has shape {sigma_arr.shape}, expected a scalar or "
-                             f"{mu_arr.shape} like mu") from None
-        bad = np.flatnonzero(~np.isfinite(mu_arr))
+            raise ValueError(f"sigma has shape {sigma.shape}, expected a scalar or {mu.shape} "
+                             f"like mu") from None
+        bad = np.flatnonzero(~np.isfinite(mu))
         if bad.size:
-            raise ValueError(f"mu must be finite; request {bad[0]} has mu={mu_arr[bad[0]]!r}")
-        bad = np.flatnonzero(~np.isfinite(sigma_arr) | (sigma_arr <= 0))
+            raise ValueError(f"mu must be finite; request {bad[0]} has mu={mu[bad[0]]!r}")
+        bad = np.flatnonzero(~np.isfinite(sigma) | (sigma <= 0))
         if bad.size:
             raise ValueError(f"sigma must be finite and > 0; request {bad[0]} has "
-                             f"sigma={sigma_arr[bad[0]]!r}")
-        nu = v.positive_float(nu, "nu")
-        mu_arr, sigma_arr = mu_arr.copy(), sigma_arr.copy()
-        mu_arr.flags.writeable = False
-        sigma_arr.flags.writeable = False
-        return cls(mu=mu_arr, sigma=sigma_arr, nu=nu)
+                             f"sigma={sigma[bad[0]]!r}")
+        mu, sigma = mu.copy(), sigma.copy()
+        mu.flags.writeable = False
+        sigma.flags.writeable = False
+        object.__setattr__(self, "mu", mu)
+        object.__setattr__(self, "sigma", sigma)
+        object.__setattr__(self, "nu", v.positive_float(self.nu, "nu"))
 
     def __len__(self) -> int:
         return int(self.mu.shape[0])
 
     def __getitem__(self, index: Any) -> "LogTPredictive":
         mu = np.atleast_1d(self.mu[index])
-        sigma = np.atleast_1d(self.sigma[index])
         if mu.size == 0:
             raise ValueError(f"index {index!r} selects no requests out of {len(self)}")
-        mu.flags.writeable = False
-        sigma.flags.writeable = False
-        return LogTPredictive(mu=mu, sigma=sigma, nu=self.nu)
+        return LogTPredictive(mu=mu, sigma=np.atleast_1d(self.sigma[index]), nu=self.nu)
 
     def cdf(self, tokens: Any) -> np.ndarray:
         """``P(K <= tokens)`` per request for integer counts ``tokens`` (scalar or shape (n,)).

@@ -78,7 +78,7 @@ class LogTRegression:
         x = design_matrix(trace, self.extra_features)
         mu = x @ self.mu_coef
         sigma = np.exp(x @ self.log_sigma_coef)
-        return LogTPredictive.from_params(mu, sigma, self.nu)
+        return LogTPredictive(mu=mu, sigma=sigma, nu=self.nu)
 
     def coef_table(self) -> pd.DataFrame:
         """Coefficients and standard errors, one row per (parameter, feature)."""
@@ -136,10 +136,10 @@ def design_matrix(trace: pd.DataFrame, extra_features: Sequence[str] = ()) -> np
     ValueError
         Naming every missing column, or the first bad row of a column.
     """
-    extra = tuple(extra_features)
     if isinstance(extra_features, str):
         raise ValueError(f"extra_features must be a sequence of column names, got the string "
                          f"{extra_features!r}")
+    extra = tuple(extra_features)
     clash = [f for f in extra if f in BASE_FEATURES or f in ("intercept", "output_tokens", "censored")]
     if clash or len(set(extra)) != len(extra):
         raise ValueError(f"extra_features must be distinct columns other than the base features, "
@@ -269,8 +269,8 @@ def fit_logt_regression(trace: pd.DataFrame, *, extra_features: Sequence[str] = 
     >>> round(float(fit.mu_coef[2]), 1)
     0.4
     """
-    extra = tuple(extra_features) if not isinstance(extra_features, str) else extra_features
-    x = design_matrix(trace, extra)
+    x = design_matrix(trace, extra_features)
+    extra = tuple(extra_features)
     k, censored = _outputs(trace)
     nu_fixed = None if nu is None else v.positive_float(nu, "nu")
     p = x.shape[1]

@@ -91,7 +91,7 @@ def synthetic_requests(num_requests: int, *, seed: int = 0, mu_mean: float = 3.3
     rng = np.random.default_rng(seed)
     mu = rng.normal(mu_mean, mu_sd, num_requests)
     sigma = np.exp(rng.normal(log_sigma_mean, log_sigma_sd, num_requests))
-    truth = LogTPredictive.from_params(mu, sigma, nu)
+    truth = LogTPredictive(mu=mu, sigma=sigma, nu=nu)
     output = truth.sample(rng)
     prompt = np.maximum(1, np.round(prompt_median_tokens * np.exp(
         rng.normal(0.0, prompt_log_sd, num_requests)))).astype(np.int64)
@@ -140,4 +140,4 @@ def oracle_predictive(truth: LogTPredictive, *, r2_mu: float = 0.82, r2_log_sigm
     rng = np.random.default_rng(seed)
     mu_hat = _noisy_estimate(np.asarray(truth.mu), r2_mu, rng)
     log_sigma_hat = _noisy_estimate(np.log(truth.sigma), r2_log_sigma, rng)
-    return LogTPredictive.from_params(mu_hat, np.exp(log_sigma_hat), truth.nu)
+    return LogTPredictive(mu=mu_hat, sigma=np.exp(log_sigma_hat), nu=truth.nu)
