@@ -171,6 +171,11 @@ class LogTPredictive:
     def tail_inflated_expectation(self, beta: float, max_new_tokens: int) -> np.ndarray:
         """TIE score ``E[C] + beta * CVaR_0.9[C]``, ``C = min(K, max_new_tokens)`` (tokens).
 
+        The Tail Inflated Expectation of arXiv 2604.00499: the length "truncated at
+        max_new_tokens" is read as capped (mass beyond the cap sits at the cap), because that
+        is what the server generates; conditioning on ``K <= max_new_tokens`` instead would
+        drop exactly the long requests the tail term is meant to flag.
+
         Parameters
         ----------
         beta : float
