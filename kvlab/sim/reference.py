@@ -37,8 +37,8 @@ NOTE (the model; a fast engine must reproduce every integer below exactly)
   ("exceeds_pool"); under prefill_first, one whose prefill exceeds ``max_num_batched_tokens`` is
   aborted ("exceeds_token_budget").
 * All scheduling decisions compare integers; the only float comparison is arrival visibility.
-  An iteration that computes no token is allowed only when it preempted or aborted a request and
-  the iteration before it computed tokens; otherwise ``RuntimeError`` is raised with the state.
+  Every iteration must compute a token or abort a request, or else preempt one right after an
+  iteration that did; otherwise ``RuntimeError`` is raised with the state (no livelock).
 """
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ class ReferenceEngine:
         self.now_s = 0.0
         self.k = 0
         self.admit_count = 0
-        self.idle_before = False  # the previous iteration computed no token
+        self.idle_before = False  # the previous iteration computed no token and aborted none
         self.rows: list[tuple] = []
 
     # ------------------------------------------------------------------ main loop
@@ -248,7 +248,7 @@ class ReferenceEngine:
 
     # ------------------------------------------------------------------ running an iteration
     def _execute(self, step: _Step) -> None:
-        if not step.chunks and (self.idle_before or not (step.num_aborted or step.num_preempted)):
+        if not step.chunks and not step.num_aborted and (self.idle_before or not step.num_preempted):
             raise RuntimeError(
                 f"iteration {step.k} at {step.start_s:.6f} s makes no progress: "
                 f"running={self.running}, waiting={list(self.waiting)[:5]}, swapped={list(self.swapped)[:5]}, "
@@ -270,6 +270,6 @@ class ReferenceEngine:
                           decode_tokens, len(self.running), len(self.waiting), len(self.swapped),
                           step.num_preempted, pages_used, pages_reserved, self.pool.num_pages - pages_reserved,
                           self.cpu_pages_used, step.swap_pages))
-        self.idle_before = not step.chunks
+        self.idle_before = not step.chunks and not step.num_aborted
         self.now_s = end_s
         self.k += 1
