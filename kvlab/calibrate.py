@@ -93,6 +93,19 @@ def load_copies(data: pd.DataFrame | str | os.PathLike) -> pd.DataFrame:
     return table.astype({"copy_bytes": np.int64, "num_copies": np.int64, "seconds": np.float64})
 
 
+def select_model(table: pd.DataFrame, model: str | ModelSpec) -> pd.DataFrame:
+    """The rows of ``model`` when ``table`` has a ``model`` column (as :func:`kvlab.measure.run`
+    writes it), else ``table`` itself; ``ValueError`` when the column lacks the model."""
+    if "model" not in table.columns:
+        return table
+    name = _model(model).name
+    rows = table[table["model"] == name]
+    if rows.empty:
+        raise ValueError(f"table has no rows of model {name!r}: its models are "
+                         f"{', '.join(map(str, table['model'].unique()))}")
+    return rows.reset_index(drop=True)
+
+
 def profile_work(profile: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The roofline's inputs for each profile row: tokens, attention pairs, KV tokens (sums over
     the batch), as :meth:`kvlab.costmodel.CostModel.iteration_s` takes them."""

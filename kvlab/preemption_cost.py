@@ -15,6 +15,11 @@ A preempted sequence of ``s`` tokens (prompt + generated so far) can resume in t
   2 x layers small copies; a page-contiguous layout needs one copy per page; a batched copy
   gathers every page into one transfer.
 
+Recompute is priced two ways, the two ends of what it costs in a server: alone (its chunks run in
+iterations of their own, each reading every weight and paying the fixed overhead; the roofline
+as it is) and piggybacked (:func:`piggyback`: its chunks ride decode iterations that run anyway,
+so it pays only its own FLOPs and KV bytes).
+
 Both are per GPU: under tensor parallelism each GPU recomputes its share of the FLOPs and swaps
 its share of the KV heads over its own host link, in parallel with the others.
 
@@ -24,7 +29,7 @@ price any positive length.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -134,6 +139,18 @@ def swap_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, dtype
         kv_bytes_per_token=float(m.kv_bytes_per_token(tp=tp, dtype_bytes=dtype_bytes)),
         copies_per_page=2 * m.num_layers if copy_mode == "per_layer_page" else 1,
         batched=copy_mode == "batched", link_bytes_per_s=link, copy_latency_s=copy_latency_s)
+
+
+def piggyback(cost: CostModel) -> CostModel:
+    """The roofline of prefill work riding iterations that run anyway (marginal cost).
+
+    Under continuous batching a recomputed sequence's chunks usually join other requests'
+    decode iterations, which read the weights and pay the fixed overhead whatever joins them.
+    The chunk then adds its own FLOPs and KV bytes only: this is ``cost`` with no weight bytes,
+    no fixed overhead and no per-iteration all-reduce latency. It is the marginal cost in a
+    compute-bound batch; in a memory-bound one the chunk can hide partly under the weight reads.
+    """
+    return replace(cost, weight_bytes=0.0, iteration_overhead_s=0.0, allreduce_latency_s_per_iteration=0.0)
 
 
 def _chunk_iterations(cost: CostModel, chunk_tokens: Any, context_tokens: Any) -> np.ndarray:
@@ -412,6 +429,7 @@ def smallest_tp(model: str | ModelSpec, gpu: str | GPUSpec, *, block_size: int =
 
 def crossover_table(models: Sequence[str] | None = None, gpus: Sequence[str] | None = None,
                     block_sizes: Sequence[int] = (8, 16, 32, 64, 128), *, chunk_tokens: int | None = None,
+                    piggybacked: bool = False,
                     copy_mode: str = "per_layer_page", link_bytes_per_s: float | None = None,
                     copy_latency_s: float = DEFAULT_COPY_LATENCY_S,
                     reference_tokens: int = 4000) -> pd.DataFrame:
@@ -429,6 +447,8 @@ def crossover_table(models: Sequence[str] | None = None, gpus: Sequence[str] | N
     chunk_tokens, copy_mode, link_bytes_per_s, copy_latency_s
         As in :func:`recompute_s` and :func:`swap_model` (``link_bytes_per_s=None``: each GPU's
         nominal host link).
+    piggybacked : bool
+        Price recompute with :func:`piggyback` (riding other iterations) instead of alone.
     reference_tokens : int
         The brief's crossover (~4,000 tokens): ``recompute_over_swap_at_ref`` is the ratio there
         and ``brief_claim`` says whether recompute wins below a crossover within a factor of 2
@@ -458,7 +478,7 @@ def crossover_table(models: Sequence[str] | None = None, gpus: Sequence[str] | N
             tp = smallest_tp(m, g)
             if tp is None:
                 continue
-            cost = roofline(m, g, tp=tp)
+            cost = piggyback(roofline(m, g, tp=tp)) if piggybacked else roofline(m, g, tp=tp)
             sw = swap_model(m, g, tp=tp, copy_mode=copy_mode, link_bytes_per_s=link_bytes_per_s,
                             copy_latency_s=copy_latency_s)
             rec = _recompute_s(cost, seq, chunk_tokens)

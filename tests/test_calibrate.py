@@ -100,3 +100,11 @@ def test_malformed_copy_tables(tmp_path):
         cal.fit_host_link(pd.DataFrame({"direction": ["up"], "copy_bytes": [10], "num_copies": [1], "seconds": [1.0]}))
     with pytest.raises(ValueError, match="cannot be read"):
         cal.load_copies(tmp_path / "missing.csv")
+
+
+def test_select_model_rows():
+    table = pd.DataFrame({"model": ["Llama-3-8B", "Llama-2-7B"], "x": [1, 2]})
+    assert cal.select_model(table, "llama3_8b")["x"].tolist() == [1]
+    assert cal.select_model(table.drop(columns=["model"]), "Llama-3-8B")["x"].tolist() == [1, 2]
+    with pytest.raises(ValueError, match="no rows of model 'Mistral-7B'"):
+        cal.select_model(table, "Mistral-7B")

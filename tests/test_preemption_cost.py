@@ -197,3 +197,56 @@ def test_bad_input_names_the_parameter(call, match):
 def test_beyond_context_with_the_flag():
     costs = pc.preemption_costs("Llama-3-8B", "H200", [9000], allow_beyond_context=True)
     assert costs["recompute_s"].iloc[0] > 0
+
+
+def test_piggybacked_recompute_pays_its_flops_only():
+    cost = pc.piggyback(roofline("Llama-3-8B", "H200"))
+    # 1000 tokens: FLOPs over the effective rate; its KV bytes (131 MB at 3.84 TB/s) hide under them.
+    expected = (2 * PARAMS * 1000 + 4 * LAYERS * Q_HEADS * HEAD_DIM * (1000 * 1001 // 2)) / FLOPS
+    assert pc.recompute_s(cost, 1000)[0] == pytest.approx(expected, rel=1e-12)
+    # Chunking no longer adds weight reads or overheads: the same FLOPs in any chunks.
+    assert pc.recompute_s(cost, 1000, chunk_tokens=128)[0] == pytest.approx(expected, rel=1e-12)
+    alone = pc.recompute_s(roofline("Llama-3-8B", "H200"), np.arange(1, 9000, 97))
+    assert np.all(pc.recompute_s(cost, np.arange(1, 9000, 97)) < alone)
+
+
+def test_catalogue_piggybacked_uses_the_marginal_roofline():
+    table = pc.crossover_table(models=["Llama-3-8B"], gpus=["H200"], block_sizes=[16], piggybacked=True)
+    c = pc.crossover("Llama-3-8B", "H200", 16, cost_model=pc.piggyback(roofline("Llama-3-8B", "H200")))
+    assert table["recompute_over_swap_max"].iloc[0] == pytest.approx(c.recompute_over_swap_max)
+    assert table["winner_below"].iloc[0] == c.winner_below
+
+
+@pytest.mark.notebook
+def test_notebook_03_quick_with_a_measurement(run_notebook, tmp_path):
+    """Notebook 03 on tables 'measured' from a known roofline and link: the notebook's catalogue,
+    crossover and fits must be what kvlab computes, and the fits must recover the known values."""
+    from kvlab import calibrate as cal
+    true = roofline("Llama-3-8B", "H200", compute_efficiency=0.5, bandwidth_efficiency=0.7, iteration_overhead_s=1e-3)
+    profile = pd.DataFrame({"phase": ["prefill"] * 5 + ["decode"] * 3, "tokens": [256, 1024, 2048, 4096, 8192, 1, 1, 1],
+                            "context": [0] * 5 + [1024, 4096, 4096], "batch": [1] * 5 + [1, 16, 64]})
+    profile["seconds"] = true.iteration_s(*cal.profile_work(profile))
+    profile["model"] = "Llama-3-8B"
+    size = 16 * 8 * 128 * 2                     # one layer's K (or V) page at block 16 (bytes)
+    copies = pd.DataFrame({"direction": ["d2h", "h2d"] * 2, "copy_bytes": [size, size, 1 << 28, 1 << 28],
+                           "num_copies": [512, 512, 1, 1]})
+    copies["seconds"] = copies["num_copies"] * (4e-6 + copies["copy_bytes"] / 40e9)
+    profile.to_csv(tmp_path / "profile.csv", index=False)
+    copies.to_csv(tmp_path / "copies.csv", index=False)
+
+    res = run_notebook("03_preemption_crossover", {
+        "quick": True, "measured_profile_path": str(tmp_path / "profile.csv"),
+        "measured_copies_path": str(tmp_path / "copies.csv")})
+
+    expected = pc.crossover("Llama-3-8B", "H200", 16, swap=pc.swap_model("Llama-3-8B", "H200"))
+    assert res["crossover_tokens"] == expected.crossover_tokens
+    assert res["winner_below"] == expected.winner_below
+    assert len(res["catalogue"]) == len(pc.crossover_table())
+    assert len(res["claims"]) == 4
+    fit = res["calibration"]
+    assert fit["compute_efficiency"] == pytest.approx(0.5, rel=1e-3)
+    assert fit["link_bytes_per_s"] == pytest.approx(40e9, rel=1e-6)
+    assert fit["copy_latency_s"] == pytest.approx(4e-6, rel=1e-6)
+    calibrated = pc.crossover("Llama-3-8B", "H200", 16, cost_model=true,
+                              swap=pc.swap_model("Llama-3-8B", "H200", link_bytes_per_s=40e9, copy_latency_s=4e-6))
+    assert fit["calibrated_crossover_tokens"] == calibrated.crossover_tokens
