@@ -228,3 +228,18 @@ def test_length_cap_and_finish_reasons():
     assert col(res, "outcome") == ["finished_stopped", "finished_length_capped"]
     assert col(res, "finish_reason") == ["stop", "length"]
     assert res.summary["num_length_capped"] == 1
+
+
+def test_summary_of_the_reserve_max_scenario_by_hand():
+    res = run([4, 4, 4], [3, 8, 2], "reserve_max", max_new_tokens=8, pool_pages=6)
+    s = res.summary
+    assert s["makespan_s"] == 8.0
+    assert s["tokens_per_s"] == pytest.approx(13 / 8) and s["requests_per_s"] == pytest.approx(3 / 8)
+    assert s["ttft_p50_s"] == 1.0 and s["e2e_p50_s"] == 5.0
+    # per-request mean gaps between tokens: (3-1)/2, (8-1)/7, (5-4)/1 seconds
+    assert s["tbt_p50_s"] == 1.0
+    # pages used per iteration (at schedule): 2 4 4 3 4 3 3 3 of 6; reserved 6 6 6 6 6 3 3 3
+    assert res.iterations["pages_used"].tolist() == [2, 4, 4, 3, 4, 3, 3, 3]
+    assert s["mean_kv_used_frac"] == pytest.approx(26 / 48)
+    assert s["reserved_unused_page_s"] == pytest.approx(4 + 2 + 2 + 3 + 2)
+    assert s["preemptions_per_request"] == 0 and s["num_iterations"] == 8

@@ -1,0 +1,73 @@
+"""Bad input to simulate() and the arrival generators: clear ValueErrors, never a hang."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kvlab.arrivals import arrival_times
+from kvlab.sim import simulate
+
+W = pd.DataFrame({"prompt_tokens": [10, 20], "output_tokens": [5, 7]})
+KW = dict(model="Llama-2-7B", gpu="A100-80GB-SXM", pool_pages=100)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"policy": "fifo"}, "policy 'fifo' is unknown: expected one of reserve_max"),
+    ({"preemption_mode": "evict"}, "preemption_mode 'evict' is unknown: expected one of recompute, swap, reject"),
+    ({"scheduler": "fast"}, "scheduler 'fast' is unknown"),
+    ({"engine": "gpu"}, "engine 'gpu' is unknown"),
+    ({"arrivals": "poisson", "qps": 0.0}, "qps must be a positive"),
+    ({"arrivals": "poisson", "qps": -2.0}, "qps must be a positive"),
+    ({"arrivals": "poisson"}, "qps must be given"),
+    ({"arrivals": "trace"}, "arrival_s column"),
+    ({"max_num_batched_tokens": 8}, r"at least one page \(block_size = 16"),
+    ({"max_new_tokens": 0}, "max_new_tokens must be a positive integer"),
+    ({"pool_pages": -1}, "pool_pages must be a positive integer"),
+    ({"watermark_frac": 2.0}, "watermark_frac"),
+])
+def test_bad_arguments(kwargs, match):
+    args = {**KW, **kwargs}
+    policy = args.pop("policy", "vllm")
+    with pytest.raises(ValueError, match=match):
+        simulate(W, policy, **args)
+
+
+@pytest.mark.parametrize("workload,match", [
+    (W.iloc[:0], "workload is empty"),
+    (W.drop(columns="output_tokens"), "lacks the column 'output_tokens'"),
+    (W.assign(output_tokens=[5, -1]), "output_tokens must hold positive integers; element 1"),
+    (W.assign(prompt_tokens=[1.5, 2]), "prompt_tokens must hold positive integers; element 0"),
+    (W.assign(arrival_s=[0.0, np.nan]), "arrival_s must hold finite times >= 0 s; row 1"),
+    ([1, 2], "must be a pandas DataFrame"),
+])
+def test_bad_workloads(workload, match):
+    with pytest.raises(ValueError, match=match):
+        simulate(workload, "vllm", **KW)
+
+
+def test_prompt_larger_than_the_pool_is_rejected_with_a_reason():
+    w = pd.DataFrame({"prompt_tokens": [10, 5000, 10], "output_tokens": [5, 5, 5]})
+    for policy in ("vllm", "reserve_max", "sglang", "tgi"):
+        res = simulate(w, policy, max_new_tokens=16, **KW)  # 100 pages x 16 = 1600 tokens
+        assert res.requests["abort_reason"].tolist() == ["", "exceeds_pool", ""]
+
+
+def test_arrival_generators():
+    assert arrival_times(4).tolist() == [0.0] * 4
+    t = arrival_times(20000, "poisson", qps=4.0, seed=3)
+    gaps = np.diff(t)
+    assert (gaps >= 0).all()
+    assert gaps.mean() == pytest.approx(0.25, rel=0.03)
+    assert gaps.std() / gaps.mean() == pytest.approx(1.0, rel=0.05)  # exponential: CV 1
+    g = np.diff(arrival_times(20000, "gamma", qps=4.0, cv=3.0, seed=3))
+    assert g.mean() == pytest.approx(0.25, rel=0.08) and g.std() / g.mean() == pytest.approx(3.0, rel=0.1)
+    with pytest.raises(ValueError, match="cv"):
+        arrival_times(3, "gamma", qps=1.0, cv=0.0)
+    with pytest.raises(ValueError, match="num_requests"):
+        arrival_times(0)
+
+
+def test_poisson_arrivals_through_simulate_are_seeded():
+    a = simulate(W, "vllm", arrivals="poisson", qps=2.0, seed=5, **KW).requests["arrival_s"]
+    assert a.tolist() == arrival_times(2, "poisson", qps=2.0, seed=5).tolist()
