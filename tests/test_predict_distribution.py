@@ -70,9 +70,10 @@ def test_mean_cvar_and_tie_agree_with_monte_carlo():
     assert np.all(np.abs(p.tail_inflated_expectation(beta, cap) - mc_tie) < 5 * (se_mean + beta * se_cvar))
 
 
-def test_cvar_equals_quantile_integral():
+@pytest.mark.parametrize("q", [0.5, 0.9, 0.99])
+def test_cvar_equals_quantile_integral(q):
     # second implementation: (1/(1-q)) int_q^1 ppf_C(u) du by the midpoint rule in u
-    p, cap, q = _pred(), 2048, 0.9
+    p, cap = _pred(), 2048
     u = q + (np.arange(200_000) + 0.5) * (1 - q) / 200_000
     z = stats.t.ppf(u, NU)
     ppf_k = np.maximum(np.ceil(np.exp(p.mu[:, None] + p.sigma[:, None] * z[None, :]) - 0.5), 1)
