@@ -292,10 +292,11 @@ def preemption_costs(model: str | ModelSpec, gpu: str | GPUSpec, seq_tokens: Any
 class Crossover:
     """Where recompute and swap cost the same, for one model, GPU, TP and block size.
 
-    ``crossover_tokens`` is the shortest length whose winner differs from the winner at one
-    token (``None`` when one method wins at every length up to ``max_seq_tokens``); the cheaper
-    method is ``winner_below`` under it and ``winner_above`` at ``max_seq_tokens``. Ties go to
-    recompute. ``num_crossings`` > 1 flags curves that cross back (page and chunk steps).
+    ``crossover_tokens`` is the length from which ``winner_above`` is the cheaper method at every
+    longer length up to ``max_seq_tokens``; ``winner_below`` wins just under it. ``None`` when
+    one method wins at every length. Partly filled pages make swap a staircase, so the winner
+    can change more than once (``num_crossings``), typically within the first page or two;
+    ``first_crossover_tokens`` is the first change. Ties go to recompute.
     ``recompute_over_swap_min``/``_max`` bound the cost ratio over 1..``max_seq_tokens``.
     ``curves`` holds both costs on a log-spaced grid (from :func:`preemption_costs`).
     """
@@ -308,6 +309,7 @@ class Crossover:
     copy_mode: str
     max_seq_tokens: int
     crossover_tokens: int | None
+    first_crossover_tokens: int | None
     winner_below: str
     winner_above: str
     num_crossings: int
@@ -322,8 +324,10 @@ class Crossover:
             return (f"{head}: {self.winner_below} wins at every length up to {self.max_seq_tokens} tokens "
                     f"(recompute/swap between {self.recompute_over_swap_min:.3g} and "
                     f"{self.recompute_over_swap_max:.3g})")
-        return (f"{head}: {self.winner_below} wins below {self.crossover_tokens} tokens, "
-                f"{self.winner_above} at {self.max_seq_tokens}")
+        more = f" ({self.num_crossings} changes of winner, the first at {self.first_crossover_tokens})" \
+            if self.num_crossings > 1 else ""
+        return (f"{head}: {self.winner_below} wins just below {self.crossover_tokens} tokens, "
+                f"{self.winner_above} from there to {self.max_seq_tokens}{more}")
 
 
 def _winner(diff: np.ndarray) -> np.ndarray:
@@ -331,12 +335,12 @@ def _winner(diff: np.ndarray) -> np.ndarray:
 
 
 def crossing_tokens(seq_tokens: Any, recompute_s: Any, swap_s: Any) -> tuple[float | None, int]:
-    """Where the cheaper method first changes, from two cost curves sampled on a grid (tokens).
+    """Where the cheaper method last changes, from two cost curves sampled on a grid (tokens).
 
     For measured curves, which come on sparse grids: the cost difference is interpolated
-    linearly in length between the two grid points that bracket the first change of winner
-    (ties go to recompute). Returns that length (``None`` when the winner never changes) and
-    how many times the winner changes on the grid.
+    linearly in length between the two grid points that bracket the last change of winner (as
+    :class:`Crossover` defines it; ties go to recompute). Returns that length (``None`` when the
+    winner never changes) and how many times the winner changes on the grid.
     """
     seq = v.positive_int_array(seq_tokens, "seq_tokens")
     rec, swp = np.asarray(recompute_s, dtype=np.float64), np.asarray(swap_s, dtype=np.float64)
@@ -350,7 +354,7 @@ def crossing_tokens(seq_tokens: Any, recompute_s: Any, swap_s: Any) -> tuple[flo
     changes = np.flatnonzero(swap_wins[1:] != swap_wins[:-1])
     if changes.size == 0:
         return None, 0
-    i = int(changes[0])
+    i = int(changes[-1])
     s0, s1 = float(seq[i]), float(seq[i + 1])
     return s0 + (s1 - s0) * diff[i] / (diff[i] - diff[i + 1]), int(changes.size)
 
@@ -361,8 +365,10 @@ def _dense_crossover(seq: np.ndarray, rec: np.ndarray, swp: np.ndarray) -> dict[
     changes = np.flatnonzero(swap_wins[1:] != swap_wins[:-1])
     ratio = rec / swp
     return {
-        "crossover_tokens": int(seq[changes[0] + 1]) if changes.size else None,
-        "winner_below": str(_winner(diff[:1])[0]), "winner_above": str(_winner(diff[-1:])[0]),
+        "crossover_tokens": int(seq[changes[-1] + 1]) if changes.size else None,
+        "first_crossover_tokens": int(seq[changes[0] + 1]) if changes.size else None,
+        "winner_below": str(_winner(diff[changes[-1]:changes[-1] + 1] if changes.size else diff[:1])[0]),
+        "winner_above": str(_winner(diff[-1:])[0]),
         "num_crossings": int(changes.size),
         "recompute_over_swap_min": float(ratio.min()), "recompute_over_swap_max": float(ratio.max()),
     }
@@ -457,7 +463,8 @@ def crossover_table(models: Sequence[str] | None = None, gpus: Sequence[str] | N
     Returns
     -------
     DataFrame, one row per (model, GPU, block size): ``model``, ``gpu``, ``host_link``, ``tp``,
-    ``block_size``, ``max_seq_tokens``, ``crossover_tokens`` (NaN when none), ``winner_below``,
+    ``block_size``, ``max_seq_tokens``, ``crossover_tokens`` and ``first_crossover_tokens`` (NA
+    when none; see :class:`Crossover`), ``winner_below``,
     ``winner_above``, ``num_crossings``, ``recompute_over_swap_min``/``_max``,
     ``recompute_over_swap_at_ref``, ``reference_tokens``, ``attention_dominance_tokens``,
     ``brief_claim``.
@@ -493,7 +500,7 @@ def crossover_table(models: Sequence[str] | None = None, gpus: Sequence[str] | N
                 rows[-1]["brief_claim"] = _brief_verdict(rows[-1], reference_tokens)
     table = pd.DataFrame(rows)
     if not table.empty:
-        table["crossover_tokens"] = table["crossover_tokens"].astype("Float64")
+        table = table.astype({"crossover_tokens": "Int64", "first_crossover_tokens": "Int64"})
     return table
 
 
@@ -505,7 +512,7 @@ def _brief_verdict(row: dict[str, Any], reference_tokens: int) -> str:
                f"{row['recompute_over_swap_min']:.2g}-{row['recompute_over_swap_max']:.2g})"
     if row["winner_below"] == "recompute" and reference_tokens / 2 <= at <= 2 * reference_tokens:
         return f"holds (crossover at {at:,} tokens)"
-    return f"differs: {row['winner_below']} wins below {at:,} tokens, {row['winner_above']} above"
+    return f"differs: {row['winner_below']} wins just below {at:,} tokens, {row['winner_above']} above"
 
 
 def preemption_claims(model: str | ModelSpec, gpu: str | GPUSpec, *, catalogue: pd.DataFrame,

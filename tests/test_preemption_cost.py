@@ -106,13 +106,16 @@ def test_crossover_is_where_the_curves_meet(block_size, copy_mode):
     assert c.recompute_over_swap_min == pytest.approx(ratio.min())
     assert c.recompute_over_swap_max == pytest.approx(ratio.max())
     assert c.winner_below == full["winner"].iloc[0] and c.winner_above == full["winner"].iloc[-1]
+    changes = np.flatnonzero(full["winner"].to_numpy()[1:] != full["winner"].to_numpy()[:-1])
+    assert c.num_crossings == changes.size
     if c.crossover_tokens is None:
         assert (full["winner"] == c.winner_below).all()
     else:
         at = pc.preemption_costs("Llama-3-8B", "H200", [c.crossover_tokens - 1, c.crossover_tokens],
                                  block_size=block_size, swap=swap)
-        assert at["winner"][0] == c.winner_below and at["winner"][1] != c.winner_below
-        assert (full["winner"][: c.crossover_tokens - 1] == c.winner_below).all()
+        assert at["winner"][0] == c.winner_below and at["winner"][1] == c.winner_above != c.winner_below
+        assert (full["winner"][c.crossover_tokens - 1:] == c.winner_above).all()
+        assert c.first_crossover_tokens == changes[0] + 2      # row i holds length i + 1
 
 
 def test_crossover_by_hand_with_a_linear_swap():
@@ -136,6 +139,9 @@ def test_crossing_tokens_interpolates_sparse_curves():
     at, n = pc.crossing_tokens(seq, rec, swap)
     assert n == 1 and at == pytest.approx(200 + 200 * 0.5 / 1.5)
     assert pc.crossing_tokens(seq, rec, [2.0, 3.0, 4.0]) == (None, 0)
+    # Two changes (swap, recompute, swap): the last one, between 200 and 400, is reported.
+    at, n = pc.crossing_tokens(seq, rec, [0.5, 2.5, 2.0])
+    assert n == 2 and at == pytest.approx(200 + 200 * 0.5 / 1.5)
 
 
 def test_attention_dominance_closed_form():
