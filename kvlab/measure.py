@@ -46,13 +46,21 @@ def _cupy() -> ModuleType:
 
 
 def pick_dtype(cp: ModuleType) -> tuple[Any, str]:
-    """BF16 when this CuPy can multiply BF16 matrices (through ``ml_dtypes``), else FP16."""
+    """BF16 when this CuPy runs the measured operations in BF16 (through ``ml_dtypes``), else FP16.
+
+    The check runs :func:`causal_attention` (matmul, exp, max, where, division) on small inputs
+    and compares it with FP32, since a CuPy that stores BF16 may still lack some kernels.
+    """
+    rng = np.random.default_rng(0)
+    q, k, v_ = (cp.asarray(rng.standard_normal(shape, dtype=np.float32))
+                for shape in ((1, 2, 32, 16), (1, 32, 16), (1, 32, 16)))
+    want = causal_attention(q, k, v_, tile_tokens=8)
     try:
         import ml_dtypes  # noqa: PLC0415  (optional: CuPy's BF16 arrays use its dtype)
-        a = cp.ones((64, 64), dtype=ml_dtypes.bfloat16)
-        ok = float((a @ a).astype(cp.float32)[0, 0].get()) == 64.0
-        if ok:
-            return ml_dtypes.bfloat16, "bfloat16"
+        bf16 = ml_dtypes.bfloat16
+        got = causal_attention(q.astype(bf16), k.astype(bf16), v_.astype(bf16), tile_tokens=8).astype(cp.float32)
+        if float(cp.abs(got - want).max()) < 0.1:
+            return bf16, "bfloat16"
     except Exception:  # noqa: BLE001  (any failure means: no usable BF16 in this CuPy)
         pass
     return cp.float16, "float16"
@@ -74,7 +82,7 @@ def _time_s(cp: ModuleType, fn: Callable[[], Any], repeats: int, stream: Any) ->
     return float(np.median(times))
 
 
-def copy_sizes(model: str | ModelSpec, block_size: int, copy_mode: str, *, tp: int = 1,
+def page_copy_bytes(model: str | ModelSpec, block_size: int, copy_mode: str, *, tp: int = 1,
                dtype_bytes: int = 2) -> int:
     """Bytes of one copy of one page for ``copy_mode`` (``per_layer_page`` or ``per_page``)."""
     m = _model(model)
@@ -104,7 +112,7 @@ def measure_copies(model: str | ModelSpec, *, block_sizes: Sequence[int] = (8, 1
     sizes = v.positive_int_array(block_sizes, "block_sizes")
     num_copies = v.positive_int(num_copies, "num_copies")
     repeats = v.positive_int(repeats, "repeats")
-    plan = [(mode, int(bs), copy_sizes(m, int(bs), mode, tp=tp, dtype_bytes=dtype_bytes))
+    plan = [(mode, int(bs), page_copy_bytes(m, int(bs), mode, tp=tp, dtype_bytes=dtype_bytes))
             for bs in sizes for mode in ("per_layer_page", "per_page")]
     plan += [("batched", 0, int(b)) for b in v.positive_int_array(batched_bytes, "batched_bytes")]
     host = cp.cuda.alloc_pinned_memory(COPY_BUFFER_BYTES)
@@ -194,7 +202,7 @@ def _layer(cp: ModuleType, w: dict[str, Any], x: Any, sh: _Shapes, kv: tuple[Any
     n = x.shape[0]
     d, hk, g = sh.head_dim, sh.kv_heads, sh.q_heads // sh.kv_heads
     qkv = x @ w["qkv"]
-    q = qkv[:, : sh.q_heads * d] * (1.0 / np.sqrt(d))
+    q = qkv[:, : sh.q_heads * d] * float(1.0 / np.sqrt(d))   # a Python float keeps the dtype
     if kv is None:          # prefill: n tokens of one sequence
         q = q.reshape(n, hk, g, d).transpose(1, 2, 0, 3)
         k = cp.ascontiguousarray(qkv[:, sh.q_heads * d:(sh.q_heads + hk) * d].reshape(n, hk, d).transpose(1, 0, 2))
@@ -313,10 +321,10 @@ def measured_crossover(profile: pd.DataFrame, copies: pd.DataFrame, model: str |
     pages = pages_for(seq, block_size)
     if copy_mode == "batched":
         link = fit_host_link(cop)
-        nbytes = pages * block_size * copy_sizes(m, 1, "per_page", tp=tp)
+        nbytes = pages * block_size * page_copy_bytes(m, 1, "per_page", tp=tp)
         swap_s = 2.0 * (link.copy_latency_s + nbytes / link.link_bytes_per_s)
     else:
-        size = copy_sizes(m, block_size, copy_mode, tp=tp)
+        size = page_copy_bytes(m, block_size, copy_mode, tp=tp)
         rows = cop[cop["copy_bytes"] == size]
         per_copy = (rows["seconds"] / rows["num_copies"]).groupby(rows["direction"]).median()
         if set(per_copy.index) != {"d2h", "h2d"}:

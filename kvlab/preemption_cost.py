@@ -518,6 +518,7 @@ def _brief_verdict(row: dict[str, Any], reference_tokens: int) -> str:
 def preemption_claims(model: str | ModelSpec, gpu: str | GPUSpec, *, catalogue: pd.DataFrame,
                       tp: int | None = None, chunk_tokens: int | None = None,
                       swap: SwapModel | None = None, cost_model: CostModel | None = None, min_seq_tokens: int = 64,
+                      block_sizes: Sequence[int] = (8, 16, 32, 64, 128),
                       comparable_factor: float = 2.0) -> pd.DataFrame:
     """The brief's and the vLLM paper's recompute-vs-swap claims, checked by kvlab.
 
@@ -536,6 +537,9 @@ def preemption_claims(model: str | ModelSpec, gpu: str | GPUSpec, *, catalogue: 
     min_seq_tokens : int
         Shortest length over which ratios are taken (tokens): the paper's preempted sequences
         are hundreds of tokens long, not single tokens.
+    block_sizes : sequence of int
+        Block sizes of the "never more than 20%" claim (tokens per page); the "comparable" claim
+        takes those from 16 to 64.
     comparable_factor : float
         "Comparable" means recompute/swap within this factor either way.
 
@@ -555,9 +559,13 @@ def preemption_claims(model: str | ModelSpec, gpu: str | GPUSpec, *, catalogue: 
     m, g, cost, swap = _models_for(m, g, tp, cost_model, swap)
     seq = np.arange(min_seq_tokens, m.max_context_tokens + 1, dtype=np.int64)
     rec = _recompute_s(cost, seq, chunk_tokens)
-    ratio = {bs: rec / swap._swap_s(seq, bs) for bs in (8, 16, 32, 64, 128)}
+    sizes = v.positive_int_array(block_sizes, "block_sizes").tolist()
+    mid_sizes = [bs for bs in sizes if 16 <= bs <= 64]
+    if not mid_sizes:
+        raise ValueError(f"block_sizes {sizes} hold none from 16 to 64, which the vLLM claim is about")
+    ratio = {bs: rec / swap._swap_s(seq, bs) for bs in sizes}
     worst = max(float(r.max()) for r in ratio.values())
-    mid = np.concatenate([ratio[bs] for bs in (16, 32, 64)])
+    mid = np.concatenate([ratio[bs] for bs in mid_sizes])
     lo, hi = float(mid.min()), float(mid.max())
     comparable = lo >= 1 / comparable_factor and hi <= comparable_factor
     n_hold = int(catalogue["brief_claim"].str.startswith("holds").sum()) if len(catalogue) else 0
@@ -577,12 +585,13 @@ def preemption_claims(model: str | ModelSpec, gpu: str | GPUSpec, *, catalogue: 
             verdict="holds" if len(catalogue) and n_hold == len(catalogue)
             else f"differs: holds in {n_hold} of {len(catalogue)} (model, GPU, block size) rows"),
         _claims.at_most(
-            f"Recompute overhead is never more than 20% of swap's latency ({where}, block sizes 8-128, "
+            f"Recompute overhead is never more than 20% of swap's latency ({where}, block sizes "
+            f"{min(sizes)}-{max(sizes)}, "
             f"lengths {min_seq_tokens}-{m.max_context_tokens})",
             "vLLM paper (Kwon et al., SOSP'23), section 7.3, Fig. 19", 1.2, worst,
             note="max recompute/swap"),
         _claims.Claim(
-            claim=f"For block sizes 16-64 recompute and swap are comparable ({where})",
+            claim=f"For block sizes 16-64 recompute and swap are comparable ({where}, block sizes {mid_sizes})",
             source="vLLM paper (Kwon et al., SOSP'23), section 7.3, Fig. 19",
             claimed=f"recompute/swap within {comparable_factor:g}x either way",
             kvlab_value=f"recompute/swap {lo:.3g} to {hi:.3g}",

@@ -56,16 +56,16 @@ def test_layer_shapes_on_numpy(gated):
 
 def test_copy_sizes_by_hand():
     # Llama-3-8B: 8 KV heads x 128 dims x 2 bytes x 16 tokens per layer page; 32 layers, K and V.
-    assert measure.copy_sizes("Llama-3-8B", 16, "per_layer_page") == 16 * 8 * 128 * 2
-    assert measure.copy_sizes("Llama-3-8B", 16, "per_page") == 16 * 8 * 128 * 2 * 64
-    assert measure.copy_sizes("Llama-3-8B", 16, "per_layer_page", tp=2) == 16 * 4 * 128 * 2
+    assert measure.page_copy_bytes("Llama-3-8B", 16, "per_layer_page") == 16 * 8 * 128 * 2
+    assert measure.page_copy_bytes("Llama-3-8B", 16, "per_page") == 16 * 8 * 128 * 2 * 64
+    assert measure.page_copy_bytes("Llama-3-8B", 16, "per_layer_page", tp=2) == 16 * 4 * 128 * 2
 
 
 def _tables():
     seq = np.array([256, 1024, 4096, 8192])
     profile = pd.DataFrame({"phase": "prefill", "tokens": seq, "context": 0, "batch": 1,
                             "seconds": 0.005 + 1e-5 * seq})
-    size = measure.copy_sizes("Llama-3-8B", 16, "per_layer_page")
+    size = measure.page_copy_bytes("Llama-3-8B", 16, "per_layer_page")
     copies = pd.DataFrame({"direction": ["d2h", "h2d", "d2h", "h2d"], "copy_mode": ["per_layer_page"] * 2 + ["batched"] * 2,
                            "block_size": [16, 16, 0, 0], "copy_bytes": [size, size, 1 << 28, 1 << 28],
                            "num_copies": [100, 100, 1, 1], "seconds": [100 * 3e-6, 100 * 2e-6, 0.006, 0.0055]})
