@@ -279,9 +279,12 @@ def load(path: str | Path, format: str = "auto", *, columns: Mapping[str, str] |
     raw, dropped, style = _read_table(path, on_bad)
     if raw.empty:
         raise ValueError(f"trace file {path} has no data rows")
-    fmt = _detect(raw.columns, path) if format == "auto" and columns is None else format
-    if format == "auto" and columns is not None:
-        fmt = "generic"
+    if columns is not None and format not in ("auto", "generic"):
+        raise ValueError(f"columns= applies to format 'generic' only, not {format!r}")
+    if format != "auto":
+        fmt = format
+    else:
+        fmt = "generic" if columns is not None else _detect(raw.columns, path)
     common = dict(style=style, on_bad=on_bad, max_new_tokens=max_new_tokens, dropped=dropped)
     if model is not None and fmt != "burstgpt":
         raise ValueError(f"model= filters BurstGPT traces only; {path} is format {fmt!r}")

@@ -144,3 +144,16 @@ def test_fit_bad_input(x, censored, match):
 def test_fit_unknown_family():
     with pytest.raises(ValueError, match="log-t"):
         fit(np.arange(1, 50), families=["pareto"])
+
+
+def test_ks_statistic_hand_worked():
+    from kvlab.lengths.fit import ks_statistic
+    # Exponential with scale 2: F(k + 0.5) = 1 - exp(-(k + 0.5) / 2).
+    f = FittedLength(family="exponential", params={"scale_tokens": 2.0}, loglik=0.0, n=4, n_censored=0)
+    x = np.array([1, 1, 2, 5])
+    ecdf = {1: 0.5, 2: 0.75, 5: 1.0}
+    want = max(abs(e - (1 - np.exp(-(k + 0.5) / 2))) for k, e in ecdf.items())
+    assert ks_statistic(f, x, np.zeros(4, bool)) == pytest.approx(want)
+    # Censoring at 5: only values below 5 are compared.
+    want_c = max(abs(e - (1 - np.exp(-(k + 0.5) / 2))) for k, e in ecdf.items() if k < 5)
+    assert ks_statistic(f, x, x >= 5) == pytest.approx(want_c)

@@ -252,3 +252,22 @@ def test_all_rows_bad_with_drop(tmp_path):
     p = _write(tmp_path, "s.csv", "num_prefill_tokens,num_decode_tokens\n0,1\n2,-1\n")
     with pytest.raises(ValueError, match="no valid rows"):
         traces.load(p, on_bad="drop")
+
+
+def test_columns_only_with_generic(tmp_path):
+    with pytest.raises(ValueError, match="columns= applies"):
+        traces.load(_write(tmp_path, "a.csv", AZURE), format="azure", columns={"prompt_tokens": "x"})
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=25)
+@given(st.lists(st.tuples(st.integers(1, 10**6), st.integers(1, 10**5)), min_size=1, max_size=40))
+def test_simulator_table_round_trip(tmp_path_factory, rows):
+    p = tmp_path_factory.mktemp("rt") / "t.csv"
+    pd.DataFrame(rows, columns=["num_prefill_tokens", "num_decode_tokens"]).to_csv(p, index=False)
+    df = traces.load(p, max_new_tokens=10**5)
+    assert df.prompt_tokens.tolist() == [r[0] for r in rows]
+    assert df.output_tokens.tolist() == [r[1] for r in rows]
+    assert df.censored.tolist() == [r[1] == 10**5 for r in rows]
