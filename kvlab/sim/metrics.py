@@ -48,6 +48,8 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, num_pages: in
     * ``tokens_per_s``, ``requests_per_s``: generated tokens and completed (not aborted)
       requests over the makespan (first arrival to end of the last iteration);
     * ``{ttft,tbt,e2e}_p{50,90,99}_s``: over completed requests (TBT: each request's mean gap);
+    * ``normalized_latency_s_per_token``: mean over completed requests of end-to-end latency /
+      generated tokens (the vLLM paper's serving metric);
     * ``preemptions_per_request``, ``preempted_request_frac``;
     * ``mean_kv_used_frac``, ``mean_kv_reserved_frac``: time-weighted shares of the pool held
       / promised; ``reserved_unused_page_s``: promised-but-empty pages x seconds;
@@ -75,6 +77,8 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, num_pages: in
         vals = done[col].dropna().to_numpy()
         for q in PERCENTILES:
             out[f"{name}_p{q}_s"] = float(np.percentile(vals, q)) if vals.size else float("nan")
+    out["normalized_latency_s_per_token"] = (float((done["e2e_s"] / done["generated_tokens"]).mean())
+                                             if len(done) else float("nan"))
     out.update({
         "preemptions_per_request": float(requests["num_preemptions"].mean()),
         "preempted_request_frac": float((requests["num_preemptions"] > 0).mean()),
