@@ -1,0 +1,23 @@
+import pytest
+
+
+@pytest.mark.notebook
+def test_notebook_01_quick(run_notebook):
+    r = run_notebook("01_reservation_tables", {"quick": True, "max_new_tokens": [128, 512, 2048]})
+    table = r["reservation_table"]
+    assert [row["pages_per_request"] for row in table] == [8, 32, 128]
+    assert [row["max_concurrent_requests"] for row in table] == [125, 31, 7]
+    # Prompt of 512 tokens: ceil((512 + m) / 16) pages.
+    assert [row["pages_per_request"] for row in r["reservation_table_with_prompt"]] == [40, 64, 160]
+    assert r["pool_pages_real"] > 10_000
+    assert len(r["claims"]) == 5 and all(c["verdict"] for c in r["claims"])
+    # Waste rows: three caps, decode-only and with prompt pages; used fraction is a fraction.
+    assert len(r["waste"]) == 6
+    assert all(0 < w["kv_used_frac"] <= 1 for w in r["waste"])
+
+
+@pytest.mark.notebook
+def test_notebook_01_other_block_size(run_notebook):
+    r = run_notebook("01_reservation_tables", {"quick": True, "block_size": 32, "pool_pages": 500})
+    assert [row["pages_per_request"] for row in r["reservation_table"]] == [4, 16, 64]
+    assert [row["max_concurrent_requests"] for row in r["reservation_table"]] == [125, 31, 7]
