@@ -188,7 +188,7 @@ class LinkFit:
     table: pd.DataFrame
 
     def swap_model(self, model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1,
-                   copy_mode: str = "per_layer_page") -> SwapModel:
+                   copy_mode: str = "per_page") -> SwapModel:
         """:func:`kvlab.preemption_cost.swap_model` with this fit's latency and bandwidth."""
         v.choice(copy_mode, "copy_mode", COPY_MODES)
         return swap_model(model, gpu, tp=tp, copy_mode=copy_mode, link_bytes_per_s=self.link_bytes_per_s,

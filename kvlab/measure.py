@@ -300,7 +300,7 @@ class MeasuredCrossover:
 
 
 def measured_crossover(profile: pd.DataFrame, copies: pd.DataFrame, model: str | ModelSpec, *,
-                       block_size: int = 16, copy_mode: str = "per_layer_page", tp: int = 1) -> MeasuredCrossover:
+                       block_size: int = 16, copy_mode: str = "per_page", tp: int = 1) -> MeasuredCrossover:
     """Recompute and swap cost of one preemption from measured tables.
 
     Recompute at ``s`` is the measured prefill of ``s`` tokens (profile rows with ``phase``

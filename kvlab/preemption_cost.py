@@ -113,15 +113,16 @@ def _seq_and_block(seq_tokens: Any, block_size: Any) -> tuple[np.ndarray, int]:
 
 
 def swap_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, dtype_bytes: int = 2,
-               copy_mode: str = "per_layer_page", link_bytes_per_s: float | None = None,
+               copy_mode: str = "per_page", link_bytes_per_s: float | None = None,
                copy_latency_s: float = DEFAULT_COPY_LATENCY_S) -> SwapModel:
     """The :class:`SwapModel` of ``model`` on ``gpu`` under tensor parallelism ``tp``.
 
     Parameters
     ----------
-    copy_mode : {"per_layer_page", "per_page", "batched"}
-        ``per_layer_page``: one copy per page per layer for K and for V (vLLM v0's layout),
-        ``per_page``: one copy per page, ``batched``: one transfer per direction.
+    copy_mode : {"per_page", "per_layer_page", "batched"}
+        ``per_page``: one copy per page (a page-contiguous layout; what ``kvlab.sim`` charges),
+        ``per_layer_page``: one copy per page per layer for K and for V (vLLM v0's layout, the
+        system of the vLLM paper's Fig. 19), ``batched``: one transfer per direction.
     link_bytes_per_s : float or None
         Host-link bandwidth per direction (bytes/s); ``None`` takes the GPU spec's nominal
         figure (e.g. PCIe Gen5 x16, 63e9), which pinned copies reach only in part.
@@ -436,7 +437,7 @@ def smallest_tp(model: str | ModelSpec, gpu: str | GPUSpec, *, block_size: int =
 def crossover_table(models: Sequence[str] | None = None, gpus: Sequence[str] | None = None,
                     block_sizes: Sequence[int] = (8, 16, 32, 64, 128), *, chunk_tokens: int | None = None,
                     piggybacked: bool = False,
-                    copy_mode: str = "per_layer_page", link_bytes_per_s: float | None = None,
+                    copy_mode: str = "per_page", link_bytes_per_s: float | None = None,
                     copy_latency_s: float = DEFAULT_COPY_LATENCY_S,
                     reference_tokens: int = 4000) -> pd.DataFrame:
     """:func:`crossover` over the spec catalogue: models x GPUs x block sizes.
@@ -533,7 +534,8 @@ def preemption_claims(model: str | ModelSpec, gpu: str | GPUSpec, *, catalogue: 
     chunk_tokens : int or None
         Prefill chunk size of the recompute (tokens).
     swap, cost_model : SwapModel, CostModel or None
-        Overrides (other link or copy mode, calibrated roofline), as in :func:`preemption_costs`.
+        Overrides (other link, calibrated roofline), as in :func:`preemption_costs`. The vLLM
+        paper's claims are checked with vLLM's copy layout (``per_layer_page``) over this link.
     min_seq_tokens : int
         Shortest length over which ratios are taken (tokens): the paper's preempted sequences
         are hundreds of tokens long, not single tokens.
@@ -557,13 +559,16 @@ def preemption_claims(model: str | ModelSpec, gpu: str | GPUSpec, *, catalogue: 
         raise ValueError(f"min_seq_tokens {min_seq_tokens} must be below the {m.max_context_tokens}-token "
                          f"context of {m.name}")
     m, g, cost, swap = _models_for(m, g, tp, cost_model, swap)
+    # The paper measured vLLM's own layout: one copy per page per layer for K and for V.
+    vllm_swap = swap_model(m, g, tp=tp, copy_mode="per_layer_page", link_bytes_per_s=swap.link_bytes_per_s,
+                           copy_latency_s=swap.copy_latency_s)
     seq = np.arange(min_seq_tokens, m.max_context_tokens + 1, dtype=np.int64)
     rec = _recompute_s(cost, seq, chunk_tokens)
     sizes = v.positive_int_array(block_sizes, "block_sizes").tolist()
     mid_sizes = [bs for bs in sizes if 16 <= bs <= 64]
     if not mid_sizes:
         raise ValueError(f"block_sizes {sizes} hold none from 16 to 64, which the vLLM claim is about")
-    ratio = {bs: rec / swap._swap_s(seq, bs) for bs in sizes}
+    ratio = {bs: rec / vllm_swap._swap_s(seq, bs) for bs in sizes}
     worst = max(float(r.max()) for r in ratio.values())
     mid = np.concatenate([ratio[bs] for bs in mid_sizes])
     lo, hi = float(mid.min()), float(mid.max())
@@ -574,14 +579,15 @@ def preemption_claims(model: str | ModelSpec, gpu: str | GPUSpec, *, catalogue: 
     s_att = attention_dominance_tokens(cost)
     linear, attention = recompute_flops(cost, [m.max_context_tokens])
     att_share = float(attention[0] / (linear[0] + attention[0]))
-    where = f"{m.name} on {g.name}, tp={tp}, copy_mode={swap.copy_mode}"
+    where = f"{m.name} on {g.name}, tp={tp}, vLLM's per-layer page copies"
     rows = [
         _claims.Claim(
             claim="Below ~4,000 tokens recompute is faster, above it swap",
             source="brief section 4 (no primary source)",
             claimed="crossover ~4,000 tokens, recompute below",
             kvlab_value=(f"{n_hold} of {len(catalogue)} catalogue rows; "
-                         + (f"{where}, block 16: {this_row['brief_claim'].iloc[0]}" if len(this_row) else "")),
+                         + (f"{m.name} on {g.name}, block 16: {this_row['brief_claim'].iloc[0]}"
+                            if len(this_row) else "")),
             verdict="holds" if len(catalogue) and n_hold == len(catalogue)
             else f"differs: holds in {n_hold} of {len(catalogue)} (model, GPU, block size) rows"),
         _claims.at_most(

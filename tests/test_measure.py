@@ -74,7 +74,7 @@ def _tables():
 
 def test_measured_crossover_by_hand():
     seq, profile, copies = _tables()
-    got = measure.measured_crossover(profile, copies, "Llama-3-8B", block_size=16)
+    got = measure.measured_crossover(profile, copies, "Llama-3-8B", block_size=16, copy_mode="per_layer_page")
     swap = np.ceil(seq / 16) * 64 * (3e-6 + 2e-6)          # pages x 2 x 32 layers x (d2h + h2d)
     np.testing.assert_allclose(got.curves["swap_s"], swap)
     np.testing.assert_allclose(got.curves["recompute_s"], 0.005 + 1e-5 * seq)
@@ -96,7 +96,7 @@ def test_measured_crossover_batched_uses_the_link_fit():
 def test_measured_crossover_bad_tables():
     seq, profile, copies = _tables()
     with pytest.raises(ValueError, match="no d2h and h2d rows"):
-        measure.measured_crossover(profile, copies, "Llama-3-8B", block_size=32)
+        measure.measured_crossover(profile, copies, "Llama-3-8B", block_size=32, copy_mode="per_layer_page")
     with pytest.raises(ValueError, match="two or more lengths"):
         measure.measured_crossover(profile.iloc[:1], copies, "Llama-3-8B")
     with pytest.raises(ValueError, match="lacks column"):

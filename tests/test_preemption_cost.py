@@ -47,7 +47,7 @@ def test_swap_by_hand_each_copy_mode():
     s, bs, lat = 1000, 16, 5e-6
     pages = 63                                        # ceil(1000 / 16)
     page_bytes = bs * KV_BYTES_PER_TOKEN
-    per_layer = pc.swap_model("Llama-3-8B", "H200", copy_latency_s=lat)
+    per_layer = pc.swap_model("Llama-3-8B", "H200", copy_latency_s=lat, copy_mode="per_layer_page")
     per_page = pc.swap_model("Llama-3-8B", "H200", copy_latency_s=lat, copy_mode="per_page")
     batched = pc.swap_model("Llama-3-8B", "H200", copy_latency_s=lat, copy_mode="batched")
     moved = pages * page_bytes / LINK
@@ -233,7 +233,7 @@ def test_notebook_03_quick_with_a_measurement(run_notebook, tmp_path):
                             "context": [0] * 5 + [1024, 4096, 4096], "batch": [1] * 5 + [1, 16, 64]})
     profile["seconds"] = true.iteration_s(*cal.profile_work(profile))
     profile["model"] = "Llama-3-8B"
-    size = 16 * 8 * 128 * 2                     # one layer's K (or V) page at block 16 (bytes)
+    size = 16 * 131072                          # one page of all layers at block 16 (bytes)
     copies = pd.DataFrame({"direction": ["d2h", "h2d"] * 2, "copy_bytes": [size, size, 1 << 28, 1 << 28],
                            "num_copies": [512, 512, 1, 1]})
     copies["seconds"] = copies["num_copies"] * (4e-6 + copies["copy_bytes"] / 40e9)
