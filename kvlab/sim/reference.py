@@ -50,7 +50,6 @@ import numpy as np
 from ..costmodel import CostModel, prefill_attention_pairs
 from ..paged import BlockPool
 from ..policies import Policy
-from ..reservation import pages_for
 from .config import PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind, SwapConfig
 from .request import Request, RequestStatus
 
@@ -184,7 +183,7 @@ class ReferenceEngine:
 
     def _preempt_until_fits(self, req: Request, chunk: int, step: _Step) -> bool:
         """Make room for ``req``'s chunk; False when ``req`` itself was preempted or aborted."""
-        need = int(pages_for(req.computed_tokens + chunk, self.block_size))
+        need = self._pages(req.computed_tokens + chunk)
         beyond = need - max(self.pool.reserved_pages(req.index), self.pool.used_pages(req.index))
         if beyond <= 0:
             return True
@@ -204,17 +203,21 @@ class ReferenceEngine:
         return True
 
     # ------------------------------------------------------------------ state changes
+    def _pages(self, tokens: int) -> int:
+        """``kvlab.reservation.pages_for`` on one Python int, without NumPy's per-call overhead."""
+        return -(-tokens // self.block_size)
+
     def _next_seq(self) -> int:
         self.admit_count += 1
         return self.admit_count
 
     def _reserve(self, req: Request) -> None:
-        pages = int(pages_for(self.policy.reservation_tokens(req), self.block_size))
+        pages = self._pages(self.policy.reservation_tokens(req))
         self.pool.reserve(req.index, pages)
         req.max_reserved_pages = max(req.max_reserved_pages, pages)
 
     def _allocate(self, req: Request, chunk: int, step: _Step) -> None:
-        extra = int(pages_for(req.computed_tokens + chunk, self.block_size)) - self.pool.used_pages(req.index)
+        extra = self._pages(req.computed_tokens + chunk) - self.pool.used_pages(req.index)
         if extra > 0:
             self.pool.allocate([req.index], [extra])
         used = self.pool.used_pages(req.index)
@@ -230,7 +233,7 @@ class ReferenceEngine:
         if mode == PreemptionMode.REJECT:
             self._abort(victim, "preempted_rejected", step, preempted=True)
             return
-        kv_pages = int(pages_for(victim.computed_tokens, self.block_size))
+        kv_pages = self._pages(victim.computed_tokens)
         self.pool.release(victim.index)
         if mode == PreemptionMode.SWAP and kv_pages <= self.swap_cfg.cpu_pool_pages - self.cpu_pages_used:
             self.cpu_pages_used += kv_pages
