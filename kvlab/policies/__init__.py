@@ -4,6 +4,7 @@
 """
 from . import orca, predicted, sglang, tensorrt_llm, tgi, vllm  # noqa: F401  (registers them)
 from .base import Policy, PolicyName, RequestView, create_policy, policy_names, register
-from .predicted import noisy_oracle
+from .predicted import QUEUE_ORDERS, realized_length_predictive
 
-__all__ = ["Policy", "PolicyName", "RequestView", "create_policy", "noisy_oracle", "policy_names", "register"]
+__all__ = ["Policy", "PolicyName", "RequestView", "QUEUE_ORDERS", "create_policy", "policy_names",
+           "realized_length_predictive", "register"]

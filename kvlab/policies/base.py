@@ -84,6 +84,15 @@ class Policy(ABC):
     def end_schedule(self, *, num_preempted: int, running: Sequence[RequestView]) -> None:
         """Called once per iteration after scheduling, with the requests still running."""
 
+    @property
+    def orders_queue(self) -> bool:
+        """Whether the waiting queue is kept sorted by :meth:`queue_rank` (otherwise FCFS)."""
+        return False
+
+    def queue_rank(self, req: RequestView) -> int:
+        """Position of ``req`` in an ordered waiting queue: a distinct integer per request, lowest first."""
+        return req.index
+
 
 P = TypeVar("P", bound=type[Policy])
 _REGISTRY: dict[PolicyName, type[Policy]] = {}

@@ -1,29 +1,61 @@
-"""Prediction-based reservation: reserve a quantile of each request's predicted output length."""
+"""Prediction-based reservation and scheduling: reserve a quantile of each request's predicted
+output length, and optionally order the waiting queue by the prediction."""
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from .. import _validate as v
+from ..predict import LogTPredictive, oracle_predictive
 from .base import Policy, PolicyName, RequestView, register
 
+#: Waiting-queue orders: first come first served, shortest predicted median first, and the TIE
+#: score (smallest ``E[C] + beta x CVaR_0.9[C]`` first).
+QUEUE_ORDERS = ("fcfs", "shortest_predicted", "tie")
 
-def noisy_oracle(output_tokens: np.ndarray, *, sigma: float = 0.5, seed: int = 0) -> Any:
-    """A per-request predicted output-length distribution built from the true lengths.
+#: Smallest predictive scale (log tokens) of :func:`realized_length_predictive` (at R^2 = 1).
+_MIN_SIGMA = 1e-6
 
-    Log-normal with shape ``sigma`` whose median is the true length times ``exp(N(0, sigma))``:
-    a predictor whose log-error has standard deviation ``sigma`` and that knows its own
-    uncertainty. Stands in for a trained predictor (``kvlab.predict``).
 
-    Returns a frozen ``scipy.stats.lognorm`` with one scale per request (``.ppf(q)`` has shape
-    ``(n,)``).
+def realized_length_predictive(output_tokens: Any, *, r2_mu: float = 0.82, nu: float = 3.5,
+                               seed: int = 0) -> LogTPredictive:
+    """What a predictor of quality ``r2_mu`` says about requests known only by their lengths.
+
+    A workload that holds only realized lengths has no true per-request ``(mu, sigma)``; here
+    the realized log length stands in as each request's true location and
+    :func:`kvlab.predict.oracle_predictive` sees it through noise tuned to ``r2_mu``. The
+    predictive scale is the spread that noise leaves, ``Var(log K - mu_hat) = (1 - r2_mu)
+    Var(log K)``, matched to the variance of a t with ``nu`` degrees of freedom
+    (``sigma^2 nu / (nu - 2)``), so the predictor knows its own uncertainty (the same for every
+    request). ``r2_mu = 0`` predicts the workload's own length distribution for everyone,
+    ``r2_mu = 1`` the exact lengths.
+
+    Parameters
+    ----------
+    output_tokens : array_like of int, shape (n,)
+        Realized output lengths (tokens, >= 1).
+    r2_mu : float
+        Coefficient of determination of the predicted log length, in [0, 1]; default 0.82 (the
+        TIE paper's, brief section 5).
+    nu : float
+        Degrees of freedom of the predictive log-t, > 2; default 3.5.
+    seed : int
+        Seed of the predictor's noise.
+
+    Returns
+    -------
+    LogTPredictive
     """
     out = v.positive_int_array(output_tokens, "output_tokens")
-    sigma = v.positive_float(sigma, "sigma")
-    rng = np.random.default_rng(seed)
-    return stats.lognorm(s=sigma, scale=out * np.exp(rng.normal(0.0, sigma, out.size)))
+    r2_mu = v.fraction(r2_mu, "r2_mu", low_open=False)
+    nu = v.positive_float(nu, "nu")
+    if nu <= 2:
+        raise ValueError(f"nu must be > 2 (a finite-variance t), got {nu}")
+    log_k = np.log(out.astype(np.float64))
+    sigma = max(float(np.sqrt((1.0 - r2_mu) * log_k.var() * (nu - 2.0) / nu)), _MIN_SIGMA)
+    truth = LogTPredictive(mu=log_k, sigma=sigma, nu=nu)
+    return oracle_predictive(truth, r2_mu=r2_mu, r2_log_sigma=1.0, seed=seed)
 
 
 @register
@@ -36,43 +68,86 @@ class PredictedPolicy(Policy):
     allocates pages on demand and, when the pool is full, the most recently admitted running
     request is preempted, as in vLLM.
 
+    The waiting queue (``queue_order``) is FCFS, or ordered by a score fixed per request before
+    it runs: ``shortest_predicted`` (the predicted median, a point predictor's shortest-job-first,
+    standing in for the learning-to-rank and SSJF schedulers) or ``tie`` (TIE's tail-inflated
+    expectation ``E[C] + beta x CVaR_0.9[C]``, ``C`` the length capped at max_new_tokens).
+    Ordered queues give each request a distinct integer rank (score, then row) and the
+    simulator keeps waiting requests sorted by it, preempted ones included.
+
     Parameters
     ----------
     quantile : float
         Quantile of the predicted length to reserve, in (0, 1); default 0.9.
     prediction : object with ``ppf(q) -> array of shape (n,)``, optional
-        Predicted output-length distributions, one per request in workload order (e.g. a frozen
-        scipy distribution with array parameters). Default: :func:`noisy_oracle` with
-        ``noise_sigma`` and the run's seed.
-    noise_sigma : float
-        Log-error of the default noisy oracle; default 0.5.
+        Predicted output-length distributions, one per request in workload order, e.g. a
+        :class:`kvlab.predict.LogTPredictive` (``tie`` needs one, or an object with
+        ``tail_inflated_expectation(beta, max_new_tokens)``). Default:
+        :func:`realized_length_predictive` with ``r2_mu`` and the run's seed.
+    queue_order : {"fcfs", "shortest_predicted", "tie"}
+        Order of the waiting queue; default FCFS.
+    tie_beta : float
+        Weight of the tail term in the TIE score, >= 0; default 1.0.
+    r2_mu : float
+        Quality of the default predictor, in [0, 1]; default 0.82.
     """
 
     name = PolicyName.PREDICTED
     on_demand = True
 
-    def __init__(self, *, quantile: float = 0.9, prediction: Any = None, noise_sigma: float = 0.5) -> None:
+    def __init__(self, *, quantile: float = 0.9, prediction: Any = None, queue_order: str = "fcfs",
+                 tie_beta: float = 1.0, r2_mu: float = 0.82) -> None:
         super().__init__()
         self.quantile = v.fraction(quantile, "quantile", high_closed=False)
         if prediction is not None and not callable(getattr(prediction, "ppf", None)):
             raise ValueError(f"prediction must have a ppf(q) method, got {type(prediction).__name__}")
+        self.queue_order = v.choice(queue_order, "queue_order", QUEUE_ORDERS)
+        if (self.queue_order == "tie" and prediction is not None
+                and not callable(getattr(prediction, "tail_inflated_expectation", None))):
+            raise ValueError(f"queue_order='tie' needs a prediction with tail_inflated_expectation(beta, "
+                             f"max_new_tokens) (a kvlab.predict.LogTPredictive), got {type(prediction).__name__}")
         self.prediction = prediction
-        self.noise_sigma = v.positive_float(noise_sigma, "noise_sigma")
+        self.tie_beta = v.nonnegative_float(tie_beta, "tie_beta")
+        self.r2_mu = v.fraction(r2_mu, "r2_mu", low_open=False)
         self.predicted_tokens = np.zeros(0, dtype=np.int64)
+        self.ranks = np.zeros(0, dtype=np.int64)
+
+    @property
+    def orders_queue(self) -> bool:
+        return self.queue_order != "fcfs"
 
     def bind(self, *, output_tokens: np.ndarray, max_new_tokens: int, block_size: int, num_pages: int,
              seed: int) -> None:
         super().bind(output_tokens=output_tokens, max_new_tokens=max_new_tokens, block_size=block_size,
                      num_pages=num_pages, seed=seed)
         dist = self.prediction if self.prediction is not None else \
-            noisy_oracle(output_tokens, sigma=self.noise_sigma, seed=seed)
-        q = np.broadcast_to(np.asarray(dist.ppf(self.quantile), dtype=np.float64), output_tokens.shape)
-        if np.isnan(q).any():
-            raise ValueError(f"prediction.ppf({self.quantile}) returned NaN for request "
-                             f"{int(np.flatnonzero(np.isnan(q))[0])}")
+            realized_length_predictive(output_tokens, r2_mu=self.r2_mu, seed=seed)
+        q = self._per_request(dist.ppf(self.quantile), f"prediction.ppf({self.quantile})", output_tokens.size)
         self.predicted_tokens = np.clip(np.ceil(np.nan_to_num(q, posinf=max_new_tokens)), 1,
                                         max_new_tokens).astype(np.int64)
+        if self.queue_order == "fcfs":
+            return
+        if self.queue_order == "shortest_predicted":
+            score = self._per_request(dist.ppf(0.5), "prediction.ppf(0.5)", output_tokens.size)
+        else:
+            score = self._per_request(dist.tail_inflated_expectation(self.tie_beta, max_new_tokens),
+                                      "prediction.tail_inflated_expectation", output_tokens.size)
+        self.ranks = np.empty(output_tokens.size, dtype=np.int64)
+        self.ranks[np.lexsort((np.arange(output_tokens.size), score))] = np.arange(output_tokens.size)
+
+    @staticmethod
+    def _per_request(values: Any, what: str, n: int) -> np.ndarray:
+        arr = np.asarray(values, dtype=np.float64)
+        if arr.size not in (1, n):
+            raise ValueError(f"{what} returned {arr.size} values for {n} requests")
+        arr = np.broadcast_to(arr.reshape(-1) if arr.size == n else arr.reshape(()), (n,))
+        if np.isnan(arr).any():
+            raise ValueError(f"{what} returned NaN for request {int(np.flatnonzero(np.isnan(arr))[0])}")
+        return arr
 
     def reservation_tokens(self, req: RequestView) -> int:
         predicted = int(self.predicted_tokens[req.index])
         return req.prompt_tokens + max(predicted, req.generated_tokens)
+
+    def queue_rank(self, req: RequestView) -> int:
+        return int(self.ranks[req.index])

@@ -4,8 +4,10 @@ NOTE (the model; a fast engine must reproduce every integer below exactly)
 -------------------------------------------------------------------------
 * Time is iteration-indexed. Iteration k starts at ``start_s``; requests with
   ``arrival_s <= start_s`` join the back of the waiting queue (in arrival order, ties by row)
-  before it is scheduled. If nothing is running, waiting or swapped, the clock jumps to the next
-  arrival. Iteration k lasts ``cost_model.iteration_s(tokens, attention_pairs, kv_tokens)`` (0
+  before it is scheduled; a policy that ``orders_queue`` then has the waiting queue sorted by
+  ``policy.queue_rank(req)`` (a distinct integer per request; preempted requests included), so
+  its "front" below is the lowest rank. If nothing is running, waiting or swapped, the clock
+  jumps to the next arrival. Iteration k lasts ``cost_model.iteration_s(tokens, attention_pairs, kv_tokens)`` (0
   when it computes no token) plus ``page_copy_s`` per page swapped out or in.
 * Tokens: a request caches ``computed_tokens`` of context; the iteration in which that reaches
   ``prompt + generated`` produces its next output token (prefill and decode are one rule). After
@@ -105,6 +107,8 @@ class ReferenceEngine:
         while self.pending or self.waiting or self.running or self.swapped:
             while self.pending and self.pending[0].arrival_s <= self.now_s:
                 self.waiting.append(self.pending.popleft())
+            if self.policy.orders_queue:
+                self.waiting = deque(sorted(self.waiting, key=self.policy.queue_rank))
             if not (self.waiting or self.running or self.swapped):
                 self.now_s = self.pending[0].arrival_s
                 continue
