@@ -98,3 +98,11 @@ def test_random_operations_conserve_pages(ops):
         assert pool.num_used_pages == len(all_pages) <= pool.num_pages
         for o in range(5):
             assert set(pool.block_table(o).tolist()) == held[o]
+
+
+def test_docstring_examples():
+    import doctest
+
+    import kvlab.paged
+
+    assert doctest.testmod(kvlab.paged, extraglobs={"np": np}).failed == 0

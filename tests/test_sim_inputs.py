@@ -71,3 +71,12 @@ def test_arrival_generators():
 def test_poisson_arrivals_through_simulate_are_seeded():
     a = simulate(W, "vllm", arrivals="poisson", qps=2.0, seed=5, **KW).requests["arrival_s"]
     assert a.tolist() == arrival_times(2, "poisson", qps=2.0, seed=5).tolist()
+
+
+def test_docstring_examples():
+    import doctest
+
+    import kvlab.arrivals
+
+    result = doctest.testmod(kvlab.arrivals)
+    assert result.attempted > 0 and result.failed == 0
