@@ -58,7 +58,7 @@ configs = st.fixed_dictionaries({
 workloads = st.lists(st.tuples(st.integers(1, 40), st.integers(1, 60), st.floats(0, 0.2)), min_size=1, max_size=10)
 
 
-@settings(max_examples=300)
+@settings(max_examples=200)
 @given(configs, workloads)
 def test_invariants_hold_on_random_cases(cfg, rows):
     cfg = dict(cfg)
