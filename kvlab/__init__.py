@@ -8,6 +8,7 @@ from . import arrivals, paged, policies, sim
 from .policies import PolicyName, create_policy, policy_names
 from .sim import SimResult, simulate
 from .reservation import pool_pages, real_pool_table, reservation_table, reservation_waste
+from .sweep import sweep
 
 __all__ = [
     "backend", "claims", "costmodel", "report", "specs",
@@ -16,5 +17,6 @@ __all__ = [
     "preemption_cost", "crossover", "crossover_table", "preemption_costs",
     "arrivals", "paged", "policies", "sim", "PolicyName", "create_policy", "policy_names", "SimResult", "simulate",
     "pool_pages", "real_pool_table", "reservation_table", "reservation_waste",
+    "sweep",
 ]
 __version__ = "0.1.0"
