@@ -1,0 +1,449 @@
+"""Serving capacity under latency SLOs: the largest Poisson request rate a configuration sustains.
+
+Sarathi-Serve's definition (OSDI 2024, section 5): capacity is the highest request rate (QPS)
+at which the P99 time between tokens (TBT) stays within the SLO and the median scheduling delay
+(arrival to admission) stays within 2 s. Each trial serves a fixed number of requests (2048 in
+the paper) arriving as a Poisson process, and the rate is found by search.
+
+The search (:func:`capacity`): a trial at ``qps_start``; doubling (or halving) until the SLO
+flips, which brackets the capacity; then bisection of the bracket until it is narrower than
+``rel_tol``. Trials use the same seed, so a trial at rate ``q`` sees the same lengths and the
+same unit-rate Poisson arrivals scaled by ``1 / q``: the search is deterministic for a seed.
+An SLO that a lone decode already misses, or that no rate down to ``qps_min`` meets, gives
+capacity 0 with the reason, after a bounded number of trials.
+
+TBT here is every gap between two consecutive output tokens of a request, pooled over all
+requests (Sarathi-Serve's per-token ``decode_token_execution_plus_preemption_time``), so a
+prefill that stalls the decodes shows in the tail. :func:`token_gaps_s` reconstructs the gaps
+from the simulator's per-iteration table (see its notes).
+
+Pipeline parallelism (``pp > 1``) follows :mod:`kvlab.pipeline`: the system is ``pp`` engines
+each serving ``1 / pp`` of the traffic with ``1 / pp`` of the KV pool and ``max_num_seqs`` per
+micro-batch; a trial simulates one engine at ``qps / pp`` and reports the system's ``qps``.
+"""
+from __future__ import annotations
+
+import math
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import _validate as v
+from .costmodel import CostModel
+from .lengths.profiles import Profile, profile as _profile
+from .pipeline import PipelineCostModel, pipeline_cost
+from .reservation import pool_pages as _pool_pages
+from .sim import SimResult, simulate
+from .sim.request import RequestStatus
+
+_ABORTED = RequestStatus.FINISHED_ABORTED.name.lower()
+
+#: Columns of the trials table, in order.
+TRIAL_COLUMNS = ("trial", "qps", "passed", "reason", "tbt_p99_s", "scheduling_delay_p50_s", "ttft_p50_s",
+                 "ttft_p99_s", "e2e_p50_s", "tokens_per_s", "num_aborted", "num_preempted_requests",
+                 "num_tbt_max_only_requests", "mean_batch_size", "makespan_s")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SLO:
+    """Sarathi-Serve's service-level objective.
+
+    Attributes
+    ----------
+    tbt_p99_s : float
+        Largest allowed 99th percentile of the time between tokens (seconds, > 0).
+    scheduling_delay_p50_s : float
+        Largest allowed median delay from arrival to admission (seconds, > 0; the paper's 2 s).
+    """
+
+    tbt_p99_s: float
+    scheduling_delay_p50_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        v.positive_float(self.tbt_p99_s, "slo.tbt_p99_s")
+        v.positive_float(self.scheduling_delay_p50_s, "slo.scheduling_delay_p50_s")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServingConfig:
+    """What is served and how: model, GPUs, scheduler, limits, reservation policy.
+
+    Attributes
+    ----------
+    model, gpu : str
+        Names in :mod:`kvlab.specs`.
+    tp, pp : int
+        Tensor-parallel GPUs per stage and pipeline stages (``tp x pp`` GPUs).
+    scheduler : {"chunked", "prefill_first"}
+        Sarathi-Serve's stall-free chunked prefill or vLLM V0's prefill-first.
+    max_num_batched_tokens : int, optional
+        Token budget per iteration (tokens); the simulator's default when None.
+    max_num_seqs : int
+        Requests running at most (per micro-batch under PP).
+    policy : str
+        Reservation policy (``kvlab.policy_names()``), with ``policy_params``.
+    max_new_tokens : int
+        The server's output cap (tokens).
+    block_size : int
+        Tokens per KV page.
+    pool_pages : int, optional
+        KV pages per GPU for the whole system; default ``kvlab.pool_pages(model, gpu, tp, pp)``.
+    preemption_mode : {"recompute", "swap", "reject"}
+        What a preempted request goes through.
+    cost_model : CostModel or PipelineCostModel, optional
+        Overrides :func:`kvlab.pipeline.pipeline_cost` (``iteration_s`` is all that is called).
+    engine : str, optional
+        Simulator engine; the simulator's default when None.
+    """
+
+    model: str
+    gpu: str
+    tp: int = 1
+    pp: int = 1
+    scheduler: str = "chunked"
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int = 128
+    policy: str = "vllm"
+    policy_params: Mapping[str, Any] = field(default_factory=dict)
+    max_new_tokens: int = 8192
+    block_size: int = 16
+    pool_pages: int | None = None
+    preemption_mode: str = "recompute"
+    cost_model: CostModel | PipelineCostModel | None = None
+    engine: str | None = None
+
+    def __post_init__(self) -> None:
+        v.positive_int(self.tp, "config.tp")
+        v.positive_int(self.pp, "config.pp")
+
+    def cost(self) -> CostModel | PipelineCostModel:
+        """The cost model the trials run with."""
+        return self.cost_model if self.cost_model is not None else pipeline_cost(self.model, self.gpu, tp=self.tp,
+                                                                                 pp=self.pp)
+
+    def engine_pool_pages(self) -> int:
+        """KV pages of one of the ``pp`` engines (the whole pool when ``pp = 1``)."""
+        pool = (_pool_pages(self.model, self.gpu, block_size=self.block_size, tp=self.tp, pp=self.pp)
+                if self.pool_pages is None else v.positive_int(self.pool_pages, "config.pool_pages"))
+        if pool < self.pp:
+            raise ValueError(f"config.pool_pages ({pool}) must give each of the pp={self.pp} engines a page")
+        return pool // self.pp
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapacityResult:
+    """What :func:`capacity` found.
+
+    Attributes
+    ----------
+    capacity_qps : float
+        Largest rate found that meets the SLO (requests/s); 0 when none does.
+    reason : str
+        Why the search stopped (converged, SLO unreachable and why, limits hit).
+    trials : DataFrame
+        One row per trial, in the order run (columns :data:`TRIAL_COLUMNS`).
+    slo : SLO
+    config : ServingConfig
+    num_requests : int
+    seed : int
+    """
+
+    capacity_qps: float
+    reason: str
+    trials: pd.DataFrame
+    slo: SLO
+    config: ServingConfig
+    num_requests: int
+    seed: int
+
+    def __str__(self) -> str:
+        c = self.config
+        return (f"CapacityResult({c.model} on {c.tp * c.pp} x {c.gpu} (TP{c.tp}-PP{c.pp}), {c.scheduler}, "
+                f"policy {c.policy}, P99 TBT <= {self.slo.tbt_p99_s} s, median delay <= "
+                f"{self.slo.scheduling_delay_p50_s} s): {self.capacity_qps:.3f} requests/s after "
+                f"{len(self.trials)} trials of {self.num_requests} requests; {self.reason}")
+
+
+# ---------------------------------------------------------------------------------- metrics
+def token_gaps_s(result: SimResult) -> tuple[np.ndarray, int]:
+    """Every time between two consecutive output tokens of a request, pooled (seconds).
+
+    Reconstructed from the per-iteration table (the run needs ``record_iterations=True``): a
+    request that runs without interruption from its first token to its last produces a token in
+    every iteration in between that decodes (chunked: every iteration; prefill-first: every
+    iteration that is not a prefill). That rule is checked per request: the count of such
+    iterations must equal its ``generated_tokens - 1``. A request for which it fails (it was
+    preempted, or skipped for lack of token budget) contributes only its longest gap
+    (``max_tbt_s``, exact), which keeps the stall it suffered in the tail.
+
+    Returns
+    -------
+    gaps_s : ndarray of float64
+        The gaps (seconds), in no particular order.
+    num_max_only : int
+        Requests that contributed their longest gap only.
+    """
+    if result.iterations is None:
+        raise ValueError("result has no per-iteration table: run simulate(..., record_iterations=True)")
+    it, rq = result.iterations, result.requests
+    end_s = (it["start_s"] + it["duration_s"]).to_numpy()
+    dec = np.flatnonzero(it["decode_tokens"].to_numpy() > 0)
+    dec_end_s = end_s[dec]
+    live = rq[(rq["outcome"] != _ABORTED) & (rq["generated_tokens"] >= 2)]
+    first = live["first_token_iter"].to_numpy()
+    a = np.searchsorted(dec, first, side="right")
+    b = np.searchsorted(dec, live["finish_iter"].to_numpy(), side="right")
+    exact = ((b - a) == live["generated_tokens"].to_numpy() - 1) & (live["num_preemptions"].to_numpy() == 0)
+    a, b, first = a[exact], b[exact], first[exact]
+    first_gaps = dec_end_s[a] - end_s[first]
+    # Later gaps: the step between consecutive decoding iterations j-1 and j, for j in (a, b);
+    # count how many requests cover each step with a difference array.
+    cover = np.zeros(dec.size + 1, dtype=np.int64)
+    np.add.at(cover, a + 1, 1)
+    np.add.at(cover, b, -1)
+    weights = np.cumsum(cover)[1:dec.size]
+    steps = np.repeat(np.diff(dec_end_s), weights)
+    max_only = live.loc[~exact, "max_tbt_s"].to_numpy(dtype=np.float64)
+    return np.concatenate([first_gaps, steps, max_only]), int((~exact).sum())
+
+
+def slo_metrics(result: SimResult) -> dict[str, float]:
+    """The two SLO figures of one run and its context (seconds, counts).
+
+    ``tbt_p99_s`` over :func:`token_gaps_s`; ``scheduling_delay_p50_s`` the median over all
+    requests of admission minus arrival (infinite for a request never admitted).
+    """
+    gaps, max_only = token_gaps_s(result)
+    rq, s = result.requests, result.summary
+    delay = (rq["admitted_s"] - rq["arrival_s"]).to_numpy(dtype=np.float64)
+    delay = np.where(np.isnan(delay), np.inf, delay)
+    return {"tbt_p99_s": float(np.percentile(gaps, 99)) if gaps.size else 0.0,
+            "scheduling_delay_p50_s": float(np.median(delay)),
+            "ttft_p50_s": s["ttft_p50_s"], "ttft_p99_s": s["ttft_p99_s"], "e2e_p50_s": s["e2e_p50_s"],
+            "tokens_per_s": s["tokens_per_s"], "num_aborted": int(s["num_aborted"]),
+            "num_preempted_requests": int((rq["num_preemptions"] > 0).sum()),
+            "num_tbt_max_only_requests": max_only, "mean_batch_size": s["mean_batch_size"],
+            "makespan_s": s["makespan_s"]}
+
+
+# ---------------------------------------------------------------------------------- one trial
+def _workload(workload: pd.DataFrame | str | Profile, num_requests: int, seed: int) -> pd.DataFrame:
+    if isinstance(workload, str):
+        workload = _profile(workload)
+    if isinstance(workload, Profile):
+        return workload.sample(num_requests, seed=seed)[["prompt_tokens", "output_tokens"]]
+    if not isinstance(workload, pd.DataFrame):
+        raise ValueError(f"workload must be a DataFrame, a Profile or a profile name, got {type(workload).__name__}")
+    if len(workload) < num_requests:
+        raise ValueError(f"workload has {len(workload)} requests, fewer than num_requests={num_requests}")
+    missing = [c for c in ("prompt_tokens", "output_tokens") if c not in workload.columns]
+    if missing:
+        raise ValueError(f"workload lacks the columns {missing} (has {list(workload.columns)})")
+    return workload[["prompt_tokens", "output_tokens"]].iloc[:num_requests].reset_index(drop=True)
+
+
+def serve(workload: pd.DataFrame, config: ServingConfig, qps: float, *, seed: int = 0) -> SimResult:
+    """Serve ``workload`` (prompt/output tokens) at a Poisson ``qps`` under ``config``.
+
+    Under PP this runs one of the ``pp`` engines at ``qps / pp`` (see the module note).
+    Iterations are recorded (for :func:`token_gaps_s`).
+    """
+    qps = v.positive_float(qps, "qps")
+    extra: dict[str, Any] = dict(config.policy_params)
+    if config.engine is not None:
+        extra["engine"] = config.engine
+    return simulate(workload, config.policy, model=config.model, gpu=config.gpu,
+                    max_new_tokens=config.max_new_tokens, block_size=config.block_size,
+                    pool_pages=config.engine_pool_pages(), tp=config.tp, scheduler=config.scheduler,
+                    max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
+                    preemption_mode=config.preemption_mode, arrivals="poisson", qps=qps / config.pp, seed=seed,
+                    record_iterations=True, cost_model=config.cost(), **extra)
+
+
+def _verdict(m: Mapping[str, float], slo: SLO) -> str:
+    why = []
+    if m["num_aborted"]:
+        why.append(f"{m['num_aborted']} requests aborted")
+    if m["tbt_p99_s"] > slo.tbt_p99_s:
+        why.append(f"P99 TBT {m['tbt_p99_s']:.4g} s > {slo.tbt_p99_s:g} s")
+    if m["scheduling_delay_p50_s"] > slo.scheduling_delay_p50_s:
+        why.append(f"median scheduling delay {m['scheduling_delay_p50_s']:.4g} s > {slo.scheduling_delay_p50_s:g} s")
+    return "; ".join(why) or "meets the SLO"
+
+
+def _trial(args: tuple[pd.DataFrame, ServingConfig, SLO, float, int]) -> dict[str, Any]:
+    workload, config, slo, qps, seed = args
+    m = slo_metrics(serve(workload, config, qps, seed=seed))
+    reason = _verdict(m, slo)
+    return {"qps": qps, "passed": reason == "meets the SLO", "reason": reason, **m}
+
+
+# ---------------------------------------------------------------------------------- the search
+def lone_decode_s(workload: pd.DataFrame, config: ServingConfig) -> float:
+    """The shortest gap any token can have: one decode of the shortest prompt alone (seconds).
+
+    Every gap spans at least one iteration that decodes the request, and the cost model grows
+    with work, so no P99 TBT can be below this; an SLO under it is unreachable.
+    """
+    ctx = int(workload["prompt_tokens"].min()) + 1
+    return float(config.cost().iteration_s(1, ctx, ctx))
+
+
+def capacity(workload: pd.DataFrame | str | Profile, config: ServingConfig, slo: SLO, *,
+             num_requests: int = 2048, seed: int = 0, qps_start: float = 1.0, qps_min: float = 1e-3,
+             qps_max: float = 1e4, rel_tol: float = 0.05, max_trials: int = 40, points_per_round: int = 1,
+             max_workers: int = 1) -> CapacityResult:
+    """Largest Poisson rate at which ``config`` meets ``slo`` (requests/s), with the trials run.
+
+    Parameters
+    ----------
+    workload : DataFrame, Profile or str
+        Requests (``prompt_tokens``, ``output_tokens``; the first ``num_requests`` rows are
+        served, any ``arrival_s`` is replaced by Poisson arrivals), or a length profile (or its
+        name, :func:`kvlab.lengths.list_profiles`) sampled with ``seed``.
+    config : ServingConfig
+    slo : SLO
+    num_requests : int
+        Requests per trial (2048 in Sarathi-Serve).
+    seed : int
+        Seed of the workload sample and of the arrivals (the same for every trial).
+    qps_start : float
+        First rate tried (requests/s).
+    qps_min, qps_max : float
+        The search gives up below ``qps_min`` (capacity 0) and above ``qps_max`` (capacity
+        ``qps_max``, reported as not bracketed).
+    rel_tol : float
+        Stop when the bracket ``[pass, fail]`` satisfies ``fail / pass - 1 <= rel_tol``.
+    max_trials : int
+        At most this many trials (the result says when it stopped for that reason).
+    points_per_round : int
+        Rates tried per round: 1 is bisection, k > 1 splits the bracket into k + 1 parts (and
+        extends it k doublings at a time), so k trials can run at once. The trials depend on
+        this, not on ``max_workers``.
+    max_workers : int
+        Processes running a round's trials (1: in this process).
+
+    Returns
+    -------
+    CapacityResult
+
+    Raises
+    ------
+    ValueError
+        Non-positive SLO, request count or rates; ``qps_min >= qps_max``; a bad workload.
+    """
+    if not isinstance(slo, SLO):
+        raise ValueError(f"slo must be a kvlab.capacity.SLO, got {type(slo).__name__}")
+    if not isinstance(config, ServingConfig):
+        raise ValueError(f"config must be a kvlab.capacity.ServingConfig, got {type(config).__name__}")
+    num_requests = v.positive_int(num_requests, "num_requests")
+    qps_min, qps_max = v.positive_float(qps_min, "qps_min"), v.positive_float(qps_max, "qps_max")
+    if qps_min >= qps_max:
+        raise ValueError(f"qps_min ({qps_min}) must be below qps_max ({qps_max})")
+    qps_start = min(max(v.positive_float(qps_start, "qps_start"), qps_min), qps_max)
+    rel_tol = v.positive_float(rel_tol, "rel_tol")
+    max_trials = v.positive_int(max_trials, "max_trials")
+    k = v.positive_int(points_per_round, "points_per_round")
+    max_workers = v.positive_int(max_workers, "max_workers")
+    work = _workload(workload, num_requests, seed)
+
+    rows: list[dict[str, Any]] = []
+
+    def result(capacity_qps: float, reason: str) -> CapacityResult:
+        trials = pd.DataFrame(rows, columns=list(TRIAL_COLUMNS[1:])) if rows else pd.DataFrame(
+            columns=list(TRIAL_COLUMNS[1:]))
+        trials.insert(0, "trial", np.arange(len(trials)))
+        return CapacityResult(capacity_qps=capacity_qps, reason=reason, trials=trials, slo=slo, config=config,
+                              num_requests=num_requests, seed=seed)
+
+    floor_s = lone_decode_s(work, config)
+    if floor_s > slo.tbt_p99_s:
+        return result(0.0, f"unreachable: one decode of the shortest prompt alone takes {floor_s:.4g} s, "
+                           f"more than the P99 TBT SLO of {slo.tbt_p99_s:g} s, at any rate")
+
+    pool = ProcessPoolExecutor(max_workers) if max_workers > 1 and k > 1 else None
+    try:
+        def run(rates: Sequence[float]) -> list[dict[str, Any]]:
+            rates = list(rates)[:max_trials - len(rows)]
+            args = [(work, config, slo, q, seed) for q in rates]
+            out = list(pool.map(_trial, args)) if pool is not None and len(args) > 1 else [_trial(a) for a in args]
+            rows.extend(out)
+            return out
+
+        first = run([qps_start])[0]
+        lo, hi = (qps_start, math.inf) if first["passed"] else (0.0, qps_start)
+        # Bracket: double up from a pass, halve down from a failure, k rates per round.
+        while hi == math.inf:
+            if lo >= qps_max:
+                return result(lo, f"not bracketed: still meets the SLO at qps_max = {qps_max:g} requests/s")
+            if len(rows) >= max_trials:
+                return result(lo, f"stopped after max_trials = {max_trials} trials before a rate failed")
+            rates = [min(lo * 2.0**i, qps_max) for i in range(1, k + 1)]
+            for q, r in zip(rates, run(rates)):
+                if r["passed"]:
+                    lo = q
+                else:
+                    hi = q
+                    break
+        while lo == 0.0:
+            if hi <= qps_min:
+                return result(0.0, f"unreachable: fails at the lowest rate tried, {hi:.4g} requests/s "
+                                   f"({rows[-1]['reason']})")
+            if len(rows) >= max_trials:
+                return result(0.0, f"stopped after max_trials = {max_trials} trials before a rate passed")
+            rates = [max(hi / 2.0**i, qps_min) for i in range(1, k + 1)]
+            for q, r in zip(rates, run(rates)):
+                if r["passed"]:
+                    lo = q
+                    break
+                hi = q
+        # Bisect the bracket [lo (passes), hi (fails)].
+        while hi / lo - 1.0 > rel_tol:
+            if len(rows) >= max_trials:
+                return result(lo, f"stopped after max_trials = {max_trials} trials; bracket "
+                                  f"[{lo:.4g}, {hi:.4g}] requests/s")
+            rates = [lo + (hi - lo) * i / (k + 1) for i in range(1, k + 1)]
+            out = run(rates)
+            failed = [q for q, r in zip(rates, out) if not r["passed"]]
+            if failed:
+                hi = min(failed)
+            passed = [q for q, r in zip(rates, out) if r["passed"] and q < hi]
+            if passed:
+                lo = max(passed)
+        return result(lo, f"converged: meets the SLO at {lo:.4g} requests/s, fails at {hi:.4g} "
+                          f"(within rel_tol = {rel_tol:g})")
+    finally:
+        if pool is not None:
+            pool.shutdown()
+
+
+def _capacity_job(args: tuple[Any, ServingConfig, SLO, dict[str, Any]]) -> CapacityResult:
+    workload, config, slo, kw = args
+    return capacity(workload, config, slo, **kw)
+
+
+def capacities(workload: pd.DataFrame | str | Profile, cases: Mapping[str, tuple[ServingConfig, SLO]], *,
+               max_workers: int = 1, **capacity_kw: Any) -> dict[str, CapacityResult]:
+    """:func:`capacity` of several (config, SLO) cases on one workload, searches run in parallel.
+
+    Parameters
+    ----------
+    cases : mapping
+        Label -> (config, slo).
+    max_workers : int
+        Processes; each runs whole searches (the results do not depend on it).
+    **capacity_kw
+        Passed to every :func:`capacity` call (``num_requests``, ``seed``, ``rel_tol``, ...).
+    """
+    max_workers = v.positive_int(max_workers, "max_workers")
+    jobs = [(workload, cfg, slo, capacity_kw) for cfg, slo in cases.values()]
+    if max_workers == 1 or len(jobs) == 1:
+        found = [_capacity_job(j) for j in jobs]
+    else:
+        with ProcessPoolExecutor(min(max_workers, len(jobs))) as pool:
+            found = list(pool.map(_capacity_job, jobs))
+    return dict(zip(cases, found))
+
