@@ -2,6 +2,9 @@
 
 ``kvlab report [NOTEBOOK ...] [-p NAME VALUE ...] [-f PARAMS.yaml] [--out DIR]`` runs notebooks
 as papermill reports (see :mod:`kvlab.report`).
+
+``kvlab recommend TRACE --model M --gpu G --slo-p99-tbt SECONDS`` prints the output reservation,
+overflow policy and server flags that meet a latency SLO on a trace (see :mod:`kvlab.recommend`).
 """
 from __future__ import annotations
 
@@ -50,6 +53,29 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_recommend(args: argparse.Namespace) -> int:
+    import pandas as pd  # noqa: PLC0415
+
+    from .recommend import recommend  # noqa: PLC0415
+    from .traces import load  # noqa: PLC0415
+
+    trace = load(args.trace, args.format)
+    sim_kw = {"block_size": args.block_size}
+    if args.qps is not None:
+        sim_kw.update(arrivals="poisson", qps=args.qps)
+    rec = recommend(trace, model=args.model, gpu=args.gpu, slo_p99_tbt_s=args.slo_p99_tbt,
+                    percentiles=args.percentiles, modes=args.modes, max_new_tokens=args.max_new_tokens,
+                    max_rejected_frac=args.max_rejected_frac, num_requests=args.num_requests or None,
+                    seed=args.seed, **sim_kw)
+    with pd.option_context("display.width", 200, "display.max_colwidth", 120):
+        print(rec)
+        print()
+        print(rec.table.round(4).to_string(index=False))
+        print()
+        print(rec.flags.to_string(index=False))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kvlab", description="KV-cache reservation analysis for LLM serving.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -62,6 +88,27 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--out", help="output folder (default reports/run-<timestamp>); must not exist")
     rep.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     rep.set_defaults(func=_cmd_report)
+    rec = sub.add_parser("recommend", help="output reservation, overflow policy and server flags for a trace and SLO")
+    rec.add_argument("trace", help="trace file (.csv, .jsonl, .json, .parquet; any format kvlab.traces.load reads)")
+    rec.add_argument("--model", required=True, help="model name (kvlab.specs.models())")
+    rec.add_argument("--gpu", required=True, help="GPU name (kvlab.specs.gpus())")
+    rec.add_argument("--slo-p99-tbt", type=float, required=True, metavar="SECONDS",
+                     help="SLO: p99 over requests of the mean time between output tokens (seconds)")
+    rec.add_argument("--percentiles", type=float, nargs="+", default=[50, 90, 95, 99],
+                     help="output-length percentiles to try as the reservation (default 50 90 95 99)")
+    rec.add_argument("--modes", nargs="+", default=["recompute", "swap", "reject"],
+                     help="overflow modes to try (default recompute swap reject)")
+    rec.add_argument("--max-new-tokens", type=int, help="server output cap (tokens; default the longest output)")
+    rec.add_argument("--max-rejected-frac", type=float, default=0.0,
+                     help="share of requests the SLO allows to be rejected (default 0)")
+    rec.add_argument("--num-requests", type=int, default=1000,
+                     help="simulate a seeded sample of this many requests (0: all; default 1000)")
+    rec.add_argument("--qps", type=float, help="Poisson arrivals at this rate (requests/s); default the "
+                                               "trace's arrival times, or all at once")
+    rec.add_argument("--block-size", type=int, default=16, help="tokens per KV page (default 16)")
+    rec.add_argument("--format", default="auto", help="trace format (default: detected from the columns)")
+    rec.add_argument("--seed", type=int, default=0, help="seed of the sample and of arrivals")
+    rec.set_defaults(func=_cmd_recommend)
     return parser
 
 

@@ -1,0 +1,256 @@
+"""The recipe: from your trace, model, GPU and latency SLO, which output reservation and which
+overflow policy to run, and the server flags that apply them.
+
+The brief (section 3) says: measure p50/p90/p95/p99 of your output lengths; for short,
+light-tailed workloads reserve about the p95 and let the ~5% that overrun be preempted; for
+high-variance ones use p99 or more. :func:`recommend` tests that on your own traffic: for each
+percentile it simulates a server that reserves prompt + that many output tokens per request
+(TGI's capped reservation, ``kvlab.policies.tgi``: a request that outgrows it is preempted) with
+each overflow mode (recompute, swap, reject), next to a server that reserves the whole
+``max_new_tokens`` (TensorRT-LLM's GUARANTEED_NO_EVICT, never preempts), and picks the setting
+whose p99 time between tokens meets the SLO with the highest goodput.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import _validate as v
+from .sim import simulate
+
+#: Overflow modes the recipe compares (``kvlab.simulate``'s preemption modes).
+OVERFLOW_MODES = ("recompute", "swap", "reject")
+#: Label of the no-overflow baseline that reserves all of ``max_new_tokens``.
+RESERVE_MAX = "max_new_tokens"
+#: Columns of :attr:`Recommendation.table`.
+TABLE_COLUMNS = ("setting", "reserve_tokens", "overflow", "tbt_p99_s", "ttft_p99_s", "e2e_p99_s",
+                 "goodput_tokens_per_s", "requests_per_s", "preempted_request_frac", "rejected_frac",
+                 "max_running", "meets_slo")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recommendation:
+    """What :func:`recommend` found.
+
+    Attributes
+    ----------
+    percentiles : dict of str to int
+        Output-length percentiles of the trace, e.g. ``{"p50": 20, ...}`` (tokens, rounded up).
+    table : DataFrame
+        One row per simulated setting (columns ``TABLE_COLUMNS``): reservation (tokens of output
+        per request), overflow mode, p99 TBT / TTFT / end-to-end latency (seconds), goodput
+        (tokens of completed requests per second), preempted share, rejected (aborted) share,
+        largest batch,
+        and whether the SLO is met.
+    setting, overflow : str
+        The recommended reservation (``"p95"``, ..., or ``"max_new_tokens"``) and overflow mode.
+    reserve_tokens : int
+        Output tokens reserved per request by the recommended setting.
+    meets_slo : bool
+        False when no setting meets the SLO (the recommendation is then the lowest p99 TBT).
+    max_new_tokens : int
+        The server's hard output cap (tokens).
+    slo_p99_tbt_s : float
+        The SLO: p99 over requests of their mean time between tokens (seconds).
+    flags : DataFrame
+        How to apply it on vLLM, TGI, TensorRT-LLM and SGLang (:func:`server_flags`).
+    """
+
+    percentiles: dict[str, int]
+    table: pd.DataFrame
+    setting: str
+    overflow: str
+    reserve_tokens: int
+    meets_slo: bool
+    max_new_tokens: int
+    slo_p99_tbt_s: float
+    flags: pd.DataFrame
+
+    def __str__(self) -> str:
+        row = self.table[(self.table["setting"] == self.setting) & (self.table["overflow"] == self.overflow)].iloc[0]
+        verdict = "meets" if self.meets_slo else "MISSES (no setting meets it; lowest p99 TBT shown)"
+        pct = ", ".join(f"{k} {val}" for k, val in self.percentiles.items())
+        return (f"output tokens: {pct}\n"
+                f"recommend: reserve {self.reserve_tokens} output tokens per request ({self.setting}), "
+                f"overflow = {self.overflow}, max_new_tokens = {self.max_new_tokens}\n"
+                f"  p99 TBT {row['tbt_p99_s'] * 1e3:.1f} ms {verdict} the SLO of "
+                f"{self.slo_p99_tbt_s * 1e3:.1f} ms; goodput {row['goodput_tokens_per_s']:.1f} tokens/s")
+
+
+def output_percentiles(output_tokens: Any, percentiles: Sequence[float]) -> dict[str, int]:
+    """``{"p50": tokens, ...}``: each percentile of the output lengths, rounded up to a whole token."""
+    out = v.positive_int_array(output_tokens, "output_tokens")
+    pcts = [float(p) for p in percentiles]
+    if not pcts or any(not 0 < p < 100 for p in pcts):
+        raise ValueError(f"percentiles must be in (0, 100), got {list(percentiles)}")
+    values = np.ceil(np.percentile(out, pcts)).astype(np.int64)
+    return {f"p{p:g}": int(val) for p, val in zip(pcts, values)}
+
+
+def _row(setting: str, reserve_tokens: int, overflow: str, res: Any, slo_s: float, max_rejected_frac: float) -> dict:
+    s, req = res.summary, res.requests
+    done = req["outcome"] != "finished_aborted"
+    rejected = float((~done).mean())
+    goodput = float(req.loc[done, "generated_tokens"].sum()) / s["makespan_s"] if s["makespan_s"] > 0 else float("nan")
+    return {"setting": setting, "reserve_tokens": reserve_tokens, "overflow": overflow,
+            "tbt_p99_s": s["tbt_p99_s"], "ttft_p99_s": s["ttft_p99_s"], "e2e_p99_s": s["e2e_p99_s"],
+            "goodput_tokens_per_s": goodput, "requests_per_s": s["requests_per_s"],
+            "preempted_request_frac": s["preempted_request_frac"], "rejected_frac": rejected,
+            "max_running": s["max_running"],
+            "meets_slo": bool(s["tbt_p99_s"] <= slo_s and rejected <= max_rejected_frac)}
+
+
+def recommend(trace: pd.DataFrame, *, model: str, gpu: str, slo_p99_tbt_s: float,
+              percentiles: Sequence[float] = (50, 90, 95, 99), modes: Sequence[str] = OVERFLOW_MODES,
+              max_new_tokens: int | None = None, max_rejected_frac: float = 0.0, num_requests: int | None = 1000,
+              seed: int = 0, **simulate_kw: Any) -> Recommendation:
+    """Simulate each reservation percentile with each overflow mode and pick the best that meets the SLO.
+
+    Parameters
+    ----------
+    trace : DataFrame
+        Requests (``kvlab.traces.load`` or a ``kvlab.lengths`` profile sample): ``prompt_tokens``,
+        ``output_tokens``, optional ``arrival_s`` (seconds; used as the arrival times unless
+        ``arrivals`` is given in ``simulate_kw``).
+    model, gpu : str
+        Names in ``kvlab.specs.models()`` and ``kvlab.specs.gpus()``.
+    slo_p99_tbt_s : float
+        Latency SLO: the p99 over requests of their mean time between output tokens (seconds).
+    percentiles : sequence of float
+        Output-length percentiles to try as the reservation, in (0, 100).
+    modes : sequence of str
+        Overflow modes to try for a request that outgrows its reservation: recompute, swap, reject.
+    max_new_tokens : int, optional
+        The server's hard output cap (tokens); default the longest output in the trace.
+    max_rejected_frac : float
+        Largest share of requests the SLO allows to be rejected (reject mode), in [0, 1]; default 0.
+    num_requests : int or None
+        Simulate a seeded random sample of this many requests (kept in trace order); None for all.
+    seed : int
+        Seed of the sample and of simulated arrivals.
+    **simulate_kw
+        Passed to :func:`kvlab.simulate` (``block_size``, ``arrivals``, ``qps``, ``pool_pages``...).
+
+    Returns
+    -------
+    Recommendation
+
+    Raises
+    ------
+    ValueError
+        A bad trace (its missing column named), SLO, percentile, mode or share.
+    """
+    if not isinstance(trace, pd.DataFrame):
+        raise ValueError(f"trace must be a pandas DataFrame, got {type(trace).__name__}")
+    missing = [c for c in ("prompt_tokens", "output_tokens") if c not in trace.columns]
+    if missing:
+        raise ValueError(f"trace lacks the column(s) {missing} (has {list(trace.columns)})")
+    slo_s = v.positive_float(slo_p99_tbt_s, "slo_p99_tbt_s")
+    max_rejected_frac = v.fraction(max_rejected_frac, "max_rejected_frac", low_open=False)
+    modes = [v.choice(m, "modes", OVERFLOW_MODES) for m in modes]
+    if not modes:
+        raise ValueError("modes must name at least one overflow mode")
+    for key in ("policy", "max_new_tokens", "preemption_mode", "cap_tokens", "seed"):
+        if key in simulate_kw:
+            raise ValueError(f"{key} is chosen by recommend(); do not pass it")
+    work = trace
+    if num_requests is not None and len(trace) > v.positive_int(num_requests, "num_requests"):
+        rows = np.sort(np.random.default_rng(seed).choice(len(trace), num_requests, replace=False))
+        work = trace.iloc[rows].reset_index(drop=True)
+    pct = output_percentiles(work["output_tokens"].to_numpy(), percentiles)
+    cap = (int(work["output_tokens"].max()) if max_new_tokens is None
+           else v.positive_int(max_new_tokens, "max_new_tokens"))
+    kw = dict(model=model, gpu=gpu, max_new_tokens=cap, seed=seed, **simulate_kw)
+
+    rows_out = [_row(RESERVE_MAX, cap, "none", simulate(work, "reserve_max", **kw), slo_s, max_rejected_frac)]
+    for label, tokens in pct.items():
+        reserve = min(tokens, cap)
+        for mode in modes:
+            res = simulate(work, "tgi", cap_tokens=reserve, preemption_mode=mode, **kw)
+            rows_out.append(_row(label, reserve, mode, res, slo_s, max_rejected_frac))
+    table = pd.DataFrame(rows_out, columns=list(TABLE_COLUMNS))
+
+    ok = table[table["meets_slo"]]
+    if len(ok):
+        best = ok.sort_values(["goodput_tokens_per_s", "reserve_tokens"], ascending=[False, True], kind="stable").iloc[0]
+    else:
+        best = table.sort_values(["tbt_p99_s", "reserve_tokens"], kind="stable").iloc[0]
+    max_prompt = int(work["prompt_tokens"].max())
+    return Recommendation(percentiles=pct, table=table, setting=str(best["setting"]), overflow=str(best["overflow"]),
+                          reserve_tokens=int(best["reserve_tokens"]), meets_slo=bool(len(ok)),
+                          max_new_tokens=cap, slo_p99_tbt_s=slo_s,
+                          flags=server_flags(int(best["reserve_tokens"]), str(best["overflow"]),
+                                             max_new_tokens=cap, max_prompt_tokens=max_prompt))
+
+
+def server_flags(reserve_tokens: int, overflow: str, *, max_new_tokens: int, max_prompt_tokens: int) -> pd.DataFrame:
+    """How to apply a reservation and overflow mode on four servers, with what each one lacks.
+
+    Parameters
+    ----------
+    reserve_tokens : int
+        Output tokens to reserve per request (tokens).
+    overflow : {"none", "recompute", "swap", "reject"}
+        What happens to a request that outgrows its reservation (``"none"``: it reserves all of
+        ``max_new_tokens`` and never does).
+    max_new_tokens : int
+        Hard output cap (tokens).
+    max_prompt_tokens : int
+        Longest prompt to admit (tokens).
+
+    Returns
+    -------
+    DataFrame
+        Columns ``system``, ``flags`` (command-line or config to set), ``supported``
+        (``yes`` / ``partly`` / ``no``), ``note``. Flags are those of the systems' current
+        documentation (vLLM V0/V1, TGI v3, TensorRT-LLM's LLM API, SGLang); check them against
+        your version.
+    """
+    reserve_tokens = v.positive_int(reserve_tokens, "reserve_tokens")
+    overflow = v.choice(overflow, "overflow", ("none",) + OVERFLOW_MODES)
+    cap = v.positive_int(max_new_tokens, "max_new_tokens")
+    prompt = v.positive_int(max_prompt_tokens, "max_prompt_tokens")
+    total = prompt + cap
+    gen_cfg = f"--override-generation-config '{{\"max_new_tokens\": {cap}}}' --max-model-len {total}"
+    truncate = f"max_new_tokens = {reserve_tokens} per request truncates the overrun instead of preempting it"
+    rows = []
+    # vLLM: no reservation at all, decode pages on demand; preemption recompute (V1 only), swap in V0.
+    vllm_mode = {"none": ("", "no", "vLLM never reserves decode pages; it allocates on demand and preempts "
+                                      "(recompute) when the pool runs dry, so reserve-to-max has no equivalent"),
+                 "recompute": ("--preemption-mode recompute (V0; V1 always recomputes)", "yes",
+                               "vLLM allocates decode pages on demand: no per-request reservation to set, "
+                               "overruns are preempted and recomputed"),
+                 "swap": ("--preemption-mode swap --swap-space <GiB> (V0 only)", "partly",
+                          "swap was removed in vLLM V1, which only recomputes"),
+                 "reject": ("", "no", f"no reject-on-overflow option; {truncate}")}[overflow]
+    rows.append(("vLLM", f"{gen_cfg} {vllm_mode[0]}".strip(), vllm_mode[1], vllm_mode[2]))
+    # TGI: reserves prompt + min(max_new_tokens, 1024); outgrowing it requeues and prefills again.
+    tgi_note = ("TGI reserves min(max_new_tokens, 1024) output tokens (fixed in the router, not a flag); "
+                "a request that outgrows it is requeued and prefilled again (recompute)")
+    tgi_support = {"none": "partly" if cap > 1024 else "yes", "recompute": "partly", "swap": "no", "reject": "no"}[overflow]
+    tgi_extra = {"swap": "; no swap", "reject": f"; no reject: {truncate}"}.get(overflow, "")
+    rows.append(("TGI", f"--max-input-tokens {prompt} --max-total-tokens {total}", tgi_support, tgi_note + tgi_extra))
+    # TensorRT-LLM: GUARANTEED_NO_EVICT reserves prompt + max_tokens; MAX_UTILIZATION may pause (recompute).
+    if overflow == "none":
+        trt = ("--max_seq_len {t} (capacity_scheduler_policy GUARANTEED_NO_EVICT, the default)".format(t=total), "yes",
+               "reserves prompt + max_tokens at admission and never evicts")
+    else:
+        trt = (f"--max_seq_len {total} --extra_llm_api_options cfg.yaml with scheduler_config: "
+               f"{{capacity_scheduler_policy: MAX_UTILIZATION}}", "partly" if overflow == "recompute" else "no",
+               "no per-request reservation below max_tokens; MAX_UTILIZATION admits more and pauses requests "
+               "when the KV cache is full (recomputed later)"
+               + {"swap": "; no swap of paused requests", "reject": f"; no reject: {truncate}"}.get(overflow, ""))
+    rows.append(("TensorRT-LLM", *trt))
+    # SGLang: reserves an estimate (new_token_ratio), retracts (recompute) on decode OOM.
+    sg_support = {"none": "no", "recompute": "partly", "swap": "no", "reject": "no"}[overflow]
+    rows.append(("SGLang", f"--context-length {total} --schedule-conservativeness <0.3-1.0>; "
+                           f"max_new_tokens = {cap} in sampling_params",
+                 sg_support, "SGLang reserves an estimate min(max_new_tokens - generated, 4096) x new_token_ratio, "
+                             "not a percentile; lower --schedule-conservativeness to admit more; overruns are "
+                             "retracted and recomputed" + {"swap": "; no swap", "reject": f"; no reject: {truncate}",
+                                                           "none": "; it cannot reserve the whole max_new_tokens"}
+                 .get(overflow, "")))
+    return pd.DataFrame(rows, columns=["system", "flags", "supported", "note"])
