@@ -12,16 +12,18 @@ import pandas as pd
 
 from .. import _validate as v
 from ..arrivals import KINDS as ARRIVAL_KINDS, arrival_times
+from ..backend import get_xp
 from ..costmodel import CostModel, roofline
 from ..policies import create_policy
 from ..reservation import pool_pages as _pool_pages
 from ..specs import GIB, GPUSpec, ModelSpec, gpu as _gpu, model as _model
 from .config import PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind, SwapConfig
 from .metrics import iteration_table, request_table, summarize
+from .fast import run_fast
 from .reference import ReferenceEngine
 from .request import Request, RequestStatus
 
-ENGINES = ("reference",)
+ENGINES = ("fast", "reference")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,8 +134,10 @@ def simulate(workload: pd.DataFrame, policy: str = "vllm", *, model: str | Model
         Seed for arrivals and seeded policies.
     record_iterations : bool
         Keep the per-iteration table.
-    engine : {"reference"}
-        The engine to run.
+    engine : {"fast", "reference"}
+        ``fast`` (:mod:`kvlab.sim.fast`: arrays on the ``kvlab.backend`` array module, decode-only
+        stretches in one step) or ``reference`` (:mod:`kvlab.sim.reference`, one object per
+        request); both give the same integers and times.
     cost_model : CostModel, optional
         Overrides ``kvlab.costmodel.roofline(model, gpu, tp=tp)``.
 
@@ -170,11 +174,17 @@ def simulate(workload: pd.DataFrame, policy: str = "vllm", *, model: str | Model
     pol = create_policy(policy, **policy_params)
     pol.bind(output_tokens=output, max_new_tokens=max_new_tokens, block_size=block_size, num_pages=num_pages,
              seed=seed)
-    requests = [Request(index=i, prompt_tokens=int(prompt[i]), output_tokens=int(output[i]),
-                        arrival_s=float(arrival_s[i]), max_new_tokens=max_new_tokens) for i in range(len(prompt))]
-    done, rows = ReferenceEngine(requests, policy=pol, pool=PoolConfig(num_pages=num_pages, block_size=block_size),
-                                 scheduler=sched, swap=swap, cost_model=cost).run()
-    req_table, it_table = request_table(done, ids), iteration_table(rows)
+    pool = PoolConfig(num_pages=num_pages, block_size=block_size)
+    if engine == "fast":
+        req_table, it_table = run_fast(prompt_tokens=prompt, output_tokens=output, arrival_s=arrival_s,
+                                       request_ids=ids, max_new_tokens=max_new_tokens, policy=pol, pool=pool,
+                                       scheduler=sched, swap=swap, cost_model=cost, xp=get_xp())
+    else:
+        requests = [Request(index=i, prompt_tokens=int(prompt[i]), output_tokens=int(output[i]),
+                            arrival_s=float(arrival_s[i]), max_new_tokens=max_new_tokens) for i in range(len(prompt))]
+        done, rows = ReferenceEngine(requests, policy=pol, pool=pool, scheduler=sched, swap=swap,
+                                     cost_model=cost).run()
+        req_table, it_table = request_table(done, ids), iteration_table(rows)
     params = {"policy": pol.name.value, "max_new_tokens": max_new_tokens, "block_size": block_size,
               "pool_pages": num_pages, "scheduler": kind.value, "max_num_seqs": sched.max_num_seqs,
               "max_num_batched_tokens": max_num_batched_tokens, "preemption_mode": mode.value,
