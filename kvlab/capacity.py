@@ -24,6 +24,7 @@ micro-batch; a trial simulates one engine at ``qps / pp`` and reports the system
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -33,7 +34,7 @@ import pandas as pd
 
 from . import _validate as v
 from .costmodel import CostModel
-from .lengths.profiles import Profile, profile as _profile
+from .lengths import Profile, workload_sample
 from .pipeline import PipelineCostModel, pipeline_cost
 from .reservation import pool_pages as _pool_pages
 from .sim import SimResult, simulate
@@ -159,6 +160,11 @@ class CapacityResult:
     num_requests: int
     seed: int
 
+    def binding(self) -> str:
+        """Why the lowest failing rate above the capacity failed (which SLO binds); the reason if none."""
+        failed = self.trials[~self.trials["passed"].astype(bool) & (self.trials["qps"] > self.capacity_qps)]
+        return str(failed.sort_values("qps")["reason"].iloc[0]) if len(failed) else self.reason
+
     def __str__(self) -> str:
         c = self.config
         return (f"CapacityResult({c.model} on {c.tp * c.pp} x {c.gpu} (TP{c.tp}-PP{c.pp}), {c.scheduler}, "
@@ -230,13 +236,14 @@ def slo_metrics(result: SimResult) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------------- one trial
-def _workload(workload: pd.DataFrame | str | Profile, num_requests: int, seed: int) -> pd.DataFrame:
-    if isinstance(workload, str):
-        workload = _profile(workload)
+def _workload(workload: pd.DataFrame | str | Path | Profile, num_requests: int, seed: int) -> pd.DataFrame:
+    if isinstance(workload, (str, Path)):
+        workload = workload_sample(workload, num_requests, seed=seed)[0]
     if isinstance(workload, Profile):
         return workload.sample(num_requests, seed=seed)[["prompt_tokens", "output_tokens"]]
     if not isinstance(workload, pd.DataFrame):
-        raise ValueError(f"workload must be a DataFrame, a Profile or a profile name, got {type(workload).__name__}")
+        raise ValueError(f"workload must be a DataFrame, a Profile, a profile name or a trace path, "
+                         f"got {type(workload).__name__}")
     if len(workload) < num_requests:
         raise ValueError(f"workload has {len(workload)} requests, fewer than num_requests={num_requests}")
     missing = [c for c in ("prompt_tokens", "output_tokens") if c not in workload.columns]
@@ -292,7 +299,7 @@ def lone_decode_s(workload: pd.DataFrame, config: ServingConfig) -> float:
     return float(config.cost().iteration_s(1, ctx, ctx))
 
 
-def capacity(workload: pd.DataFrame | str | Profile, config: ServingConfig, slo: SLO, *,
+def capacity(workload: pd.DataFrame | str | Path | Profile, config: ServingConfig, slo: SLO, *,
              num_requests: int = 2048, seed: int = 0, qps_start: float = 1.0, qps_min: float = 1e-3,
              qps_max: float = 1e4, rel_tol: float = 0.05, max_trials: int = 40, points_per_round: int = 1,
              max_workers: int = 1) -> CapacityResult:
@@ -300,10 +307,11 @@ def capacity(workload: pd.DataFrame | str | Profile, config: ServingConfig, slo:
 
     Parameters
     ----------
-    workload : DataFrame, Profile or str
+    workload : DataFrame, Profile, str or Path
         Requests (``prompt_tokens``, ``output_tokens``; the first ``num_requests`` rows are
-        served, any ``arrival_s`` is replaced by Poisson arrivals), or a length profile (or its
-        name, :func:`kvlab.lengths.list_profiles`) sampled with ``seed``.
+        served, any ``arrival_s`` is replaced by Poisson arrivals), a length profile or its
+        name (:func:`kvlab.lengths.list_profiles`, sampled with ``seed``), or a trace file
+        (:func:`kvlab.traces.load`).
     config : ServingConfig
     slo : SLO
     num_requests : int
@@ -425,7 +433,7 @@ def _capacity_job(args: tuple[Any, ServingConfig, SLO, dict[str, Any]]) -> Capac
     return capacity(workload, config, slo, **kw)
 
 
-def capacities(workload: pd.DataFrame | str | Profile, cases: Mapping[str, tuple[ServingConfig, SLO]], *,
+def capacities(workload: pd.DataFrame | str | Path | Profile, cases: Mapping[str, tuple[ServingConfig, SLO]], *,
                max_workers: int = 1, **capacity_kw: Any) -> dict[str, CapacityResult]:
     """:func:`capacity` of several (config, SLO) cases on one workload, searches run in parallel.
 
