@@ -137,7 +137,9 @@ def oracle_predictive(truth: LogTPredictive, *, r2_mu: float = 0.82, r2_log_sigm
         raise ValueError(f"truth must be a LogTPredictive, got {type(truth).__name__}")
     r2_mu = v.fraction(r2_mu, "r2_mu", low_open=False)
     r2_log_sigma = v.fraction(r2_log_sigma, "r2_log_sigma", low_open=False)
-    rng = np.random.default_rng(seed)
+    # a stream of its own: default_rng(seed) would replay synthetic_requests' draws of mu for the
+    # same seed, making the noise proportional to the truth (and R^2 near 1 whatever the target)
+    rng = np.random.default_rng([seed, 1])
     mu_hat = _noisy_estimate(np.asarray(truth.mu), r2_mu, rng)
     log_sigma_hat = _noisy_estimate(np.log(truth.sigma), r2_log_sigma, rng)
     return LogTPredictive(mu=mu_hat, sigma=np.exp(log_sigma_hat), nu=truth.nu)
