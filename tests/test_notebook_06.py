@@ -1,0 +1,30 @@
+"""Notebook 06 runs with quick parameters and its numbers agree with what they summarise."""
+from __future__ import annotations
+
+import pytest
+
+
+def test_notebook_06_quick(run_notebook):
+    res = run_notebook("06_length_prediction", {"quick": True})
+    # the oracle reaches roughly its target quality on 150 requests
+    assert res["mu_r2"] == pytest.approx(0.82, abs=0.1)
+    assert res["log_sigma_r2"] == pytest.approx(0.76, abs=0.15)
+    trade = res["tradeoff"]
+    # a higher quantile reserves more: over-reservation rises and preemptions do not, p50 -> p99
+    assert trade["predicted p99"]["over_reserved_frac"] > trade["predicted p50"]["over_reserved_frac"]
+    assert trade["predicted p99"]["preemptions_per_request"] <= trade["predicted p50"]["preemptions_per_request"]
+    # worst-case reservation never preempts and wastes the most
+    assert trade["reserve_max"]["preemptions_per_request"] == 0
+    assert trade["reserve_max"]["over_reserved_frac"] == max(r["over_reserved_frac"] for r in trade.values())
+    # the quality sweep measured what it targeted at the ends of the grid
+    assert [q["r2_target"] for q in res["quality"]] == [0.0, 1.0]
+    assert res["quality"][0]["mu_r2"] == pytest.approx(0.0, abs=1e-9)
+    assert res["quality"][1]["mu_r2"] == pytest.approx(1.0)
+    # claims: the TIE ratios are the ones the order table gives
+    orders, claims = res["orders"], {c["claim"]: c for c in res["claims"]}
+    assert len(claims) == 4
+    fcfs_ratio = orders["fcfs"]["normalized_latency_s_per_token"] / orders["tie"]["normalized_latency_s_per_token"]
+    tie_fcfs = next(c for name, c in claims.items() if "against FCFS" in name and "latency" in name)
+    assert float(tie_fcfs["kvlab_value"]) == pytest.approx(fcfs_ratio, rel=0.01)
+    for c in claims.values():
+        assert c["verdict"].startswith(("holds", "differs"))
