@@ -1,0 +1,154 @@
+"""kvlab.capacity: the SLO capacity search against closed forms and a second implementation."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import optimize
+
+from kvlab.arrivals import arrival_times
+from kvlab.capacity import SLO, CapacityResult, ServingConfig, capacities, capacity, serve, slo_metrics, token_gaps_s
+from kvlab.costmodel import CostModel
+
+
+def constant_cost(iteration_s: float) -> CostModel:
+    """A cost model whose every iteration lasts ``iteration_s`` whatever it computes."""
+    return CostModel(model_name="constant", gpu_name="none", tp=1, pp=1, linear_flops_per_token=0.0,
+                     attention_flops_per_pair=0.0, weight_bytes=0.0, kv_bytes_per_token=0.0,
+                     effective_flops_per_s=1.0, effective_bytes_per_s=1.0, allreduce_bytes_per_token=0.0,
+                     allreduce_latency_s_per_iteration=0.0, interconnect_bytes_per_s=1.0,
+                     iteration_overhead_s=iteration_s)
+
+
+def fixed_workload(n: int, prompt_tokens: int, output_tokens: int) -> pd.DataFrame:
+    return pd.DataFrame({"prompt_tokens": np.full(n, prompt_tokens), "output_tokens": np.full(n, output_tokens)})
+
+
+def one_at_a_time(iteration_s: float, **kw) -> ServingConfig:
+    """One request at a time, constant iterations: an M/D/1 queue with service output x iteration."""
+    return ServingConfig(model="Mistral-7B", gpu="A100-80GB-PCIe", scheduler="prefill_first", max_num_seqs=1,
+                         pool_pages=1000, cost_model=constant_cost(iteration_s), engine="reference", **kw)
+
+
+def test_scheduling_delays_are_the_md1_waiting_times_of_lindleys_recursion():
+    # Second implementation: W[n+1] = max(0, W[n] + D - gap[n+1]) over the same Poisson arrivals.
+    n, qps, t_s, out = 400, 0.4, 1.0, 2
+    res = serve(fixed_workload(n, 16, out), one_at_a_time(t_s), qps, seed=3)
+    arrivals = arrival_times(n, "poisson", qps=qps, seed=3)
+    wait = np.zeros(n)
+    for i in range(1, n):
+        wait[i] = max(0.0, wait[i - 1] + out * t_s - (arrivals[i] - arrivals[i - 1]))
+    delay = (res.requests["admitted_s"] - res.requests["arrival_s"]).to_numpy()
+    np.testing.assert_allclose(delay, wait, atol=1e-9)
+    assert slo_metrics(res)["scheduling_delay_p50_s"] == pytest.approx(float(np.median(wait)), abs=1e-9)
+
+
+def test_capacity_of_an_md1_queue_matches_erlangs_closed_form():
+    # M/D/1 with service D: P(wait <= D) = (1 - rho) e^rho (Erlang). With the delay SLO at D
+    # the median wait meets it while (1 - rho) e^rho >= 1/2: rho* = 0.768, capacity rho* / D.
+    t_s, out = 1.0, 2
+    d_s = out * t_s
+    rho = optimize.brentq(lambda r: (1 - r) * np.exp(r) - 0.5, 0.01, 0.99)
+    res = capacity(fixed_workload(1024, 16, out), one_at_a_time(t_s), SLO(tbt_p99_s=1.5, scheduling_delay_p50_s=d_s),
+                   num_requests=1024, seed=1, qps_start=0.3, rel_tol=0.02)
+    assert res.reason.startswith("converged")
+    # 1,024 requests from an empty queue: the median wait is a finite sample (seeds 0-7 fall
+    # within 8% of the stationary answer), hence 10%.
+    assert res.capacity_qps == pytest.approx(rho / d_s, rel=0.10)
+    t = res.trials
+    assert t["passed"].astype(bool).equals(t["scheduling_delay_p50_s"] <= d_s)
+    # The bracket: the capacity passed and every rate tried above it failed (monotone here).
+    assert bool(t.loc[t["qps"] == res.capacity_qps, "passed"].iloc[0])
+    assert not t.loc[t["qps"] > res.capacity_qps, "passed"].astype(bool).any()
+    assert "median scheduling delay" in res.binding()
+
+
+def test_token_gaps_of_constant_iterations_are_all_one_iteration_chunked():
+    res = serve(fixed_workload(40, 100, 7), ServingConfig(model="Mistral-7B", gpu="A100-80GB-PCIe",
+                                                         max_num_batched_tokens=64, pool_pages=1000,
+                                                         cost_model=constant_cost(0.25)), 3.0, seed=0)
+    gaps, max_only = token_gaps_s(res)
+    assert max_only == 0
+    assert gaps.size == 40 * 6  # output - 1 gaps per request
+    np.testing.assert_allclose(gaps, 0.25)
+
+
+def test_a_prefill_stalls_decodes_for_one_iteration_prefill_first():
+    # Request 0 (1 token prompt, 4 tokens out) at t ~ 0; request 1 arrives while 0 decodes, so
+    # one of 0's gaps holds 1's prefill iteration: gaps of 0 are {1, 2, 1} x T, of 1 are 3 x T.
+    t_s = 0.5
+    work = pd.DataFrame({"prompt_tokens": [1, 1], "output_tokens": [4, 4], "arrival_s": [0.0, 0.6]})
+    from kvlab.sim import simulate  # the trace's arrivals, not a Poisson draw
+    res = simulate(work, "vllm", model="Mistral-7B", gpu="A100-80GB-PCIe", scheduler="prefill_first",
+                   pool_pages=100, cost_model=constant_cost(t_s), record_iterations=True)
+    gaps, _ = token_gaps_s(res)
+    assert sorted(gaps.round(9).tolist()) == [0.5, 0.5, 0.5, 0.5, 0.5, 1.0]
+
+
+def test_reconstructed_gaps_add_up_to_each_requests_decode_span_on_a_real_workload():
+    # Property on a roofline run with prefill stalls: the gaps of uninterrupted requests sum to
+    # their first-to-last-token spans, and the largest gap is the largest per-request max_tbt_s.
+    from kvlab.lengths import profile
+    work = profile("sarathi-sharegpt").sample(60, seed=4)
+    cfg = ServingConfig(model="Mistral-7B", gpu="A100-80GB-PCIe", scheduler="prefill_first")
+    res = serve(work, cfg, 1.5, seed=4)
+    gaps, max_only = token_gaps_s(res)
+    rq = res.requests
+    assert max_only == int((rq["num_preemptions"] > 0).sum())
+    assert gaps.size == int((rq["generated_tokens"] - 1).sum())
+    assert gaps.sum() == pytest.approx(float((rq["finish_s"] - rq["first_token_s"]).sum()), rel=1e-9)
+    assert gaps.max() == pytest.approx(float(rq["max_tbt_s"].max()), rel=1e-12)
+
+
+def test_an_slo_below_one_lone_decode_gives_zero_without_any_trial():
+    res = capacity(fixed_workload(50, 16, 4), one_at_a_time(0.5), SLO(tbt_p99_s=0.4), num_requests=50)
+    assert res.capacity_qps == 0.0 and len(res.trials) == 0
+    assert "unreachable" in res.reason and "0.5 s" in res.reason
+
+
+def test_an_slo_no_rate_meets_stops_at_qps_min_with_the_reason():
+    # Prompts longer than prefill-first's token budget are aborted at every rate.
+    cfg = ServingConfig(model="Mistral-7B", gpu="A100-80GB-PCIe", scheduler="prefill_first",
+                        max_num_batched_tokens=64, pool_pages=1000, cost_model=constant_cost(0.01))
+    res = capacity(fixed_workload(20, 100, 2), cfg, SLO(tbt_p99_s=1.0), num_requests=20, qps_start=1.0, qps_min=0.1)
+    assert res.capacity_qps == 0.0
+    assert "unreachable" in res.reason and "aborted" in res.reason
+    assert len(res.trials) == 5  # 1, 0.5, 0.25, 0.125, 0.1
+    assert res.trials["qps"].min() == pytest.approx(0.1)
+
+
+def test_a_rate_that_never_fails_is_reported_as_not_bracketed():
+    res = capacity(fixed_workload(20, 16, 2), one_at_a_time(0.001), SLO(tbt_p99_s=1.0), num_requests=20,
+                   qps_start=1.0, qps_max=4.0)
+    assert res.capacity_qps == 4.0 and res.reason.startswith("not bracketed")
+
+
+def test_search_is_deterministic_and_independent_of_worker_count():
+    work, slo = fixed_workload(200, 16, 2), SLO(tbt_p99_s=1.0, scheduling_delay_p50_s=1.0)
+    kw = dict(num_requests=200, seed=5, qps_start=0.2, rel_tol=0.05, points_per_round=3)
+    a = capacity(work, one_at_a_time(0.5), slo, max_workers=1, **kw)
+    b = capacity(work, one_at_a_time(0.5), slo, max_workers=2, **kw)
+    pd.testing.assert_frame_equal(a.trials, b.trials)
+    assert a.capacity_qps == b.capacity_qps > 0
+    many = capacities(work, {"x": (one_at_a_time(0.5), slo)}, **kw)
+    assert isinstance(many["x"], CapacityResult) and many["x"].capacity_qps == a.capacity_qps
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: SLO(tbt_p99_s=0.0), "slo.tbt_p99_s"),
+    (lambda: SLO(tbt_p99_s=-1.0), "slo.tbt_p99_s"),
+    (lambda: SLO(tbt_p99_s=0.1, scheduling_delay_p50_s=0), "slo.scheduling_delay_p50_s"),
+    (lambda: capacity(fixed_workload(10, 16, 2), one_at_a_time(0.1), SLO(tbt_p99_s=1.0), num_requests=0),
+     "num_requests"),
+    (lambda: capacity(fixed_workload(10, 16, 2), one_at_a_time(0.1), SLO(tbt_p99_s=1.0), num_requests=11),
+     "fewer than num_requests"),
+    (lambda: capacity(fixed_workload(10, 16, 2), one_at_a_time(0.1), SLO(tbt_p99_s=1.0), num_requests=10,
+                      qps_min=2.0, qps_max=1.0), "qps_min"),
+    (lambda: capacity(fixed_workload(10, 16, 2), one_at_a_time(0.1), 0.1, num_requests=10), "slo must be"),
+    (lambda: capacity("no-such-profile", one_at_a_time(0.1), SLO(tbt_p99_s=1.0), num_requests=10),
+     "neither a profile"),
+    (lambda: ServingConfig(model="Mistral-7B", gpu="A100-80GB-PCIe", pp=0), "config.pp"),
+])
+def test_bad_input_names_the_parameter(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
