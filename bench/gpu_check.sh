@@ -7,13 +7,14 @@
 #   bash bench/gpu_check.sh env tests  # chosen stages
 #
 # Each stage is one function writing its own files; add a stage by writing stage_<name> and
-# listing it in STAGES. The whole default run is sized to finish in under 5 minutes.
+# listing it in STAGES. The whole default run is sized to finish in under 5 minutes, plus the
+# sweep stages, capped by their timeouts at 100 s and 180 s.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 RESULTS="${OUT:-$PWD/gpu_results}"
 mkdir -p "$RESULTS"
-STAGES=(env tests crossover)
+STAGES=(env tests crossover sweep_tests sweep_bench)
 status=0
 
 # kvlab/__init__.py may import packages this machine lacks (pyyaml, ...): this prelude registers
@@ -64,6 +65,24 @@ stage_crossover() {  # measured recompute vs swap for Llama-3-8B and Llama-2-7B 
     >"$RESULTS/crossover.txt" 2>&1
   local rc=$?
   cat "$RESULTS/crossover.txt"
+  return $rc
+}
+
+stage_sweep_tests() {  # kvlab.sweep's tests on CuPy: same tables as NumPy, serial and in (spawned) processes
+  KVLAB_BACKEND=cupy timeout 100 python -c "$PY_PRELUDE
+import pytest
+sys.exit(pytest.main(['-p', 'no:cacheprovider', '-q', '-rs', 'tests/test_sweep.py']))" \
+    >"$RESULTS/pytest_sweep.txt" 2>&1
+  local rc=$?
+  tail -n 30 "$RESULTS/pytest_sweep.txt"
+  return $rc
+}
+
+stage_sweep_bench() {  # 1,000-configuration sweep: NumPy serial and processes, CuPy serial, lockstep bounds
+  timeout 180 python -u bench/bench_sweep.py --out "$RESULTS" --workers "$(nproc)" --cupy-configs 50 \
+    --lockstep-sample 64 >"$RESULTS/sweep_bench.txt" 2>&1
+  local rc=$?
+  cat "$RESULTS/sweep_bench.txt"
   return $rc
 }
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from . import _validate as v
+from .backend import backend_name, get_xp
 from .lengths.profiles import list_profiles, profile
 from .policies import create_policy, policy_names
 from .sim import simulate
@@ -189,7 +191,10 @@ def _serial(source: _Source, tasks: list) -> Iterator[list]:
 
 
 def _processes(source: _Source, tasks: list, max_workers: int) -> Iterator[list]:
-    pool = ProcessPoolExecutor(max_workers=max_workers, initializer=_set_worker_source, initargs=(source,))
+    # A forked child cannot use a CUDA context its parent made: on CuPy, workers start fresh.
+    context = multiprocessing.get_context("spawn") if backend_name(get_xp()) == "cupy" else None
+    pool = ProcessPoolExecutor(max_workers=max_workers, mp_context=context, initializer=_set_worker_source,
+                               initargs=(source,))
     try:
         futures = [pool.submit(_run_chunk_in_worker, chunk) for chunk in _chunks(tasks, max_workers)]
         for fut in as_completed(futures):

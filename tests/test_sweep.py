@@ -103,6 +103,7 @@ def test_list_of_grids_sweeps_policy_parameters(workload):
 
 
 def test_progress_bar_counts_configurations(workload, capsys):
+    pytest.importorskip("tqdm")
     kvlab.sweep(workload, {"max_new_tokens": [32, 64, 128]}, fixed=FIXED, seeds=[0], progress=True)
     err = capsys.readouterr().err
     assert "3/3" in err and "config" in err
@@ -152,3 +153,16 @@ def test_numpy_grid_values_are_plain_python(workload):
     table = kvlab.sweep(workload, {"max_new_tokens": np.array([64, 128])}, fixed=FIXED, progress=False)
     assert table["max_new_tokens"].tolist() == [64, 128]
     assert table["max_new_tokens"].dtype == np.int64
+
+
+@pytest.mark.gpu
+def test_cupy_sweep_equals_numpy_serial_and_in_processes(workload, monkeypatch):
+    grid = {"policy": ["vllm", "tgi"], "preemption_mode": ["recompute", "swap"]}
+    monkeypatch.setenv("KVLAB_BACKEND", "numpy")
+    host = kvlab.sweep(workload, grid, fixed=FIXED, progress=False)
+    monkeypatch.setenv("KVLAB_BACKEND", "cupy")
+    device = kvlab.sweep(workload, grid, fixed=FIXED, progress=False)
+    # Worker processes on CuPy are spawned (a forked child cannot use its parent's CUDA context).
+    device_procs = kvlab.sweep(workload, grid, fixed=FIXED, executor="processes", max_workers=2, progress=False)
+    pd.testing.assert_frame_equal(device, host)
+    pd.testing.assert_frame_equal(device_procs, host)
