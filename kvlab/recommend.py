@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from . import _validate as v
+from . import claims as _claims
 from .sim import simulate
 
 #: Overflow modes the recipe compares (``kvlab.simulate``'s preemption modes).
@@ -254,3 +255,63 @@ def server_flags(reserve_tokens: int, overflow: str, *, max_new_tokens: int, max
                                                            "none": "; it cannot reserve the whole max_new_tokens"}
                  .get(overflow, "")))
     return pd.DataFrame(rows, columns=["system", "flags", "supported", "note"])
+
+
+def _tail_ratio(rec: Recommendation, name: str) -> float:
+    if not {"p50", "p99"} <= set(rec.percentiles):
+        raise ValueError(f"the {name} recommendation must include percentiles 50 and 99, got {list(rec.percentiles)}")
+    return rec.percentiles["p99"] / rec.percentiles["p50"]
+
+
+def _best_of(rec: Recommendation, setting: str) -> pd.Series | None:
+    rows = rec.table[(rec.table["setting"] == setting) & rec.table["meets_slo"]]
+    return None if rows.empty else rows.loc[rows["goodput_tokens_per_s"].idxmax()]
+
+
+def _recipe_claim(claim: str, rec: Recommendation, expected: Sequence[str], ratio: float) -> _claims.Claim:
+    got = f"{rec.setting} ({rec.reserve_tokens} tokens), overflow {rec.overflow}"
+    if not rec.meets_slo:
+        verdict = "differs: no setting meets the SLO on this model and GPU"
+    elif rec.setting in expected:
+        verdict = "holds"
+    else:
+        chosen = rec.table[(rec.table["setting"] == rec.setting) & (rec.table["overflow"] == rec.overflow)].iloc[0]
+        alts = [r for r in (_best_of(rec, s) for s in expected) if r is not None]
+        if alts:
+            alt = max(alts, key=lambda r: r["goodput_tokens_per_s"])
+            gain = chosen["goodput_tokens_per_s"] / alt["goodput_tokens_per_s"] - 1.0
+            verdict = ("holds within 1% goodput" if gain < 0.01 else "differs") + (
+                f": {rec.setting} gives {gain:+.1%} goodput over the best of {'/'.join(expected)} "
+                f"({alt['setting']}, {alt['overflow']}) within the SLO")
+        else:
+            verdict = f"differs: {'/'.join(expected)} miss the SLO; {rec.setting} meets it"
+    return _claims.Claim(claim=f"{claim} (p99/p50 = {ratio:.1f})", source="brief section 3",
+                         claimed=" or ".join(expected), kvlab_value=got, verdict=verdict)
+
+
+def recipe_claims(main: Recommendation, light: Recommendation, heavy: Recommendation) -> pd.DataFrame:
+    """Notebook 07's claims table: the brief's recipe checked on a light- and a heavy-tailed workload.
+
+    Parameters
+    ----------
+    main : Recommendation
+        The recommendation for the notebook's own trace (for the share preempted at p95).
+    light, heavy : Recommendation
+        Recommendations for a short, light-tailed and a high-variance workload (each with
+        percentiles 50 and 99, and 95 in ``main``).
+    """
+    light_ratio, heavy_ratio = _tail_ratio(light, "light"), _tail_ratio(heavy, "heavy")
+    if light_ratio >= heavy_ratio:
+        raise ValueError(f"the light workload's tail (p99/p50 = {light_ratio:.1f}) must be lighter than the heavy "
+                         f"one's ({heavy_ratio:.1f})")
+    c1 = _recipe_claim("Short, light-tailed workload: reserve about the p95", light, ("p95",), light_ratio)
+    c2 = _recipe_claim("High-variance workload: reserve the p99 or more", heavy, ("p99", RESERVE_MAX), heavy_ratio)
+    at_p95 = main.table[(main.table["setting"] == "p95") & (main.table["overflow"] != "none")]
+    if at_p95.empty:
+        raise ValueError("the main recommendation must include the 95th percentile")
+    share = float(at_p95["preempted_request_frac"].iloc[0])
+    c3 = _claims.close("Reserving the p95, about 5% of requests overrun and are preempted", "brief section 3",
+                       0.05, share, rel_tol=0.2,
+                       note="share of requests preempted at least once; only a request that outgrows its own "
+                            "reservation is preempted, and the reservation rounds up to whole pages")
+    return _claims.table([c1, c2, c3])
