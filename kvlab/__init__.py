@@ -9,6 +9,10 @@ from .policies import PolicyName, create_policy, policy_names
 from .sim import SimResult, simulate
 from .reservation import pool_pages, real_pool_table, reservation_table, reservation_waste
 from .sweep import sweep
+from . import pipeline, presets
+from .capacity import SLO, CapacityResult, ServingConfig, capacities, capacity
+from .pipeline import pipeline_cost
+from .presets import preset, preset_names
 
 __all__ = [
     "backend", "claims", "costmodel", "report", "specs",
@@ -18,5 +22,7 @@ __all__ = [
     "arrivals", "paged", "policies", "sim", "PolicyName", "create_policy", "policy_names", "SimResult", "simulate",
     "pool_pages", "real_pool_table", "reservation_table", "reservation_waste",
     "sweep",
+    "pipeline", "presets", "SLO", "CapacityResult", "ServingConfig", "capacities", "capacity", "pipeline_cost",
+    "preset", "preset_names",
 ]
 __version__ = "0.1.0"
