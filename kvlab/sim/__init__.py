@@ -85,7 +85,7 @@ def simulate(workload: pd.DataFrame, policy: str = "vllm", *, model: str | Model
              max_num_seqs: int = 256, max_num_batched_tokens: int | None = None,
              preemption_mode: str = "recompute", arrivals: str = "auto", qps: float | None = None,
              burst_cv: float = 1.0, cpu_pool_pages: int | None = None, copy_latency_s: float = 5e-6,
-             seed: int = 0, record_iterations: bool = False, engine: str = "reference",
+             seed: int = 0, record_iterations: bool = False, engine: str = "fast",
              cost_model: CostModel | None = None, **policy_params: Any) -> SimResult:
     """Serve ``workload`` under one reservation policy and return per-request and summary figures.
 
