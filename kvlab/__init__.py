@@ -13,6 +13,8 @@ from . import pipeline, presets
 from .capacity import SLO, CapacityResult, ServingConfig, capacities, capacity
 from .pipeline import pipeline_cost
 from .presets import preset, preset_names
+from . import recommend
+from .recommend import Recommendation
 
 __all__ = [
     "backend", "claims", "costmodel", "report", "specs",
@@ -24,5 +26,6 @@ __all__ = [
     "sweep",
     "pipeline", "presets", "SLO", "CapacityResult", "ServingConfig", "capacities", "capacity", "pipeline_cost",
     "preset", "preset_names",
+    "recommend", "Recommendation",
 ]
 __version__ = "0.1.0"
