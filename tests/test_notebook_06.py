@@ -17,9 +17,14 @@ def test_notebook_06_quick(run_notebook):
     assert trade["reserve_max"]["preemptions_per_request"] == 0
     assert trade["reserve_max"]["over_reserved_frac"] == max(r["over_reserved_frac"] for r in trade.values())
     # the quality sweep measured what it targeted at the ends of the grid
-    assert [q["r2_target"] for q in res["quality"]] == [0.0, 1.0]
-    assert res["quality"][0]["mu_r2"] == pytest.approx(0.0, abs=1e-9)
-    assert res["quality"][1]["mu_r2"] == pytest.approx(1.0)
+    quality = res["quality"]
+    assert [(q["r2_target"], q["quantile"]) for q in quality] == [(r2, q) for r2 in (0.0, 1.0)
+                                                                  for q in (0.5, 0.75, 0.9, 0.95, 0.99)]
+    assert all(q["mu_r2"] == pytest.approx(q["r2_target"], abs=1e-9) for q in quality)
+    # along one predictor's curve, reserving a higher quantile over-reserves more
+    for r2 in (0.0, 1.0):
+        curve = [q["over_reserved_frac"] for q in quality if q["r2_target"] == r2]
+        assert curve[-1] > curve[0]
     # claims: the TIE ratios are the ones the order table gives
     orders, claims = res["orders"], {c["claim"]: c for c in res["claims"]}
     assert len(claims) == 4

@@ -54,24 +54,32 @@ def quantile_tradeoff(workload: pd.DataFrame, prediction: LogTPredictive, *, mod
 
 
 def quality_sweep(requests: SyntheticRequests, r2_grid: Sequence[float], *, model: str, gpu: str,
-                  max_new_tokens: int, quantile: float = 0.9, seed: int = 0, **simulate_kw: Any) -> pd.DataFrame:
-    """Reserve the predicted ``quantile`` with predictors of quality R^2 from ``r2_grid``.
+                  max_new_tokens: int, quantiles: Sequence[float] = (0.9,), seed: int = 0,
+                  **simulate_kw: Any) -> pd.DataFrame:
+    """Reserve each of ``quantiles`` with predictors of quality R^2 from ``r2_grid``.
 
     For each target R^2 (used for both ``mu`` and ``log sigma``), the oracle
-    :func:`kvlab.predict.oracle_predictive` predicts ``requests.truth``; one row per target:
-    ``r2_target``, the R^2 the predictor reached (``mu_r2``, ``log_sigma_r2``) and
-    :data:`METRICS`.
+    :func:`kvlab.predict.oracle_predictive` predicts ``requests.truth``; one row per (target,
+    quantile): ``r2_target``, the R^2 the predictor reached (``mu_r2``, ``log_sigma_r2``),
+    ``quantile`` and :data:`METRICS`. At one quantile a sharper predictor trades differently
+    (each request reserves its own tail); across quantiles each predictor traces a curve of
+    preemptions against over-reservation, and a better predictor's curve lies lower.
     """
     if not isinstance(requests, SyntheticRequests):
         raise ValueError(f"requests must be kvlab.predict.SyntheticRequests, got {type(requests).__name__}")
     grid = [v.fraction(r, "r2_grid", low_open=False) for r in r2_grid]
+    qs = [v.fraction(q, "quantile", high_closed=False) for q in quantiles]
+    if not grid or not qs:
+        raise ValueError("r2_grid and quantiles must each hold at least one value")
     rows = []
     for r2 in grid:
         pred = oracle_predictive(requests.truth, r2_mu=r2, r2_log_sigma=r2, seed=seed)
         got = parameter_r2(pred, requests.truth)
-        s = simulate(requests.trace, "predicted", quantile=quantile, prediction=pred, model=model, gpu=gpu,
-                     max_new_tokens=max_new_tokens, seed=seed, **simulate_kw).summary
-        rows.append({"r2_target": r2, "mu_r2": got.mu_r2, "log_sigma_r2": got.log_sigma_r2, **_metrics(s)})
+        for q in qs:
+            s = simulate(requests.trace, "predicted", quantile=q, prediction=pred, model=model, gpu=gpu,
+                         max_new_tokens=max_new_tokens, seed=seed, **simulate_kw).summary
+            rows.append({"r2_target": r2, "mu_r2": got.mu_r2, "log_sigma_r2": got.log_sigma_r2, "quantile": q,
+                         **_metrics(s)})
     return pd.DataFrame(rows)
 
 
