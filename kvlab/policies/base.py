@@ -9,6 +9,9 @@ A policy answers three questions for the scheduler (``kvlab.sim``), in integers 
 * when a running request needs a page beyond its reservation: grow from the unpromised pages
   and preempt others to make room (``on_demand = True``), or preempt the request itself
   (``on_demand = False``); and which running request is the victim (:meth:`Policy.choose_victim`).
+
+A policy may also order the waiting queue (:attr:`Policy.orders_queue`, :meth:`Policy.queue_rank`);
+by default it is FCFS.
 """
 from __future__ import annotations
 
