@@ -236,7 +236,12 @@ def slo_metrics(result: SimResult) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------------- one trial
-def _workload(workload: pd.DataFrame | str | Path | Profile, num_requests: int, seed: int) -> pd.DataFrame:
+def trial_requests(workload: pd.DataFrame | str | Path | Profile, num_requests: int, seed: int = 0) -> pd.DataFrame:
+    """The ``num_requests`` requests every trial of a search serves (``prompt_tokens``, ``output_tokens``).
+
+    ``workload`` as in :func:`capacity`: the first rows of a table or trace, or a profile sample.
+    """
+    num_requests = v.positive_int(num_requests, "num_requests")
     if isinstance(workload, (str, Path)):
         workload = workload_sample(workload, num_requests, seed=seed)[0]
     if isinstance(workload, Profile):
@@ -356,7 +361,7 @@ def capacity(workload: pd.DataFrame | str | Path | Profile, config: ServingConfi
     max_trials = v.positive_int(max_trials, "max_trials")
     k = v.positive_int(points_per_round, "points_per_round")
     max_workers = v.positive_int(max_workers, "max_workers")
-    work = _workload(workload, num_requests, seed)
+    work = trial_requests(workload, num_requests, seed)
 
     rows: list[dict[str, Any]] = []
 
@@ -455,3 +460,25 @@ def capacities(workload: pd.DataFrame | str | Path | Profile, cases: Mapping[str
             found = list(pool.map(_capacity_job, jobs))
     return dict(zip(cases, found))
 
+
+
+def capacity_table(found: Mapping[Any, CapacityResult], *, key_names: Sequence[str] = ("case",)) -> pd.DataFrame:
+    """One row per search: the key (split over ``key_names`` when a tuple), set-up, capacity.
+
+    Columns after the key: model, GPUs, scheduler, token budget (tokens; NaN for the
+    simulator's default), policy, max_new_tokens, P99 TBT and median delay SLOs (seconds),
+    ``capacity_qps`` (requests/s), trials run, and the constraint that binds just above the
+    capacity (:meth:`CapacityResult.binding`).
+    """
+    rows = []
+    for key, r in found.items():
+        parts = key if isinstance(key, tuple) else (key,)
+        if len(parts) != len(key_names):
+            raise ValueError(f"key {key!r} does not split into key_names {tuple(key_names)}")
+        c = r.config
+        rows.append({**dict(zip(key_names, parts)), "model": c.model, "num_gpus": c.tp * c.pp,
+                     "scheduler": c.scheduler, "token_budget_tokens": c.max_num_batched_tokens, "policy": c.policy,
+                     "max_new_tokens": c.max_new_tokens, "tbt_slo_s": r.slo.tbt_p99_s,
+                     "scheduling_delay_slo_s": r.slo.scheduling_delay_p50_s, "capacity_qps": r.capacity_qps,
+                     "num_trials": len(r.trials), "binding": r.binding()})
+    return pd.DataFrame(rows)

@@ -21,7 +21,7 @@ import yaml
 from . import _validate as v
 from . import claims as _claims
 from ._paths import DATA_DIR
-from .capacity import SLO, CapacityResult, ServingConfig, capacities
+from .capacity import SLO, CapacityResult, ServingConfig, capacities, capacity_table
 from .lengths import Profile
 
 PRESET_FILE = DATA_DIR / "presets.yaml"
@@ -137,9 +137,8 @@ def scheduler_comparison(names: Sequence[str], workload: pd.DataFrame | str | Pa
     Returns
     -------
     (DataFrame, dict)
-        One row per (preset, slo, scheduler): SLO, token budget, capacity (requests/s), trials
-        run, the constraint that binds just above the capacity; and the results by
-        ``(preset, slo, scheduler)``.
+        :func:`kvlab.capacity.capacity_table` keyed by preset, slo and scheduler; and the
+        results by ``(preset, slo, scheduler)``.
     """
     cases = {}
     for name in names:
@@ -148,10 +147,7 @@ def scheduler_comparison(names: Sequence[str], workload: pd.DataFrame | str | Pa
             for sched in SCHEDULERS:
                 cases[(name, kind, sched)] = (p.config(sched, kind, engine=engine), p.slo(kind))
     found = capacities(workload, cases, max_workers=max_workers, **capacity_kw)
-    rows = [{"preset": name, "slo": kind, "tbt_slo_s": r.slo.tbt_p99_s, "scheduler": sched,
-             "token_budget_tokens": r.config.max_num_batched_tokens, "capacity_qps": r.capacity_qps,
-             "num_trials": len(r.trials), "binding": r.binding()} for (name, kind, sched), r in found.items()]
-    return pd.DataFrame(rows), found
+    return capacity_table(found, key_names=("preset", "slo", "scheduler")), found
 
 
 def capacity_gains(comparison: pd.DataFrame) -> pd.DataFrame:
