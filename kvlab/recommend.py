@@ -115,7 +115,8 @@ def recommend(trace: pd.DataFrame, *, model: str, gpu: str, slo_p99_tbt_s: float
     trace : DataFrame
         Requests (``kvlab.traces.load`` or a ``kvlab.lengths`` profile sample): ``prompt_tokens``,
         ``output_tokens``, optional ``arrival_s`` (seconds; used as the arrival times unless
-        ``arrivals`` is given in ``simulate_kw``).
+        ``arrivals`` is given in ``simulate_kw``). Outputs marked ``censored`` (cut at the
+        recording's cap) count at their recorded length, so high percentiles are lower bounds.
     model, gpu : str
         Names in ``kvlab.specs.models()`` and ``kvlab.specs.gpus()``.
     slo_p99_tbt_s : float
