@@ -13,6 +13,14 @@ Grid: 5 policies x 5 ``max_new_tokens`` x 4 pool sizes x 2 preemption modes x 5 
 seed draws its own brief-sharegpt requests and Poisson arrivals). Threads are pinned to one
 before NumPy loads, so ``processes`` is the only parallelism.
 
+Measured on the 2-core development machine (shared, load average 3-5, so wall times carry
+other jobs' load; CPU seconds do not), fast engine, 200 requests per configuration: about 10
+configurations per CPU-second serial; the fast engine spends ~350 us per event step, of which
+the step's array operations are ~10 us (one mix at 200 requests), so a step is Python control.
+Lockstep bounds in random batches: at most 2.6x fewer steps for 8 configurations, 5.5x for 32,
+and only if the control flow itself were batched; were array work to dominate, NumPy's cost
+at 8-32x the width (3.9-8.8x) would turn that into 0.6-0.7x. Not built (see kvlab/sweep.py).
+
 Run: ``python bench/bench_sweep.py [--seeds 5] [--num-requests 200] [--out DIR]``; with
 ``--out`` it also writes ``sweep_bench.csv`` and ``sweep_bench.md`` there.
 """
@@ -158,9 +166,12 @@ def main() -> None:
                     help="configurations timed on CuPy (seed 0, grid order; the first of the NumPy sweep)")
     ap.add_argument("--lockstep-sample", type=int, default=128,
                     help="configurations (seed 0, grid order) run with iteration tables for the batching analysis")
+    ap.add_argument("--engine", default=None, help="simulate engine (default: simulate's own default)")
     ap.add_argument("--out", type=Path, default=None, help="folder for sweep_bench.csv / .md")
     args = ap.parse_args()
 
+    if args.engine is not None:
+        FIXED["engine"] = args.engine
     seeds = list(range(args.seeds))
     n_configs = int(np.prod([len(x) for x in GRID.values()])) * len(seeds)
     common = {"num_requests": args.num_requests, "seeds": seeds}

@@ -14,9 +14,13 @@ address, or ``"dask-local"`` for a local cluster). Every executor runs the same 
 the same inputs and the rows are put back in configuration order, so the table is identical
 whatever ran it.
 
-Batching configurations into one array program (all configurations advancing in lock-step on
-one device) is not done here: ``bench/bench_sweep.py`` measures why it does not pay with the
-array engines kvlab has (see its docstring).
+Advancing many configurations together in one array program (lockstep batching) is not
+implemented: each configuration is one engine run. ``bench/bench_sweep.py`` measures the most
+lockstep could gain. At sweep-sized workloads the fast engine's step is Python control flow
+(admission, preemption, policy rules), not array work, so a gain needs that control flow
+vectorised across configurations (a second engine), and it is bounded by how rarely the
+configurations' event iterations coincide; when array work dominates, wider arrays cost
+NumPy about linearly and lockstep loses. Processes and Dask give the cores' worth instead.
 """
 from __future__ import annotations
 
