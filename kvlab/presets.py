@@ -157,6 +157,8 @@ def capacity_gains(comparison: pd.DataFrame) -> pd.DataFrame:
     """
     wide = comparison.pivot(index=["preset", "slo"], columns="scheduler", values="capacity_qps").reset_index()
     wide.columns.name = None
+    order = list(dict.fromkeys(zip(comparison["preset"], comparison["slo"])))  # as the comparison lists them
+    wide = wide.set_index(["preset", "slo"]).loc[order].reset_index()
     wide["gain"] = (wide["chunked"] / wide["prefill_first"].where(wide["prefill_first"] > 0))
     return wide[["preset", "slo", "chunked", "prefill_first", "gain"]]
 
