@@ -166,3 +166,11 @@ def test_cupy_sweep_equals_numpy_serial_and_in_processes(workload, monkeypatch):
     device_procs = kvlab.sweep(workload, grid, fixed=FIXED, executor="processes", max_workers=2, progress=False)
     pd.testing.assert_frame_equal(device, host)
     pd.testing.assert_frame_equal(device_procs, host)
+
+
+@pytest.mark.slow
+def test_dask_local_executor_starts_and_closes_its_own_cluster(workload):
+    pytest.importorskip("distributed")
+    grid = {"max_new_tokens": [64, 256]}
+    table = kvlab.sweep(workload, grid, fixed=FIXED, executor="dask-local", max_workers=1, progress=False)
+    pd.testing.assert_frame_equal(table, kvlab.sweep(workload, grid, fixed=FIXED, progress=False))
