@@ -24,6 +24,7 @@ NumPy about linearly and lockstep loses. Processes and Dask give the cores' wort
 """
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import itertools
 import multiprocessing
@@ -353,9 +354,12 @@ def _seeds(seeds: Any) -> list[int]:
 
 def _progress_bar(total: int) -> Any:
     # Imported here, not at the top: the GPU check machine runs sweeps with progress=False and
-    # may lack tqdm (kvlab's other modules do not need it).
-    from tqdm.auto import tqdm  # noqa: PLC0415
-
+    # may lack tqdm (kvlab's other modules do not need it). tqdm.auto draws a widget in Jupyter
+    # but only warns and falls back to text without ipywidgets, so go to text directly then.
+    if importlib.util.find_spec("ipywidgets") is None:
+        from tqdm import tqdm  # noqa: PLC0415
+    else:
+        from tqdm.auto import tqdm  # noqa: PLC0415
     return tqdm(total=total, desc="sweep", unit="config")
 
 
