@@ -56,6 +56,7 @@ WAITING, RUNNING, PREEMPTED, SWAPPED = (int(s) for s in (RequestStatus.WAITING, 
                                                          RequestStatus.PREEMPTED, RequestStatus.SWAPPED))
 STOPPED, CAPPED, ABORTED = (int(s) for s in (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED,
                                              RequestStatus.FINISHED_ABORTED))
+_LAZY_RETRY_ITERATIONS = 16
 ABORT_REASONS = ("", "exceeds_pool", "exceeds_token_budget", "kv_exceeds_pool", "preempted_rejected")
 # Policies whose ``can_admit`` stays false while the unpromised pages only shrink and the running set
 # only decodes: a blocked queue head stays blocked through a decode-only stretch.
@@ -307,6 +308,8 @@ class FastEngine:
     # ------------------------------------------------------------------ main loop
     def run_all(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Serve every request; return (per-request columns, per-iteration table)."""
+        lazy = _LazyRun(self) if (not self.prefill_first and self.rules.kind in _LAZY_POLICIES) else None
+        wait_iterations = 0  # array iterations before the next try of a lazy run
         while self.arrived < self.n or len(self.waiting) or self.run_ids.shape[0] or self.swapped:
             hi = int(np.searchsorted(self.sorted_arrival_h, self.now_s, side="right"))
             if hi > self.arrived:
@@ -315,6 +318,11 @@ class FastEngine:
             if not (len(self.waiting) or self.run_ids.shape[0] or self.swapped):
                 self.now_s = float(self.sorted_arrival_h[self.arrived])
                 continue
+            if lazy is not None and wait_iterations == 0 and _LazyRun.applies(self):
+                if lazy.run():
+                    continue
+                wait_iterations = _LAZY_RETRY_ITERATIONS
+            wait_iterations = max(wait_iterations - 1, 0)
             if not self._stretch():
                 self._step()
         return self._request_columns(), self._iteration_table()
@@ -799,6 +807,357 @@ class FastEngine:
             "mean_tbt_s": mean_tbt_s, "max_tbt_s": h["max_tbt_s"], "outcome": names[status],
             "finish_reason": reasons[status], "abort_reason": np.array(ABORT_REASONS, dtype=object)[h["abort_code"]],
         })
+
+
+_LAZY_POLICIES = (VLLMPolicy, ReserveMaxPolicy, OrcaOraclePolicy, OrcaPow2Policy, OrcaMaxPolicy)
+
+
+class _LazyRun:
+    """Iterations without preemption, run with decoding requests advanced implicitly.
+
+    A decoding request's state is affine in the iteration index ``k``: ``computed = off + k``,
+    ``generated = goff + k``; it finishes in a known iteration and needs a new page exactly when
+    ``(off + k) % block_size == 0``. So an iteration only touches the requests whose state
+    changes shape (admitted, prefilling, finishing) and a few totals: the number of decoders,
+    the sum of their ``off``, and per page phase the number of decoders. Their outcome columns
+    (times, token-gap maxima) are written when the run hands the state back to the arrays.
+
+    Valid for the chunked scheduler, FCFS, nothing swapped, and policies that either grow on
+    demand with reservation = context (vLLM: a decoder's commitment is its pages) or reserve the
+    whole request (TensorRT-LLM, Orca): in both, a decoder's page need is the phase count, and
+    the run hands back before any iteration whose page growth would preempt, whose decodes
+    overflow the token budget, or whose admissions could reach a request to abort.
+    """
+
+    def __init__(self, eng: "FastEngine") -> None:
+        self.e = eng
+        e = eng
+        self.prompt = to_numpy(e.prompt).tolist()
+        self.target = to_numpy(e.target).tolist()
+        self.output = to_numpy(e.output).tolist()
+        all_ids = e.xp.arange(e.n)
+        pages = _pages(e.rules.reservation_tokens(all_ids), e.bs)  # requests not yet run: generated = 0
+        self.fresh_pages = to_numpy(pages).tolist()
+        fits = to_numpy(e.rules.fits_empty_pool(all_ids, pages))
+        self.unfit_pos = np.flatnonzero(~fits[e.waiting.order_h]).tolist() + [e.n]  # arrival positions
+        self.on_demand = e.rules.kind is VLLMPolicy
+        self.watermark = int(e.rules.policy.watermark_frac * e.num_pages) if self.on_demand else 0
+        self.arrivals = e.sorted_arrival_h.tolist()
+        self.order = e.waiting.order_h.tolist()
+
+    @staticmethod
+    def applies(eng: "FastEngine") -> bool:
+        return (not eng.prefill_first and eng.rules.kind in _LAZY_POLICIES and not eng.swapped
+                and not eng.waiting.front and not eng.rules.ordered)
+
+    def run(self) -> int:
+        """Run iterations until one needs the array engine; return how many ran."""
+        e, bs = self.e, self.e.bs
+        k0 = e.k
+        if not self._load():
+            return 0
+        prompt, target = self.prompt, self.target
+        D_off, D_base, fin_at, phase_cnt = self.D_off, self.D_base, self.fin_at, self.phase_cnt
+        P = self.P
+        mnbt, max_seqs, num_pages = e.cfg.max_num_batched_tokens, e.cfg.max_num_seqs, e.num_pages
+        arrivals, order, fresh_pages, n = self.arrivals, self.order, self.fresh_pages, e.n
+        waiting = e.waiting
+        unfit_i = 0
+        unfit_pos = self.unfit_pos
+        while unfit_pos[unfit_i] < waiting.lo:
+            unfit_i += 1
+        on_demand, watermark = self.on_demand, self.watermark
+        cols = self.cols
+        costs = self.costs
+        k = e.k
+        now = e.now_s
+        timed = True  # durations are computed as they run while arrivals remain; afterwards in one go
+        while True:
+            if timed:
+                arrived = e.arrived
+                while arrived < n and arrivals[arrived] <= now:
+                    arrived += 1
+                if arrived > e.arrived:
+                    waiting.arrive(arrived)
+                    e.arrived = arrived
+                if e.arrived == n:
+                    timed = False
+            n_dec, n_pre = self.n_dec, len(P)
+            n_wait = waiting.hi - waiting.lo
+            if not (n_dec or n_pre or n_wait):
+                if e.arrived == n:
+                    break  # all done
+                now = arrivals[e.arrived]
+                continue
+            # ---- will this iteration stay lazy? (decided before anything changes)
+            grow = phase_cnt[k % bs]
+            pending = list(P.items())
+            # a recomputed request one token short of its context decodes (the reference's is_decoding)
+            p_dec = [x for x in pending if x[1][1] > 0 and prompt[x[0]] + x[1][1] - x[1][0] == 1]
+            if p_dec:
+                pending = p_dec + [x for x in pending if not (x[1][1] > 0 and prompt[x[0]] + x[1][1] - x[1][0] == 1)]
+            if n_dec + len(p_dec) > mnbt or (on_demand and grow > num_pages - e.committed):
+                break
+            if n_wait and unfit_pos[unfit_i] < min(waiting.hi, waiting.lo + max_seqs - n_dec - n_pre):
+                break  # the admissions could reach a request that does not fit an empty pool
+            # ---- schedule: decodes, then prefills in admission order, then admissions
+            budget = mnbt - n_dec
+            e.num_used += grow
+            if on_demand:
+                e.committed += grow
+            tokens = n_dec
+            pairs = kv = self.sum_off + n_dec * (k + 1)
+            num_sched = n_dec
+            chunks = []
+            for r, st in pending:
+                if budget == 0:
+                    break
+                c = st[0]
+                chunk = min(prompt[r] + st[1] - c, budget)
+                budget -= chunk
+                need = -(-(c + chunk) // bs)
+                if need > st[3]:
+                    e.num_used += need - st[3]
+                    st[3] = need
+                    if need > st[4]:
+                        st[4] = need
+                tokens += chunk
+                pairs += chunk * c + chunk * (chunk + 1) // 2
+                kv += c + chunk
+                num_sched += 1
+                chunks.append((r, chunk))
+            n_run = n_dec + n_pre
+            while n_wait and n_run < max_seqs and budget > 0:
+                r = order[waiting.lo]
+                p = fresh_pages[r]
+                if n_run and not ((num_pages - e.committed) - p >= watermark if on_demand
+                                  else p <= num_pages - e.committed):
+                    break
+                waiting.lo += 1
+                n_wait -= 1
+                e.committed += p
+                chunk = min(prompt[r], budget)
+                budget -= chunk
+                used = -(-chunk // bs)
+                e.num_used += used
+                self.seq += 1
+                P[r] = [0, 0, p, used, used, p, self.seq, float("nan")]  # computed, generated, res, used, max used, max res, seq, last token
+                self.admitted.append((r, k))
+                tokens += chunk
+                pairs += chunk * (chunk + 1) // 2
+                kv += chunk
+                num_sched += 1
+                n_run += 1
+                chunks.append((r, chunk))
+            pages_used, pages_reserved = e.num_used, e.committed
+            if timed:
+                duration_s = float(e.cost.iteration_s(tokens, pairs, kv))
+                end = now + duration_s
+            else:
+                duration_s = end = float("nan")
+            costs.append((tokens, pairs, kv))
+            # ---- execute: finishing decoders, then prefill chunks
+            for r in fin_at.pop(k, ()):
+                off = D_off.pop(r)
+                used_final = -(-(off + k + 1) // bs)
+                res_final = max(D_base.pop(r), used_final) if on_demand else D_base.pop(r)
+                e.committed -= max(res_final, used_final)
+                e.num_used -= used_final
+                self.n_dec -= 1
+                self.sum_off -= off
+                phase_cnt[-off % bs] -= 1
+                mxu, mxr, seq, j0, last = self.D_rest.pop(r)
+                self.finished.append((r, k, off + k + 1, max(mxu, used_final), max(mxr, res_final)))
+                self.segments.append((r, j0, k, last))
+            for r, chunk in chunks:
+                st = P[r]
+                c = st[0] + chunk
+                st[0] = c
+                g = st[1]
+                if c < prompt[r] + g:
+                    continue
+                g += 1
+                del P[r]
+                if g == 1:
+                    self.first_tokens.append((r, k))
+                if g >= target[r]:
+                    e.committed -= max(st[2], st[3])
+                    e.num_used -= st[3]
+                    self.finished.append((r, k, c, st[4], st[5]))
+                    self.segments.append((r, k, k, st[7]))
+                    continue
+                off = c - k - 1
+                D_off[r] = off
+                D_base[r] = max(st[2], st[3])
+                self.D_rest[r] = (st[4], st[5], st[6], k, st[7])
+                self.D_goff[r] = g - k - 1
+                self.n_dec += 1
+                self.sum_off += off
+                phase_cnt[-off % bs] += 1
+                fin_at.setdefault(k + target[r] - g, []).append(r)
+            cols.append((k, now, duration_s, num_sched, tokens - n_dec - len(p_dec), n_dec + len(p_dec),
+                         self.n_dec + len(P),
+                         waiting.hi - waiting.lo, pages_used, pages_reserved))
+            k += 1
+            now = end
+        ran = k - k0
+        e.k = k
+        self._store(k0, now)
+        return ran
+
+    def _load(self) -> bool:
+        """Take the running requests from the arrays; False if one is not of a shape this run handles."""
+        e, xp, bs, k = self.e, self.e.xp, self.e.bs, self.e.k
+        self.P: dict[int, list] = {}
+        self.D_off: dict[int, int] = {}
+        self.D_base: dict[int, int] = {}
+        self.D_goff: dict[int, int] = {}
+        self.D_rest: dict[int, tuple] = {}
+        self.fin_at: dict[int, list[int]] = {}
+        self.phase_cnt = [0] * bs
+        self.n_dec = self.sum_off = 0
+        self.admitted: list[tuple[int, int]] = []
+        self.first_tokens: list[tuple[int, int]] = []
+        self.finished: list[tuple[int, int, int, int, int]] = []
+        self.segments: list[tuple[int, int, int, float]] = []
+        self.cols: list[tuple] = []
+        self.costs: list[tuple[int, int, int]] = []
+        run = e.run_ids
+        self.seq = int(run.shape[0])
+        if not self.seq:
+            return True
+        ints = to_numpy(xp.stack([e.comp[run], e.gen[run], e.res[run], e.used[run], e.max_used[run],
+                                  e.max_res[run]])).tolist()
+        last = to_numpy(e.last_token_s[run]).tolist()
+        for i, (r, c, g, res, used, mxu, mxr) in enumerate(zip(to_numpy(run).tolist(), *ints)):
+            if g > 0 and self.prompt[r] + g - c == 1:
+                if self.on_demand and res > used:
+                    return False
+                off = c - k
+                self.D_off[r], self.D_base[r], self.D_goff[r] = off, max(res, used), g - k
+                self.D_rest[r] = (mxu, mxr, i + 1, k, last[i])
+                self.n_dec += 1
+                self.sum_off += off
+                self.phase_cnt[-off % bs] += 1
+                self.fin_at.setdefault(k + self.target[r] - g - 1, []).append(r)
+            else:
+                self.P[r] = [c, g, res, used, mxu, mxr, i + 1, last[i]]
+        return True
+
+    def _store(self, k0: int, now: float) -> None:
+        """Hand the state back to the arrays: iteration rows, outcomes, the running requests."""
+        e, xp, bs = self.e, self.e.xp, self.e.bs
+        num = len(self.cols)
+        if not num:
+            return
+        cols = list(zip(*self.cols))
+        start = np.asarray(cols[1], dtype=np.float64)
+        duration = np.asarray(cols[2], dtype=np.float64)
+        untimed = np.flatnonzero(np.isnan(duration))
+        if untimed.size:
+            i0 = int(untimed[0])
+            cost = np.asarray(self.costs[i0:], dtype=np.int64)
+            duration[i0:] = e.cost.iteration_s(cost[:, 0], cost[:, 1], cost[:, 2])
+            starts = np.cumsum(np.concatenate([[start[i0]], duration[i0:]]))  # sequential, as now += duration
+            start[i0:] = starts[:-1]
+            now = float(starts[-1])
+        end = start + duration
+        reserved = np.asarray(cols[9], dtype=np.int64)
+        zero = np.zeros(num, dtype=np.int64)
+        e._flush_rows()
+        e._blocks.append([np.asarray(cols[0], dtype=np.int64), start, duration]
+                         + [np.asarray(c, dtype=np.int64) for c in cols[3:8]]
+                         + [zero, zero, np.asarray(cols[8], dtype=np.int64), reserved, e.num_pages - reserved,
+                            zero + e.cpu_used, zero])
+        k = e.k  # the next iteration
+        if self.admitted:
+            ids, ks = (np.asarray(c, dtype=np.int64) for c in zip(*self.admitted))
+            ids_x = xp.asarray(ids)
+            e.status[ids_x] = RUNNING
+            e.admitted_iter[ids_x] = xp.asarray(ks)
+            e.admitted_s[ids_x] = xp.asarray(start[ks - k0])
+        if self.first_tokens:
+            ids, ks = (np.asarray(c, dtype=np.int64) for c in zip(*self.first_tokens))
+            e.first_token_iter[xp.asarray(ids)] = xp.asarray(ks)
+            e.first_token_s[xp.asarray(ids)] = xp.asarray(end[ks - k0])
+        # still decoding: their state at the start of iteration k
+        for r, off in self.D_off.items():
+            mxu, mxr, seq, j0, last = self.D_rest[r]
+            self.segments.append((r, j0, k - 1, last))
+        if self.finished:
+            ids, ks, comp, mxu, mxr = (np.asarray(c, dtype=np.int64) for c in zip(*self.finished))
+            ids_x = xp.asarray(ids)
+            out, tgt = e.output[ids_x], e.target[ids_x]
+            e.status[ids_x] = xp.where(out > tgt, CAPPED, STOPPED).astype(xp.int8)
+            e.finish_iter[ids_x] = xp.asarray(ks)
+            e.finish_s[ids_x] = xp.asarray(end[ks - k0])
+            e.last_token_s[ids_x] = xp.asarray(end[ks - k0])
+            e.gen[ids_x] = tgt
+            e.comp[ids_x] = xp.asarray(comp)
+            e.res[ids_x] = 0
+            e.used[ids_x] = 0
+            e.max_used[ids_x] = xp.asarray(mxu)
+            e.max_res[ids_x] = xp.asarray(mxr)
+        running: list[tuple[int, int]] = []
+        if self.D_off:
+            ids = np.fromiter(self.D_off, dtype=np.int64, count=len(self.D_off))
+            off = np.fromiter(self.D_off.values(), dtype=np.int64, count=ids.size)
+            base = np.fromiter(self.D_base.values(), dtype=np.int64, count=ids.size)
+            goff = np.asarray([self.D_goff[r] for r in ids.tolist()], dtype=np.int64)
+            rest = [self.D_rest[r] for r in ids.tolist()]
+            comp = off + k
+            used = _pages(comp, bs)
+            res = np.maximum(base, used) if self.on_demand else base
+            ids_x = xp.asarray(ids)
+            e.comp[ids_x] = xp.asarray(comp)
+            e.gen[ids_x] = xp.asarray(goff + k)
+            e.used[ids_x] = xp.asarray(used)
+            e.res[ids_x] = xp.asarray(res)
+            e.max_used[ids_x] = xp.asarray(np.maximum([x[0] for x in rest], used))
+            e.max_res[ids_x] = xp.asarray(np.maximum([x[1] for x in rest], res))
+            e.last_token_s[ids_x] = float(end[-1])
+            running += [(x[2], r) for x, r in zip(rest, ids.tolist())]
+        for r, st in self.P.items():
+            e.comp[r], e.gen[r], e.res[r], e.used[r], e.max_used[r], e.max_res[r] = st[:6]
+            running.append((st[6], r))
+        running.sort()
+        e.run_ids = xp.asarray([r for _, r in running], dtype=xp.int64)
+        if self.segments:
+            self._token_gaps(k0, end)
+        e.now_s = now
+        e.idle_before = False
+
+    def _token_gaps(self, k0: int, end: np.ndarray) -> None:
+        """Fold each run of consecutive tokens into its request's largest token gap (seconds).
+
+        A segment ``(r, j0, j1, last)``: request ``r`` produced a token in every iteration from
+        ``j0`` to ``j1``, its previous one at ``last``; its gaps are ``end[j0] - last`` and the
+        differences of consecutive iteration ends in ``(j0, j1]``: a range maximum, answered for
+        all segments at once from a sparse table (log2(iterations) levels of running maxima).
+        """
+        e, xp = self.e, self.e.xp
+        ids, j0, j1 = (np.asarray(c, dtype=np.int64) for c in list(zip(*self.segments))[:3])
+        last = np.asarray([s[3] for s in self.segments], dtype=np.float64)
+        i0, i1 = j0 - k0, j1 - k0
+        gaps = np.concatenate([[-np.inf], np.diff(end)])
+        table = [gaps]
+        while (1 << len(table)) <= gaps.size:
+            prev, half = table[-1], 1 << (len(table) - 1)
+            table.append(np.maximum(prev[:-half], prev[half:]))
+        lo, hi = i0 + 1, i1  # inclusive range of gap indices
+        width = np.maximum(hi - lo + 1, 1)
+        level = np.floor(np.log2(width)).astype(np.int64)
+        best = np.full(ids.size, np.nan)
+        for lv in np.unique(level[hi >= lo]).tolist():
+            sel = (level == lv) & (hi >= lo)
+            t = table[lv]
+            best[sel] = np.maximum(t[lo[sel]], t[hi[sel] - (1 << lv) + 1])
+        with np.errstate(invalid="ignore"):
+            contrib = np.fmax(end[i0] - last, best)
+        uniq, inv = np.unique(ids, return_inverse=True)
+        current = to_numpy(e.max_tbt_s[xp.asarray(uniq)]).copy()
+        np.fmax.at(current, inv, contrib)
+        e.max_tbt_s[xp.asarray(uniq)] = xp.asarray(current)
 
 
 def _crossings(first: np.ndarray, period: int, length: int) -> np.ndarray:
