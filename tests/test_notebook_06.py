@@ -25,6 +25,7 @@ def test_notebook_06_quick(run_notebook):
     for r2 in (0.0, 1.0):
         curve = [q["over_reserved_frac"] for q in quality if q["r2_target"] == r2]
         assert curve[-1] > curve[0]
+    assert [r["r2_target"] for r in res["preemptions_at_equal_waste"]] == [0.0, 1.0]
     # claims: the TIE ratios are the ones the order table gives
     orders, claims = res["orders"], {c["claim"]: c for c in res["claims"]}
     assert len(claims) == 4

@@ -129,3 +129,17 @@ def test_bad_input():
     trace = pd.DataFrame({"prompt_tokens": [10, 20, 30], "output_tokens": [5, 6, 7]})
     with pytest.raises(ValueError, match="topic.*language|language.*topic"):
         fit_logt_regression(trace, extra_features=["topic", "language"])
+
+
+def test_preemptions_at_equal_waste_interpolates_each_curve():
+    from kvlab.sim.prediction_study import preemptions_at
+
+    quality = pd.DataFrame({"r2_target": [0.0, 0.0, 1.0, 1.0], "mu_r2": [0.0, 0.0, 1.0, 1.0],
+                            "over_reserved_frac": [0.3, 0.1, 0.25, 0.5],
+                            "preemptions_per_request": [0.1, 0.3, 0.05, 0.01]})
+    got = preemptions_at(quality, 0.2)
+    assert got["r2_target"].tolist() == [0.0, 1.0]
+    assert got["preemptions_per_request"].iloc[0] == pytest.approx(0.2)   # halfway from 0.3 to 0.1
+    assert np.isnan(got["preemptions_per_request"].iloc[1])               # 0.2 is left of its curve
+    with pytest.raises(ValueError, match="over_reserved_frac"):
+        preemptions_at(quality, 1.5)

@@ -63,7 +63,7 @@ def quality_sweep(requests: SyntheticRequests, r2_grid: Sequence[float], *, mode
     quantile): ``r2_target``, the R^2 the predictor reached (``mu_r2``, ``log_sigma_r2``),
     ``quantile`` and :data:`METRICS`. At one quantile a sharper predictor trades differently
     (each request reserves its own tail); across quantiles each predictor traces a curve of
-    preemptions against over-reservation, and a better predictor's curve lies lower.
+    preemptions against over-reservation, which :func:`preemptions_at` compares at one level.
     """
     if not isinstance(requests, SyntheticRequests):
         raise ValueError(f"requests must be kvlab.predict.SyntheticRequests, got {type(requests).__name__}")
@@ -80,6 +80,24 @@ def quality_sweep(requests: SyntheticRequests, r2_grid: Sequence[float], *, mode
                          max_new_tokens=max_new_tokens, seed=seed, **simulate_kw).summary
             rows.append({"r2_target": r2, "mu_r2": got.mu_r2, "log_sigma_r2": got.log_sigma_r2, "quantile": q,
                          **_metrics(s)})
+    return pd.DataFrame(rows)
+
+
+def preemptions_at(quality: pd.DataFrame, over_reserved_frac: float) -> pd.DataFrame:
+    """Each predictor's preemptions per request at a common over-reservation, from its curve.
+
+    Linear interpolation of ``preemptions_per_request`` against ``over_reserved_frac`` along
+    each ``r2_target``'s rows of :func:`quality_sweep` (NaN outside the range the curve covers),
+    so predictors are compared at equal waste: the lower, the more the prediction is worth.
+    One row per predictor: ``r2_target``, ``mu_r2``, ``preemptions_per_request``.
+    """
+    level = v.fraction(over_reserved_frac, "over_reserved_frac", low_open=False)
+    rows = []
+    for r2, curve in quality.groupby("r2_target", sort=True):
+        c = curve.sort_values("over_reserved_frac")
+        x, y = c["over_reserved_frac"].to_numpy(), c["preemptions_per_request"].to_numpy()
+        value = float(np.interp(level, x, y)) if x[0] <= level <= x[-1] else float("nan")
+        rows.append({"r2_target": r2, "mu_r2": float(c["mu_r2"].iloc[0]), "preemptions_per_request": value})
     return pd.DataFrame(rows)
 
 
