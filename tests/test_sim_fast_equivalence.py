@@ -82,8 +82,8 @@ def test_fast_equals_reference_on_random_cases(block):
 
 
 def test_random_cases_exercise_every_path(monkeypatch):
-    """The cases above reach the decode-only stretch, preemption, swapping, aborts and the loops."""
-    seen = {"stretch": 0, "loop": 0, "admit_loop": 0}
+    """The cases above reach lazy runs, decode-only stretches, preemption, swapping, aborts and the loops."""
+    seen = {"stretch": 0, "loop": 0, "admit_loop": 0, "lazy": 0}
 
     def counting(name, fn):
         def wrapped(self, *args, **kwargs):
@@ -93,6 +93,7 @@ def test_random_cases_exercise_every_path(monkeypatch):
         return wrapped
 
     monkeypatch.setattr(fast.FastEngine, "_stretch", counting("stretch", fast.FastEngine._stretch))
+    monkeypatch.setattr(fast._LazyRun, "run", counting("lazy", fast._LazyRun.run))
     monkeypatch.setattr(fast.FastEngine, "_schedule_running_loop",
                         counting("loop", fast.FastEngine._schedule_running_loop))
     monkeypatch.setattr(fast.FastEngine, "_admit_waiting_loop",
@@ -109,11 +110,14 @@ def test_random_cases_exercise_every_path(monkeypatch):
     assert set(t["abort_reason"]) >= {"", "exceeds_pool", "preempted_rejected"}
 
 
-def test_decode_stretch_is_one_step_and_hand_worked():
-    """One request (prompt 4, output 10, 4-token pages, pool of 4 pages): a prefill, then nine decodes
-    run as one stretch. Decode i caches context 4 + i, so it holds ceil((4 + i) / 4) pages: 2 from
-    context 5, 3 from 9, 4 from 13 (the whole pool); iteration i starts at the sum of the first i
-    latencies."""
+@pytest.mark.parametrize("scheduler", ["prefill_first", "chunked"])
+def test_decode_run_is_hand_worked(scheduler):
+    """One request (prompt 4, output 10, 4-token pages, pool of 4 pages): a prefill, then nine decodes.
+    Decode i caches context 4 + i, so it holds ceil((4 + i) / 4) pages: 2 from context 5, 3 from 9,
+    4 from 13 (the whole pool); iteration i starts at the sum of the first i latencies.
+
+    Under prefill_first the general step runs iteration 0 and one stretch runs 1..9; under chunked
+    prefill a lazy run does all ten (no general step)."""
     w = pd.DataFrame({"prompt_tokens": [4], "output_tokens": [10]})
     calls = []
     orig = fast.FastEngine._step
@@ -125,11 +129,11 @@ def test_decode_stretch_is_one_step_and_hand_worked():
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(fast.FastEngine, "_step", step)
         res = simulate(w, "vllm", model="Llama-2-7B", gpu="A100-80GB-SXM", block_size=4, pool_pages=4,
-                       watermark_frac=0.0, cost_model=COST, record_iterations=True, engine="fast")
-    assert calls == [0]  # iteration 0 (the prefill) by the general step; 1..9 as one stretch
+                       watermark_frac=0.0, cost_model=COST, record_iterations=True, engine="fast",
+                       scheduler=scheduler)
+    assert calls == ([0] if scheduler == "prefill_first" else [])
     it = res.iterations
     assert it["iteration"].tolist() == list(range(10))
-    # context after iteration i: 4 + i tokens -> pages ceil((4 + i) / 4), held while scheduled
     assert it["pages_used"].tolist() == [1, 2, 2, 2, 2, 3, 3, 3, 3, 4]
     assert it["decode_tokens"].tolist() == [0] + [1] * 9 and it["prefill_tokens"].tolist() == [4] + [0] * 9
     lat = [float(COST.iteration_s(4, 10, 4))] + [float(COST.iteration_s(1, 4 + i, 4 + i)) for i in range(1, 10)]
@@ -171,3 +175,19 @@ def test_cupy_and_numpy_runs_are_identical():
                 swap=SwapConfig(cpu_pool_pages=kw["cpu_pool_pages"], page_copy_s=1e-4), cost_model=COST, xp=xp))
         for a, b, what in zip(tables[0], tables[1], ("requests", "iterations")):
             pd.testing.assert_frame_equal(a, b, check_exact=True, obj=f"{what} (seed {seed})")
+
+
+@pytest.mark.parametrize("policy, kw", [
+    ("vllm", {"pool_pages": 120, "arrivals": "poisson", "qps": 30.0}),  # pool pressure: lazy runs hand back
+    ("vllm", {"pool_pages": 60, "max_num_seqs": 24, "preemption_mode": "swap", "cpu_pool_pages": 40}),
+    ("orca_pow2", {"pool_pages": 300, "arrivals": "poisson", "qps": 60.0, "max_num_batched_tokens": 256}),
+    ("sglang", {"pool_pages": 60, "max_new_tokens": 256}),
+])
+def test_fast_equals_reference_on_longer_runs(policy, kw):
+    """Hundreds of requests from the brief-sharegpt profile: long lazy runs and stretches, many page phases."""
+    from kvlab.lengths import profile
+
+    w = profile("brief-sharegpt").sample(300, seed=1)
+    w["prompt_tokens"] = np.minimum(w["prompt_tokens"], 400)
+    args = {"block_size": 16, "cost_model": COST, "seed": 2, **kw}
+    assert_same(run(w, policy, "reference", **args), run(w, policy, "fast", **args))
