@@ -306,8 +306,7 @@ def lone_decode_s(workload: pd.DataFrame, config: ServingConfig) -> float:
 
 def capacity(workload: pd.DataFrame | str | Path | Profile, config: ServingConfig, slo: SLO, *,
              num_requests: int = 2048, seed: int = 0, qps_start: float = 1.0, qps_min: float = 1e-3,
-             qps_max: float = 1e4, rel_tol: float = 0.05, max_trials: int = 40, points_per_round: int = 1,
-             max_workers: int = 1) -> CapacityResult:
+             qps_max: float = 1e4, rel_tol: float = 0.05, max_trials: int = 40) -> CapacityResult:
     """Largest Poisson rate at which ``config`` meets ``slo`` (requests/s), with the trials run.
 
     Parameters
@@ -332,12 +331,6 @@ def capacity(workload: pd.DataFrame | str | Path | Profile, config: ServingConfi
         Stop when the bracket ``[pass, fail]`` satisfies ``fail / pass - 1 <= rel_tol``.
     max_trials : int
         At most this many trials (the result says when it stopped for that reason).
-    points_per_round : int
-        Rates tried per round: 1 is bisection, k > 1 splits the bracket into k + 1 parts (and
-        extends it k doublings at a time), so k trials can run at once. The trials depend on
-        this, not on ``max_workers``.
-    max_workers : int
-        Processes running a round's trials (1: in this process).
 
     Returns
     -------
@@ -347,6 +340,13 @@ def capacity(workload: pd.DataFrame | str | Path | Profile, config: ServingConfi
     ------
     ValueError
         Non-positive SLO, request count or rates; ``qps_min >= qps_max``; a bad workload.
+
+    Notes
+    -----
+    A search is sequential (each rate depends on the last verdict); run several searches at
+    once with :func:`capacities`, which costs no extra trial. Trying k rates per round
+    (k-section) was tried and dropped: with k = 4 it ran 13 trials where bisection ran 7
+    (bench/bench_capacity.py), so it pays only with k idle cores per search.
     """
     if not isinstance(slo, SLO):
         raise ValueError(f"slo must be a kvlab.capacity.SLO, got {type(slo).__name__}")
@@ -359,78 +359,49 @@ def capacity(workload: pd.DataFrame | str | Path | Profile, config: ServingConfi
     qps_start = min(max(v.positive_float(qps_start, "qps_start"), qps_min), qps_max)
     rel_tol = v.positive_float(rel_tol, "rel_tol")
     max_trials = v.positive_int(max_trials, "max_trials")
-    k = v.positive_int(points_per_round, "points_per_round")
-    max_workers = v.positive_int(max_workers, "max_workers")
     work = trial_requests(workload, num_requests, seed)
-
     rows: list[dict[str, Any]] = []
 
     def result(capacity_qps: float, reason: str) -> CapacityResult:
-        trials = pd.DataFrame(rows, columns=list(TRIAL_COLUMNS[1:])) if rows else pd.DataFrame(
-            columns=list(TRIAL_COLUMNS[1:]))
+        trials = pd.DataFrame(rows, columns=list(TRIAL_COLUMNS[1:]))
         trials.insert(0, "trial", np.arange(len(trials)))
         return CapacityResult(capacity_qps=capacity_qps, reason=reason, trials=trials, slo=slo, config=config,
                               num_requests=num_requests, seed=seed)
+
+    def passes(qps: float) -> bool:
+        rows.append(_trial((work, config, slo, qps, seed)))
+        return rows[-1]["passed"]
 
     floor_s = lone_decode_s(work, config)
     if floor_s > slo.tbt_p99_s:
         return result(0.0, f"unreachable: one decode of the shortest prompt alone takes {floor_s:.4g} s, "
                            f"more than the P99 TBT SLO of {slo.tbt_p99_s:g} s, at any rate")
-
-    pool = ProcessPoolExecutor(max_workers) if max_workers > 1 and k > 1 else None
-    try:
-        def run(rates: Sequence[float]) -> list[dict[str, Any]]:
-            rates = list(rates)[:max_trials - len(rows)]
-            args = [(work, config, slo, q, seed) for q in rates]
-            out = list(pool.map(_trial, args)) if pool is not None and len(args) > 1 else [_trial(a) for a in args]
-            rows.extend(out)
-            return out
-
-        first = run([qps_start])[0]
-        lo, hi = (qps_start, math.inf) if first["passed"] else (0.0, qps_start)
-        # Bracket: double up from a pass, halve down from a failure, k rates per round.
-        while hi == math.inf:
-            if lo >= qps_max:
-                return result(lo, f"not bracketed: still meets the SLO at qps_max = {qps_max:g} requests/s")
-            if len(rows) >= max_trials:
-                return result(lo, f"stopped after max_trials = {max_trials} trials before a rate failed")
-            rates = [min(lo * 2.0**i, qps_max) for i in range(1, k + 1)]
-            for q, r in zip(rates, run(rates)):
-                if r["passed"]:
-                    lo = q
-                else:
-                    hi = q
-                    break
-        while lo == 0.0:
-            if hi <= qps_min:
-                return result(0.0, f"unreachable: fails at the lowest rate tried, {hi:.4g} requests/s "
-                                   f"({rows[-1]['reason']})")
-            if len(rows) >= max_trials:
-                return result(0.0, f"stopped after max_trials = {max_trials} trials before a rate passed")
-            rates = [max(hi / 2.0**i, qps_min) for i in range(1, k + 1)]
-            for q, r in zip(rates, run(rates)):
-                if r["passed"]:
-                    lo = q
-                    break
-                hi = q
-        # Bisect the bracket [lo (passes), hi (fails)].
-        while hi / lo - 1.0 > rel_tol:
-            if len(rows) >= max_trials:
-                return result(lo, f"stopped after max_trials = {max_trials} trials; bracket "
-                                  f"[{lo:.4g}, {hi:.4g}] requests/s")
-            rates = [lo + (hi - lo) * i / (k + 1) for i in range(1, k + 1)]
-            out = run(rates)
-            failed = [q for q, r in zip(rates, out) if not r["passed"]]
-            if failed:
-                hi = min(failed)
-            passed = [q for q, r in zip(rates, out) if r["passed"] and q < hi]
-            if passed:
-                lo = max(passed)
-        return result(lo, f"converged: meets the SLO at {lo:.4g} requests/s, fails at {hi:.4g} "
-                          f"(within rel_tol = {rel_tol:g})")
-    finally:
-        if pool is not None:
-            pool.shutdown()
+    # Bracket: double up from a pass, halve down from a failure.
+    lo, hi = (qps_start, math.inf) if passes(qps_start) else (0.0, qps_start)
+    while hi == math.inf:
+        if lo >= qps_max:
+            return result(lo, f"not bracketed: still meets the SLO at qps_max = {qps_max:g} requests/s")
+        if len(rows) >= max_trials:
+            return result(lo, f"stopped after max_trials = {max_trials} trials before a rate failed")
+        q = min(2.0 * lo, qps_max)
+        lo, hi = (q, hi) if passes(q) else (lo, q)
+    while lo == 0.0:
+        if hi <= qps_min:
+            return result(0.0, f"unreachable: fails at the lowest rate tried, {hi:.4g} requests/s "
+                               f"({rows[-1]['reason']})")
+        if len(rows) >= max_trials:
+            return result(0.0, f"stopped after max_trials = {max_trials} trials before a rate passed")
+        q = max(hi / 2.0, qps_min)
+        lo, hi = (q, hi) if passes(q) else (lo, q)
+    # Bisect the bracket [lo (passes), hi (fails)].
+    while hi / lo - 1.0 > rel_tol:
+        if len(rows) >= max_trials:
+            return result(lo, f"stopped after max_trials = {max_trials} trials; bracket "
+                              f"[{lo:.4g}, {hi:.4g}] requests/s")
+        q = 0.5 * (lo + hi)
+        lo, hi = (q, hi) if passes(q) else (lo, q)
+    return result(lo, f"converged: meets the SLO at {lo:.4g} requests/s, fails at {hi:.4g} "
+                      f"(within rel_tol = {rel_tol:g})")
 
 
 def _capacity_job(args: tuple[Any, ServingConfig, SLO, dict[str, Any]]) -> CapacityResult:
@@ -438,7 +409,7 @@ def _capacity_job(args: tuple[Any, ServingConfig, SLO, dict[str, Any]]) -> Capac
     return capacity(workload, config, slo, **kw)
 
 
-def capacities(workload: pd.DataFrame | str | Path | Profile, cases: Mapping[str, tuple[ServingConfig, SLO]], *,
+def capacities(workload: pd.DataFrame | str | Path | Profile, cases: Mapping[Any, tuple[ServingConfig, SLO]], *,
                max_workers: int = 1, **capacity_kw: Any) -> dict[str, CapacityResult]:
     """:func:`capacity` of several (config, SLO) cases on one workload, searches run in parallel.
 
