@@ -25,20 +25,21 @@ ONE_SECOND = dataclasses.replace(
 PRED = LogTPredictive(mu=np.log([18.0, 12.0, 10.0]), sigma=[0.01, 0.01, 2.0], nu=3.5)
 
 
-def run(order: str):
+def run(order: str, engine: str):
     w = pd.DataFrame({"prompt_tokens": [4, 4, 4], "output_tokens": [3, 3, 3]})
     return simulate(w, "predicted", model="Llama-2-7B", gpu="A100-80GB-SXM", cost_model=ONE_SECOND,
                     block_size=4, max_num_batched_tokens=16, pool_pages=6, max_new_tokens=64,
-                    quantile=0.5, prediction=PRED, queue_order=order, tie_beta=1.0)
+                    quantile=0.5, prediction=PRED, queue_order=order, tie_beta=1.0, engine=engine)
 
 
+@pytest.mark.parametrize("engine", ["reference", "fast"])
 @pytest.mark.parametrize("order,admitted", [
     ("fcfs", [0, 3, 6]),                 # C, B, A: row order
     ("shortest_predicted", [6, 3, 0]),   # A (10), B (12), C (18)
     ("tie", [3, 0, 6]),                  # B, C, then A whose tail is long
 ])
-def test_queue_order_admits_in_hand_worked_order(order, admitted):
-    res = run(order)
+def test_queue_order_admits_in_hand_worked_order(order, admitted, engine):
+    res = run(order, engine)
     assert res.requests["admitted_iter"].tolist() == admitted
     assert res.requests["max_reserved_pages"].tolist() == [6, 4, 4]
     assert res.requests["finish_iter"].tolist() == [a + 2 for a in admitted]
@@ -65,9 +66,9 @@ def test_ordered_queue_finishes_everything_with_preemptions():
     # many requests in a small pool: preempted requests rejoin the sorted queue and all finish
     syn = synthetic_requests(60, seed=3, max_new_tokens=256, mu_mean=4.0, prompt_median_tokens=32, prompt_log_sd=0.5)
     pred = oracle_predictive(syn.truth, seed=3)
-    for order in ("shortest_predicted", "tie"):
+    for order, engine in (("shortest_predicted", "reference"), ("tie", "reference"), ("tie", "fast")):
         res = simulate(syn.trace, "predicted", model="Llama-2-7B", gpu="A100-80GB-SXM", pool_pages=60,
-                       max_new_tokens=256, quantile=0.5, prediction=pred, queue_order=order)
+                       max_new_tokens=256, quantile=0.5, prediction=pred, queue_order=order, engine=engine)
         t = res.requests
         assert (t["outcome"] != "finished_aborted").all()
         assert (t["generated_tokens"] == np.minimum(syn.trace["output_tokens"], 256)).all()
