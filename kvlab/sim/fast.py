@@ -853,41 +853,35 @@ class _LazyRun:
     def run(self) -> int:
         """Run iterations until one needs the array engine; return how many ran."""
         e, bs = self.e, self.e.bs
-        k0 = e.k
+        k0 = k = e.k
         if not self._load():
             return 0
-        prompt, target = self.prompt, self.target
-        D_off, D_base, fin_at, phase_cnt = self.D_off, self.D_base, self.fin_at, self.phase_cnt
-        P = self.P
-        mnbt, max_seqs, num_pages = e.cfg.max_num_batched_tokens, e.cfg.max_num_seqs, e.num_pages
-        arrivals, order, fresh_pages, n = self.arrivals, self.order, self.fresh_pages, e.n
-        waiting = e.waiting
-        unfit_i = 0
-        unfit_pos = self.unfit_pos
-        while unfit_pos[unfit_i] < waiting.lo:
-            unfit_i += 1
-        on_demand, watermark = self.on_demand, self.watermark
-        cols = self.cols
-        costs = self.costs
-        k = e.k
-        now = e.now_s
+        prompt, target, fresh_pages, order, arrivals = self.prompt, self.target, self.fresh_pages, self.order, \
+            self.arrivals
+        D, P, fin_at, phase_cnt = self.D, self.P, self.fin_at, self.phase_cnt
+        mnbt, max_seqs, num_pages, n = e.cfg.max_num_batched_tokens, e.cfg.max_num_seqs, e.num_pages, e.n
+        on_demand, watermark, waiting = self.on_demand, self.watermark, e.waiting
+        unfit_next = next(p for p in self.unfit_pos if p >= waiting.lo)
+        iteration_s = e.cost.iteration_s
+        rows, row_times, costs, admitted, first_tokens = self.rows, self.row_times, self.costs, self.admitted, \
+            self.first_tokens
+        finished, finished_last = self.finished, self.finished_last
+        committed, num_used, seq, n_dec, sum_off = e.committed, e.num_used, self.seq, self.n_dec, self.sum_off
+        now, arrived = e.now_s, e.arrived
+        nan = float("nan")
         timed = True  # durations are computed as they run while arrivals remain; afterwards in one go
         while True:
             if timed:
-                arrived = e.arrived
                 while arrived < n and arrivals[arrived] <= now:
                     arrived += 1
-                if arrived > e.arrived:
+                if arrived > waiting.hi:
                     waiting.arrive(arrived)
-                    e.arrived = arrived
-                if e.arrived == n:
-                    timed = False
-            n_dec, n_pre = self.n_dec, len(P)
-            n_wait = waiting.hi - waiting.lo
+                timed = arrived < n
+            n_pre, n_wait = len(P), waiting.hi - waiting.lo
             if not (n_dec or n_pre or n_wait):
-                if e.arrived == n:
+                if arrived == n:
                     break  # all done
-                now = arrivals[e.arrived]
+                now = arrivals[arrived]
                 continue
             # ---- will this iteration stay lazy? (decided before anything changes)
             grow = phase_cnt[k % bs]
@@ -896,18 +890,17 @@ class _LazyRun:
             p_dec = [x for x in pending if x[1][1] > 0 and prompt[x[0]] + x[1][1] - x[1][0] == 1]
             if p_dec:
                 pending = p_dec + [x for x in pending if not (x[1][1] > 0 and prompt[x[0]] + x[1][1] - x[1][0] == 1)]
-            if n_dec + len(p_dec) > mnbt or (on_demand and grow > num_pages - e.committed):
+            if n_dec + len(p_dec) > mnbt or (on_demand and grow > num_pages - committed):
                 break
-            if n_wait and unfit_pos[unfit_i] < min(waiting.hi, waiting.lo + max_seqs - n_dec - n_pre):
+            if n_wait and unfit_next < min(waiting.hi, waiting.lo + max_seqs - n_dec - n_pre):
                 break  # the admissions could reach a request that does not fit an empty pool
             # ---- schedule: decodes, then prefills in admission order, then admissions
             budget = mnbt - n_dec
-            e.num_used += grow
+            num_used += grow
             if on_demand:
-                e.committed += grow
-            tokens = n_dec
-            pairs = kv = self.sum_off + n_dec * (k + 1)
-            num_sched = n_dec
+                committed += grow
+            tokens = num_sched = n_dec
+            pairs = kv = sum_off + n_dec * (k + 1)
             chunks = []
             for r, st in pending:
                 if budget == 0:
@@ -917,7 +910,7 @@ class _LazyRun:
                 budget -= chunk
                 need = -(-(c + chunk) // bs)
                 if need > st[3]:
-                    e.num_used += need - st[3]
+                    num_used += need - st[3]
                     st[3] = need
                     if need > st[4]:
                         st[4] = need
@@ -927,48 +920,67 @@ class _LazyRun:
                 num_sched += 1
                 chunks.append((r, chunk))
             n_run = n_dec + n_pre
+            whole = []  # admitted with their whole prompt in this iteration
             while n_wait and n_run < max_seqs and budget > 0:
                 r = order[waiting.lo]
                 p = fresh_pages[r]
-                if n_run and not ((num_pages - e.committed) - p >= watermark if on_demand
-                                  else p <= num_pages - e.committed):
+                free = num_pages - committed
+                if n_run and not (free - p >= watermark if on_demand else p <= free):
                     break
                 waiting.lo += 1
                 n_wait -= 1
-                e.committed += p
-                chunk = min(prompt[r], budget)
+                committed += p
+                rem = prompt[r]
+                chunk = rem if rem <= budget else budget
                 budget -= chunk
                 used = -(-chunk // bs)
-                e.num_used += used
-                self.seq += 1
-                P[r] = [0, 0, p, used, used, p, self.seq, float("nan")]  # computed, generated, res, used, max used, max res, seq, last token
-                self.admitted.append((r, k))
+                num_used += used
+                seq += 1
+                admitted += (r, k)
                 tokens += chunk
                 pairs += chunk * (chunk + 1) // 2
                 kv += chunk
                 num_sched += 1
                 n_run += 1
-                chunks.append((r, chunk))
-            pages_used, pages_reserved = e.num_used, e.committed
+                if chunk == rem:
+                    whole.append((r, p, used, seq))
+                else:  # computed, generated, reserved, used, max used, max reserved, admission, last token
+                    P[r] = [0, 0, p, used, used, p, seq, nan]
+                    chunks.append((r, chunk))
+            pages_used, pages_reserved, decode_tokens = num_used, committed, n_dec + len(p_dec)
             if timed:
-                duration_s = float(e.cost.iteration_s(tokens, pairs, kv))
+                duration_s = float(iteration_s(tokens, pairs, kv))
                 end = now + duration_s
             else:
-                duration_s = end = float("nan")
-            costs.append((tokens, pairs, kv))
-            # ---- execute: finishing decoders, then prefill chunks
+                duration_s = end = nan
+            costs += (tokens, pairs, kv)
+            # ---- execute: finishing decoders, then completed prefills
             for r in fin_at.pop(k, ()):
-                off = D_off.pop(r)
+                off, base, goff, mxu, mxr, s, j0, last = D.pop(r)
                 used_final = -(-(off + k + 1) // bs)
-                res_final = max(D_base.pop(r), used_final) if on_demand else D_base.pop(r)
-                e.committed -= max(res_final, used_final)
-                e.num_used -= used_final
-                self.n_dec -= 1
-                self.sum_off -= off
+                res_final = (base if base > used_final else used_final) if on_demand else base
+                committed -= res_final if res_final > used_final else used_final
+                num_used -= used_final
+                n_dec -= 1
+                sum_off -= off
                 phase_cnt[-off % bs] -= 1
-                mxu, mxr, seq, j0, last = self.D_rest.pop(r)
-                self.finished.append((r, k, off + k + 1, max(mxu, used_final), max(mxr, res_final)))
-                self.segments.append((r, j0, k, last))
+                finished += (r, k, off + k + 1, max(mxu, used_final), max(mxr, res_final), j0)
+                finished_last.append(last)
+            for r, p, used, s in whole:
+                first_tokens += (r, k)
+                c = prompt[r]
+                if target[r] == 1:
+                    committed -= p if p > used else used
+                    num_used -= used
+                    finished += (r, k, c, used, p, k)
+                    finished_last.append(nan)
+                    continue
+                off = c - k - 1
+                D[r] = (off, p if p > used else used, -k, used, p, s, k, nan)
+                n_dec += 1
+                sum_off += off
+                phase_cnt[-off % bs] += 1
+                fin_at.setdefault(k + target[r] - 1, []).append(r)
             for r, chunk in chunks:
                 st = P[r]
                 c = st[0] + chunk
@@ -979,49 +991,46 @@ class _LazyRun:
                 g += 1
                 del P[r]
                 if g == 1:
-                    self.first_tokens.append((r, k))
+                    first_tokens += (r, k)
                 if g >= target[r]:
-                    e.committed -= max(st[2], st[3])
-                    e.num_used -= st[3]
-                    self.finished.append((r, k, c, st[4], st[5]))
-                    self.segments.append((r, k, k, st[7]))
+                    committed -= max(st[2], st[3])
+                    num_used -= st[3]
+                    finished += (r, k, c, st[4], st[5], k)
+                    finished_last.append(st[7])
                     continue
                 off = c - k - 1
-                D_off[r] = off
-                D_base[r] = max(st[2], st[3])
-                self.D_rest[r] = (st[4], st[5], st[6], k, st[7])
-                self.D_goff[r] = g - k - 1
-                self.n_dec += 1
-                self.sum_off += off
+                D[r] = (off, max(st[2], st[3]), g - k - 1, st[4], st[5], st[6], k, st[7])
+                n_dec += 1
+                sum_off += off
                 phase_cnt[-off % bs] += 1
                 fin_at.setdefault(k + target[r] - g, []).append(r)
-            cols.append((k, now, duration_s, num_sched, tokens - n_dec - len(p_dec), n_dec + len(p_dec),
-                         self.n_dec + len(P),
-                         waiting.hi - waiting.lo, pages_used, pages_reserved))
+            rows += (k, num_sched, tokens - decode_tokens, decode_tokens, n_dec + len(P), waiting.hi - waiting.lo,
+                     pages_used, pages_reserved)
+            row_times += (now, duration_s)
             k += 1
             now = end
-        ran = k - k0
-        e.k = k
+        e.k, e.arrived, e.committed, e.num_used = k, arrived, committed, num_used
         self._store(k0, now)
-        return ran
+        return k - k0
 
     def _load(self) -> bool:
         """Take the running requests from the arrays; False if one is not of a shape this run handles."""
         e, xp, bs, k = self.e, self.e.xp, self.e.bs, self.e.k
-        self.P: dict[int, list] = {}
-        self.D_off: dict[int, int] = {}
-        self.D_base: dict[int, int] = {}
-        self.D_goff: dict[int, int] = {}
-        self.D_rest: dict[int, tuple] = {}
+        self.P: dict[int, list] = {}  # prefilling: computed, generated, reserved, used, max used, max reserved,
+        #                               admission, last token (s)
+        self.D: dict[int, tuple] = {}  # decoding: off, commitment base, goff, max used, max reserved, admission,
+        #                                first iteration of its run of tokens, token before that run (s)
         self.fin_at: dict[int, list[int]] = {}
         self.phase_cnt = [0] * bs
         self.n_dec = self.sum_off = 0
-        self.admitted: list[tuple[int, int]] = []
-        self.first_tokens: list[tuple[int, int]] = []
-        self.finished: list[tuple[int, int, int, int, int]] = []
-        self.segments: list[tuple[int, int, int, float]] = []
-        self.cols: list[tuple] = []
-        self.costs: list[tuple[int, int, int]] = []
+        # flat lists, a record every few entries (cheaper to fill and to turn into arrays than tuples)
+        self.admitted: list[int] = []  # request, iteration
+        self.first_tokens: list[int] = []  # request, iteration
+        self.finished: list[int] = []  # request, iteration, computed, max used, max reserved, run start
+        self.finished_last: list[float] = []  # the token before the run (s)
+        self.rows: list[int] = []  # iteration, batch, prefill and decode tokens, running, waiting, pages
+        self.row_times: list[float] = []  # start, duration (s)
+        self.costs: list[int] = []  # tokens, attention pairs, KV tokens
         run = e.run_ids
         self.seq = int(run.shape[0])
         if not self.seq:
@@ -1034,8 +1043,7 @@ class _LazyRun:
                 if self.on_demand and res > used:
                     return False
                 off = c - k
-                self.D_off[r], self.D_base[r], self.D_goff[r] = off, max(res, used), g - k
-                self.D_rest[r] = (mxu, mxr, i + 1, k, last[i])
+                self.D[r] = (off, max(res, used), g - k, mxu, mxr, i + 1, k, last[i])
                 self.n_dec += 1
                 self.sum_off += off
                 self.phase_cnt[-off % bs] += 1
@@ -1047,45 +1055,41 @@ class _LazyRun:
     def _store(self, k0: int, now: float) -> None:
         """Hand the state back to the arrays: iteration rows, outcomes, the running requests."""
         e, xp, bs = self.e, self.e.xp, self.e.bs
-        num = len(self.cols)
-        if not num:
+        if not self.rows:
             return
-        cols = list(zip(*self.cols))
-        start = np.asarray(cols[1], dtype=np.float64)
-        duration = np.asarray(cols[2], dtype=np.float64)
+        ints = np.asarray(self.rows, dtype=np.int64).reshape(-1, 8)
+        times = np.asarray(self.row_times, dtype=np.float64).reshape(-1, 2)
+        num = ints.shape[0]
+        start, duration = times[:, 0].copy(), times[:, 1].copy()
         untimed = np.flatnonzero(np.isnan(duration))
         if untimed.size:
             i0 = int(untimed[0])
-            cost = np.asarray(self.costs[i0:], dtype=np.int64)
+            cost = np.asarray(self.costs, dtype=np.int64).reshape(-1, 3)[i0:]
             duration[i0:] = e.cost.iteration_s(cost[:, 0], cost[:, 1], cost[:, 2])
             starts = np.cumsum(np.concatenate([[start[i0]], duration[i0:]]))  # sequential, as now += duration
             start[i0:] = starts[:-1]
             now = float(starts[-1])
         end = start + duration
-        reserved = np.asarray(cols[9], dtype=np.int64)
+        reserved = ints[:, 7]
         zero = np.zeros(num, dtype=np.int64)
         e._flush_rows()
-        e._blocks.append([np.asarray(cols[0], dtype=np.int64), start, duration]
-                         + [np.asarray(c, dtype=np.int64) for c in cols[3:8]]
-                         + [zero, zero, np.asarray(cols[8], dtype=np.int64), reserved, e.num_pages - reserved,
-                            zero + e.cpu_used, zero])
+        e._blocks.append([ints[:, 0], start, duration] + [ints[:, i] for i in range(1, 6)]
+                         + [zero, zero, ints[:, 6], reserved, e.num_pages - reserved, zero + e.cpu_used, zero])
         k = e.k  # the next iteration
         if self.admitted:
-            ids, ks = (np.asarray(c, dtype=np.int64) for c in zip(*self.admitted))
+            ids, ks = np.asarray(self.admitted, dtype=np.int64).reshape(-1, 2).T
             ids_x = xp.asarray(ids)
             e.status[ids_x] = RUNNING
             e.admitted_iter[ids_x] = xp.asarray(ks)
             e.admitted_s[ids_x] = xp.asarray(start[ks - k0])
         if self.first_tokens:
-            ids, ks = (np.asarray(c, dtype=np.int64) for c in zip(*self.first_tokens))
+            ids, ks = np.asarray(self.first_tokens, dtype=np.int64).reshape(-1, 2).T
             e.first_token_iter[xp.asarray(ids)] = xp.asarray(ks)
             e.first_token_s[xp.asarray(ids)] = xp.asarray(end[ks - k0])
-        # still decoding: their state at the start of iteration k
-        for r, off in self.D_off.items():
-            mxu, mxr, seq, j0, last = self.D_rest[r]
-            self.segments.append((r, j0, k - 1, last))
+        segments = []  # (request, first iteration, last iteration, token before (s)) of each run of tokens
         if self.finished:
-            ids, ks, comp, mxu, mxr = (np.asarray(c, dtype=np.int64) for c in zip(*self.finished))
+            ids, ks, comp, mxu, mxr, j0 = np.asarray(self.finished, dtype=np.int64).reshape(-1, 6).T
+            segments.append((ids, j0, ks, np.asarray(self.finished_last, dtype=np.float64)))
             ids_x = xp.asarray(ids)
             out, tgt = e.output[ids_x], e.target[ids_x]
             e.status[ids_x] = xp.where(out > tgt, CAPPED, STOPPED).astype(xp.int8)
@@ -1098,13 +1102,13 @@ class _LazyRun:
             e.used[ids_x] = 0
             e.max_used[ids_x] = xp.asarray(mxu)
             e.max_res[ids_x] = xp.asarray(mxr)
-        running: list[tuple[int, int]] = []
-        if self.D_off:
-            ids = np.fromiter(self.D_off, dtype=np.int64, count=len(self.D_off))
-            off = np.fromiter(self.D_off.values(), dtype=np.int64, count=ids.size)
-            base = np.fromiter(self.D_base.values(), dtype=np.int64, count=ids.size)
-            goff = np.asarray([self.D_goff[r] for r in ids.tolist()], dtype=np.int64)
-            rest = [self.D_rest[r] for r in ids.tolist()]
+        running = []
+        if self.D:
+            ids = np.fromiter(self.D, dtype=np.int64, count=len(self.D))
+            off, base, goff, mxu, mxr, seq, j0 = (np.asarray(c, dtype=np.int64)
+                                                  for c in list(zip(*self.D.values()))[:7])
+            last = np.asarray([d[7] for d in self.D.values()], dtype=np.float64)
+            segments.append((ids, j0, np.full(ids.size, k - 1), last))
             comp = off + k
             used = _pages(comp, bs)
             res = np.maximum(base, used) if self.on_demand else base
@@ -1113,31 +1117,33 @@ class _LazyRun:
             e.gen[ids_x] = xp.asarray(goff + k)
             e.used[ids_x] = xp.asarray(used)
             e.res[ids_x] = xp.asarray(res)
-            e.max_used[ids_x] = xp.asarray(np.maximum([x[0] for x in rest], used))
-            e.max_res[ids_x] = xp.asarray(np.maximum([x[1] for x in rest], res))
+            e.max_used[ids_x] = xp.asarray(np.maximum(mxu, used))
+            e.max_res[ids_x] = xp.asarray(np.maximum(mxr, res))
             e.last_token_s[ids_x] = float(end[-1])
-            running += [(x[2], r) for x, r in zip(rest, ids.tolist())]
+            running.append((seq, ids))
         for r, st in self.P.items():
             e.comp[r], e.gen[r], e.res[r], e.used[r], e.max_used[r], e.max_res[r] = st[:6]
-            running.append((st[6], r))
-        running.sort()
-        e.run_ids = xp.asarray([r for _, r in running], dtype=xp.int64)
-        if self.segments:
-            self._token_gaps(k0, end)
+            running.append((np.asarray([st[6]]), np.asarray([r])))
+        if running:
+            seq, ids = (np.concatenate(c) for c in zip(*running))
+            e.run_ids = xp.asarray(ids[np.argsort(seq, kind="stable")])
+        else:
+            e.run_ids = xp.zeros(0, dtype=xp.int64)
+        if segments:
+            self._token_gaps(k0, end, *(np.concatenate(c) for c in zip(*segments)))
         e.now_s = now
         e.idle_before = False
 
-    def _token_gaps(self, k0: int, end: np.ndarray) -> None:
+    def _token_gaps(self, k0: int, end: np.ndarray, ids: np.ndarray, j0: np.ndarray, j1: np.ndarray,
+                    last: np.ndarray) -> None:
         """Fold each run of consecutive tokens into its request's largest token gap (seconds).
 
-        A segment ``(r, j0, j1, last)``: request ``r`` produced a token in every iteration from
-        ``j0`` to ``j1``, its previous one at ``last``; its gaps are ``end[j0] - last`` and the
-        differences of consecutive iteration ends in ``(j0, j1]``: a range maximum, answered for
-        all segments at once from a sparse table (log2(iterations) levels of running maxima).
+        Request ``ids[i]`` produced a token in every iteration from ``j0[i]`` to ``j1[i]``, its
+        previous one at ``last[i]``; its gaps are ``end[j0] - last`` and the differences of
+        consecutive iteration ends in ``(j0, j1]``: a range maximum, answered for all runs at
+        once from a sparse table (log2(iterations) levels of running maxima).
         """
         e, xp = self.e, self.e.xp
-        ids, j0, j1 = (np.asarray(c, dtype=np.int64) for c in list(zip(*self.segments))[:3])
-        last = np.asarray([s[3] for s in self.segments], dtype=np.float64)
         i0, i1 = j0 - k0, j1 - k0
         gaps = np.concatenate([[-np.inf], np.diff(end)])
         table = [gaps]
@@ -1145,11 +1151,12 @@ class _LazyRun:
             prev, half = table[-1], 1 << (len(table) - 1)
             table.append(np.maximum(prev[:-half], prev[half:]))
         lo, hi = i0 + 1, i1  # inclusive range of gap indices
-        width = np.maximum(hi - lo + 1, 1)
-        level = np.floor(np.log2(width)).astype(np.int64)
+        some = hi >= lo
+        level = np.zeros(ids.size, dtype=np.int64)
+        level[some] = np.floor(np.log2(hi[some] - lo[some] + 1)).astype(np.int64)
         best = np.full(ids.size, np.nan)
-        for lv in np.unique(level[hi >= lo]).tolist():
-            sel = (level == lv) & (hi >= lo)
+        for lv in np.unique(level[some]).tolist():
+            sel = some & (level == lv)
             t = table[lv]
             best[sel] = np.maximum(t[lo[sel]], t[hi[sel] - (1 << lv) + 1])
         with np.errstate(invalid="ignore"):
