@@ -6,23 +6,29 @@ One run measures, on the same grid:
 * a local process pool on NumPy (``executor="processes"``, every core), and its ratio to serial;
 * serial on CuPy when a usable GPU is present, and its ratio to NumPy serial;
 * whether the tables agree (they must be identical whatever the executor or backend);
-* lockstep batching: would advancing many configurations together in one array program pay?
-  See :func:`lockstep_analysis` for what is measured and how the answer is computed.
+* lockstep batching, would advancing many configurations together in one array program pay?
+  Bounds for every policy (:func:`lockstep_analysis`: how often configurations' event
+  iterations coincide), and a measurement: :func:`lockstep_reserve_max`, a prototype that
+  runs a batch of ``reserve_max`` configurations in lockstep on NumPy or CuPy, checked against
+  kvlab's engine integer for integer, timed against kvlab one configuration at a time.
 
 Grid: 5 policies x 5 ``max_new_tokens`` x 4 pool sizes x 2 preemption modes x 5 seeds (each
 seed draws its own brief-sharegpt requests and Poisson arrivals). Threads are pinned to one
 before NumPy loads, so ``processes`` is the only parallelism.
 
-Measured on the 2-core development machine (shared, load average 3-5, so wall times carry
-other jobs' load; CPU seconds do not), fast engine, 200 requests per configuration: about 10
-configurations per CPU-second serial; the fast engine spends ~350 us per event step, of which
-the step's array operations are ~10 us (one mix at 200 requests), so a step is Python control.
-Lockstep bounds in random batches: at most 2.6x fewer steps for 8 configurations, 5.5x for 32,
-and only if the control flow itself were batched; were array work to dominate, NumPy's cost
-at 8-32x the width (3.9-8.8x) would turn that into 0.6-0.7x. Not built (see kvlab/sweep.py).
+Measured on the 2-core development machine (shared: load average 4-5 from other jobs, so wall
+times carry their load; CPU seconds do not), fast engine, 200 requests per configuration:
+about 10 configurations per CPU-second serial, and processes x2 no faster in wall time there
+(1.07x) because the cores were busy. The fast engine spends ~350 us per event step, mostly
+Python control flow. Event iterations of random batches coincide enough that lockstep could
+take 2.6x (8 configurations) to 5.5x (32) fewer steps, but the prototype, which steps every
+iteration over [batch, requests] arrays, measured 0.5-0.9x kvlab for 8-32 configurations and
+at best 1.5-1.8x (32-128 alike configurations), while covering one policy without preemption.
+So on CPU lockstep does not pay enough to be a second engine; processes and Dask scale instead.
+On a GPU, width is nearly free: the CuPy rows of the prototype (gpu_check.sh) measure that.
 
-Run: ``python bench/bench_sweep.py [--seeds 5] [--num-requests 200] [--out DIR]``; with
-``--out`` it also writes ``sweep_bench.csv`` and ``sweep_bench.md`` there.
+Run: ``python bench/bench_sweep.py [--parts sweep bounds prototype] [--seeds 5] [--out DIR]``;
+with ``--out`` it writes ``sweep_<part>.csv`` and ``sweep_bench.md`` there.
 """
 from __future__ import annotations
 
@@ -35,13 +41,14 @@ import argparse  # noqa: E402
 import itertools  # noqa: E402
 import resource  # noqa: E402
 import time  # noqa: E402
-import timeit  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 import kvlab  # noqa: E402
+from kvlab.arrivals import arrival_times  # noqa: E402
+from kvlab.costmodel import roofline  # noqa: E402
 from kvlab.backend import ENV_VAR, cupy_usable, get_xp  # noqa: E402
 
 GRID = {"policy": ["vllm", "reserve_max", "tgi", "sglang", "orca_oracle"],
@@ -116,7 +123,7 @@ def lockstep_analysis(iteration_tables: list[pd.DataFrame], batch_sizes: list[in
     orders = {"grid": np.arange(len(events)), "random": np.random.default_rng(seed).permutation(len(events))}
     rows = []
     for name, order in orders.items():
-        for b in batch_sizes:
+        for b in LOCKSTEP_BATCHES[name]:
             groups = [order[i:i + b] for i in range(0, len(order) - b + 1, b)]
             step_share = [iters[g].sum() / iters[g].max() for g in groups]
             event_share = [sum(len(events[i]) for i in g) / len(np.unique(np.concatenate([events[i] for i in g])))
@@ -129,35 +136,240 @@ def lockstep_analysis(iteration_tables: list[pd.DataFrame], batch_sizes: list[in
     return pd.DataFrame(rows)
 
 
-def step_width_cost(xp, widths: list[int], *, repeats: int = 200) -> dict[int, float]:
-    """Seconds of one array step's operations at each width (requests across the batch).
+def lockstep_reserve_max(xp, workloads: list[tuple[np.ndarray, np.ndarray, np.ndarray]], *,
+                         max_new_tokens: list[int], pool_pages: list[int], block_size: int,
+                         max_num_batched_tokens: int, max_num_seqs: int, cost) -> list[np.ndarray]:
+    """A measurement prototype: B configurations advanced together, one iteration per array step.
 
-    The mix stands for what an engine step does over its request arrays: a cumulative sum of
-    tokens, an elementwise min and compare, a gather by index, a masked sum, a search of a
-    sorted array, and one scalar read back to the host (a scheduling decision). Measured on
-    the array module ``xp``; CuPy runs are synchronised by the host read.
+    Restricted to what makes it short: ``reserve_max`` (TensorRT-LLM's reserve-to-max), chunked
+    scheduling, FCFS, every request fitting the pool (so no preemption and no abort ever
+    happens: the queue is admitted strictly in arrival order, and the waiting queue is a range
+    of the arrival-sorted requests). Arrays are [B, n] on ``xp``; each step runs one iteration
+    of every unfinished configuration with the reference engine's rules (see
+    :mod:`kvlab.sim.reference`): decodes, then partial prefills, then the longest admissible
+    prefix of the queue, each by a cumulative sum. It is not kvlab's engine and is checked
+    against it in :func:`lockstep_measurement`.
+
+    Parameters
+    ----------
+    workloads : list of (prompt_tokens, output_tokens, arrival_s)
+        One host array triple per configuration, all of the same length n.
+
+    Returns
+    -------
+    list of ndarray, each [B, n] in the workloads' row order
+        admitted_iter, first_token_iter, finish_iter, finish_s, first_token_s.
     """
-    rng = np.random.default_rng(0)
-    out = {}
-    for w in widths:
-        a = xp.asarray(rng.integers(1, 500, w))
-        b = xp.asarray(rng.integers(1, 500, w))
-        idx = xp.asarray(rng.permutation(w))
+    b_n = len(workloads)
+    order = [np.lexsort((np.arange(len(w[2])), w[2])) for w in workloads]     # arrival, then row
+    P = xp.asarray(np.stack([w[0][o] for w, o in zip(workloads, order)]))
+    out = np.stack([w[1][o] for w, o in zip(workloads, order)])
+    arr = xp.asarray(np.stack([w[2][o] for w, o in zip(workloads, order)]))
+    n = P.shape[1]
+    mnt = xp.asarray(np.asarray(max_new_tokens, dtype=np.int64))[:, None]
+    bs = int(block_size)
+    T = xp.minimum(xp.asarray(out), mnt)
+    R = -(-(P + mnt) // bs)                                   # reserve_max pages per request
+    num_pages = xp.asarray(np.asarray(pool_pages, dtype=np.int64))
+    if bool((R.max(axis=1) > num_pages).any()):
+        raise ValueError("a request exceeds a pool: the prototype does not model exceeds_pool aborts")
+    idx = xp.arange(n)[None, :]
+    C = xp.zeros((b_n, n), dtype=xp.int64)
+    G = xp.zeros_like(C)
+    S = xp.zeros_like(C)                                      # 0 waiting/pending, 1 running, 2 finished
+    A = xp.full((b_n, n), -1, dtype=xp.int64)
+    F, Fi = A.copy(), A.copy()
+    Fs = xp.full((b_n, n), np.nan)
+    Ft = Fs.copy()
+    now = xp.zeros(b_n)
+    k = xp.zeros(b_n, dtype=xp.int64)
+    nxt = xp.zeros(b_n, dtype=xp.int64)                     # next request to admit (FCFS, no preemption)
+    budget0 = int(max_num_batched_tokens)
+    while True:
+        running = S == 1
+        num_running = running.sum(axis=1)
+        active = (nxt < n) | (num_running > 0)
+        if not bool(active.any()):
+            break
+        arrived = (arr <= now[:, None]).sum(axis=1)
+        idle = active & (num_running == 0) & (nxt == arrived)
+        jump = xp.take_along_axis(arr, xp.minimum(nxt, n - 1)[:, None], axis=1)[:, 0]
+        now = xp.where(idle, jump, now)
+        arrived = (arr <= now[:, None]).sum(axis=1)
+        # running: decodes first, then partial prefills, each in admission (= index) order
+        remaining = P + G - C
+        decoding = running & (G > 0) & (remaining == 1)
+        prefilling = running & ~decoding
+        dec_rank = xp.cumsum(decoding, axis=1)
+        dec_chunk = (decoding & (dec_rank <= budget0)).astype(xp.int64)
+        left = budget0 - dec_chunk.sum(axis=1)
+        pre_rem = xp.where(prefilling, remaining, 0)
+        before = xp.cumsum(pre_rem, axis=1) - pre_rem
+        pre_chunk = xp.clip(left[:, None] - before, 0, pre_rem)
+        left2 = left - pre_chunk.sum(axis=1)
+        # admission: the longest FCFS prefix of the queue that passes every check
+        waiting = (idx >= nxt[:, None]) & (idx < arrived[:, None])
+        wp = xp.where(waiting, P, 0)
+        p_before = xp.cumsum(wp, axis=1) - wp
+        r_cum = xp.cumsum(xp.where(waiting, R, 0), axis=1)
+        m = xp.cumsum(waiting, axis=1) - 1
+        uncommitted = num_pages - xp.where(running, R, 0).sum(axis=1)
+        admit = (waiting & (num_running[:, None] + m < max_num_seqs) & (left2[:, None] - p_before > 0)
+                 & (r_cum <= uncommitted[:, None]) & active[:, None])
+        adm_chunk = xp.where(admit, xp.minimum(P, left2[:, None] - p_before), 0)
+        A = xp.where(admit, k[:, None], A)
+        S = xp.where(admit, 1, S)
+        nxt = nxt + admit.sum(axis=1)
+        chunk = dec_chunk + pre_chunk + adm_chunk
+        sched = chunk > 0
+        num_tokens = chunk.sum(axis=1)
+        pairs = (chunk * C + chunk * (chunk + 1) // 2).sum(axis=1)
+        kv = xp.where(sched, C + chunk, 0).sum(axis=1)
+        duration = cost.iteration_s(num_tokens, pairs, kv)
+        end = now + duration
+        C = C + chunk
+        produced = sched & (P + G == C)
+        G = G + produced
+        first = produced & (G == 1)
+        F = xp.where(first, k[:, None], F)
+        Ft = xp.where(first, end[:, None], Ft)
+        fin = produced & (G == T)
+        Fi = xp.where(fin, k[:, None], Fi)
+        Fs = xp.where(fin, end[:, None], Fs)
+        S = xp.where(fin, 2, S)
+        now = xp.where(active, end, now)
+        k = k + active
+    res = []
+    for a in (A, F, Fi, Fs, Ft):
+        h = a.get() if hasattr(a, "get") else np.asarray(a)
+        un = np.empty_like(h)
+        for b, o in enumerate(order):
+            un[b, o] = h[b]
+        res.append(un)
+    return res
 
-        def mix() -> int:
-            c = xp.cumsum(a)
-            m = xp.minimum(a, b) > 16
-            g = c[idx]
-            s = xp.where(m, g, 0).sum()
-            k = xp.searchsorted(c, c[-1] // 2)
-            return int(s) + int(k)
 
-        out[w] = min(timeit.repeat(mix, number=repeats, repeat=5)) / repeats  # min: least disturbed
-    return out
+LOCKSTEP_GRID = {"max_new_tokens": [128, 256, 512, 1024], "pool_pages": [500, 1000, 2000, 4000], "seed": list(range(32))}
+#: Configurations per lockstep batch timed on each backend (a GPU's width is nearly free).
+LOCKSTEP_BATCHES = {"numpy": (1, 8, 32, 128), "cupy": (8, 32, 128, 512)}
+
+
+def lockstep_measurement(num_requests: int, backends: list[str]) -> pd.DataFrame:
+    """Time the lockstep prototype against kvlab's engine one configuration at a time.
+
+    512 ``reserve_max`` configurations (4 caps x 4 pools x 32 seeds, Poisson 100 requests/s),
+    batched in that order, kvlab.sweep's (:data:`LOCKSTEP_BATCHES` per backend): a batch of 32
+    is one configuration's 32 seeds, the most alike a batch gets.
+    Every configuration's admission, first-token and finish iterations must equal kvlab's
+    (``simulate`` with its default engine; the first four also against ``engine="reference"``)
+    and its finish times must be bit-identical, or this raises. kvlab's time per configuration
+    includes building its request table and summary, which the prototype skips.
+    """
+    rows_cfg = [dict(zip(LOCKSTEP_GRID, c)) for c in itertools.product(*LOCKSTEP_GRID.values())]
+    cost = roofline(FIXED["model"], FIXED["gpu"])
+    kw = {"model": FIXED["model"], "gpu": FIXED["gpu"], "arrivals": "poisson", "qps": 100.0}
+    samples = {s: kvlab.lengths.profile(PROFILE).sample(num_requests, seed=s) for s in LOCKSTEP_GRID["seed"]}
+    host = {s: (w["prompt_tokens"].to_numpy(), w["output_tokens"].to_numpy(),
+                arrival_times(num_requests, "poisson", qps=100.0, seed=s)) for s, w in samples.items()}
+    os.environ[ENV_VAR] = "numpy"
+    t0 = time.perf_counter()
+    tables = [kvlab.simulate(samples[c["seed"]], "reserve_max", max_new_tokens=c["max_new_tokens"],
+                             pool_pages=c["pool_pages"], seed=c["seed"], **kw).requests for c in rows_cfg]
+    t_kvlab = (time.perf_counter() - t0) / len(rows_cfg)
+    for c, table in zip(rows_cfg[:4], tables):
+        ref = kvlab.simulate(samples[c["seed"]], "reserve_max", max_new_tokens=c["max_new_tokens"],
+                             pool_pages=c["pool_pages"], seed=c["seed"], engine="reference", **kw).requests
+        pd.testing.assert_frame_equal(table, ref, check_exact=True)
+
+    def run(xp, cfgs: list[dict]) -> list[np.ndarray]:
+        return lockstep_reserve_max(xp, [host[c["seed"]] for c in cfgs],
+                                    max_new_tokens=[c["max_new_tokens"] for c in cfgs],
+                                    pool_pages=[c["pool_pages"] for c in cfgs], block_size=16,
+                                    max_num_batched_tokens=2048, max_num_seqs=256, cost=cost)
+
+    columns = ("admitted_iter", "first_token_iter", "finish_iter", "finish_s", "first_token_s")
+    out = [{"backend": "numpy", "engine": "kvlab one by one", "configs_per_batch": 1, "s_per_batch": t_kvlab,
+            "ms_per_config": t_kvlab * 1e3, "vs_kvlab": 1.0}]
+    for name in backends:
+        if name not in LOCKSTEP_BATCHES or (name == "cupy" and not cupy_usable()):
+            continue
+        xp = get_xp(name)
+        if name == "cupy":
+            run(xp, rows_cfg[:2])  # compile the kernels outside the timing
+        for b in LOCKSTEP_BATCHES[name]:
+            cfgs = rows_cfg[:b]
+            t0 = time.perf_counter()
+            result = run(xp, cfgs)
+            dt = time.perf_counter() - t0
+            for i, table in enumerate(tables[:b]):
+                for col, got in zip(columns, result):
+                    want = table[col].to_numpy()
+                    if not np.array_equal(got[i], want, equal_nan=True):
+                        raise AssertionError(f"lockstep prototype on {name} differs from kvlab in {col}, "
+                                             f"configuration {cfgs[i]}")
+            out.append({"backend": name, "engine": "lockstep prototype", "configs_per_batch": b, "s_per_batch": dt,
+                        "ms_per_config": dt / b * 1e3, "vs_kvlab": t_kvlab / (dt / b)})
+    return pd.DataFrame(out)
+
+
+def sweep_timing(args: argparse.Namespace) -> pd.DataFrame:
+    """The 1,000-configuration sweep: NumPy serial, NumPy processes, CuPy serial (a prefix)."""
+    seeds = list(range(args.seeds))
+    n_configs = int(np.prod([len(x) for x in GRID.values()])) * len(seeds)
+    common = {"num_requests": args.num_requests, "seeds": seeds}
+    print(f"{n_configs:,} configurations x {args.num_requests} {PROFILE} requests, {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.1f} at the start")
+    rows = []
+
+    def record(backend: str, executor: str, n: int, wall_s: float, cpu_s: float, table: str) -> None:
+        rows.append({"backend": backend, "executor": executor, "configs": n, "wall_s": wall_s, "cpu_s": cpu_s,
+                     "configs_per_s": n / wall_s, "vs_numpy_serial": (n / wall_s) / (n_configs / t_serial),
+                     "table": table})
+        print(f"{backend:6s} {executor:13s} {n:5d} configs {wall_s:8.2f} s wall {cpu_s:8.2f} s CPU "
+              f"{n / wall_s:8.1f} configs/s {rows[-1]['vs_numpy_serial']:6.2f}x numpy serial  table {table}")
+
+    base, t_serial, c_serial = _timed_sweep("numpy", **common)
+    record("numpy", "serial", n_configs, t_serial, c_serial, "baseline")
+    procs, t_procs, c_procs = _timed_sweep("numpy", executor="processes", max_workers=args.workers, **common)
+    record("numpy", f"processes x{args.workers}", n_configs, t_procs, c_procs, _same(procs, base))
+    if "cupy" in args.backends and cupy_usable():
+        # The first --cupy-configs configurations (seed 0), one grid each, against the same rows
+        # of the NumPy table; configurations per second compare across the two sizes.
+        configs = _configs()[:args.cupy_configs]
+        os.environ[ENV_VAR] = "cupy"
+        cpu0, t0 = _cpu_s(), time.perf_counter()
+        gpu = kvlab.sweep(PROFILE, [{k: [x] for k, x in c.items()} for c in configs], fixed=FIXED,
+                          num_requests=args.num_requests, seeds=[0], progress=False)
+        t_gpu, c_gpu = time.perf_counter() - t0, _cpu_s() - cpu0
+        host = base[base["seed"] == 0].head(len(configs)).reset_index(drop=True)
+        record("cupy", "serial", len(configs), t_gpu, c_gpu, _same(gpu, host))
+    elif "cupy" in args.backends:
+        print("cupy: not measured (no CuPy with a usable CUDA device here)")
+    return pd.DataFrame(rows)
+
+
+def lockstep_bounds(args: argparse.Namespace, engine: str) -> pd.DataFrame:
+    """:func:`lockstep_analysis` over the seed-0 configurations of the grid, in grid order."""
+    os.environ[ENV_VAR] = "numpy"
+    requests = kvlab.lengths.profile(PROFILE).sample(args.num_requests, seed=0)
+    configs = _configs()[:args.lockstep_sample]
+    t0 = time.perf_counter()
+    tables = [kvlab.simulate(requests, seed=0, record_iterations=True, **FIXED, **c).iterations for c in configs]
+    t_one = (time.perf_counter() - t0) / len(configs)
+    bounds = lockstep_analysis(tables, [b for b in (8, 32, 128) if b <= len(tables)])
+    step_s = t_one / bounds["event_steps_per_config"].iloc[0]
+    print(f"one by one: {t_one * 1e3:.1f} ms per configuration with iteration tables, "
+          f"{step_s * 1e6:.0f} us per event step ({engine} engine)")
+    print(f"lockstep bounds over {len(tables)} configurations (seed 0): max gain = one-by-one steps / batched steps, "
+          "if a batched step cost no more than one configuration's")
+    print(bounds.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+    return bounds
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--parts", nargs="+", default=["sweep", "bounds", "prototype"],
+                    choices=["sweep", "bounds", "prototype"], help="what to measure")
     ap.add_argument("--seeds", type=int, default=5, help="seeds per configuration (5: 1,000 configurations)")
     ap.add_argument("--num-requests", type=int, default=200, help="requests per configuration")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes for the process pool")
@@ -165,86 +377,29 @@ def main() -> None:
     ap.add_argument("--cupy-configs", type=int, default=200,
                     help="configurations timed on CuPy (seed 0, grid order; the first of the NumPy sweep)")
     ap.add_argument("--lockstep-sample", type=int, default=128,
-                    help="configurations (seed 0, grid order) run with iteration tables for the batching analysis")
+                    help="configurations (seed 0, grid order) run with iteration tables for the bounds")
     ap.add_argument("--engine", default=None, help="simulate engine (default: simulate's own default)")
-    ap.add_argument("--out", type=Path, default=None, help="folder for sweep_bench.csv / .md")
+    ap.add_argument("--out", type=Path, default=None, help="folder for the CSV and markdown results")
     args = ap.parse_args()
 
     if args.engine is not None:
         FIXED["engine"] = args.engine
-    seeds = list(range(args.seeds))
-    n_configs = int(np.prod([len(x) for x in GRID.values()])) * len(seeds)
-    common = {"num_requests": args.num_requests, "seeds": seeds}
     os.environ[ENV_VAR] = "numpy"
-    probe = kvlab.sweep(PROFILE, {"max_new_tokens": [128]}, fixed=FIXED, num_requests=2, progress=False)
-    print(f"{n_configs:,} configurations x {args.num_requests} {PROFILE} requests, engine {probe['engine'][0]!r}, "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start")
-
-    rows = []
-
-    def record(backend: str, executor: str, wall_s: float, cpu_s: float, table: str) -> None:
-        rows.append({"backend": backend, "executor": executor, "configs": n_configs, "wall_s": wall_s,
-                     "cpu_s": cpu_s, "configs_per_s": n_configs / wall_s, "speedup": t_serial / wall_s,
-                     "table": table})
-        print(f"{backend:6s} {executor:13s} {wall_s:8.2f} s wall {cpu_s:8.2f} s CPU {n_configs / wall_s:8.1f} configs/s "
-              f"{t_serial / wall_s:6.2f}x numpy serial  table {table}")
-
-    base, t_serial, c_serial = _timed_sweep("numpy", **common)
-    record("numpy", "serial", t_serial, c_serial, "baseline")
-    procs, t_procs, c_procs = _timed_sweep("numpy", executor="processes", max_workers=args.workers, **common)
-    record("numpy", f"processes x{args.workers}", t_procs, c_procs, _same(procs, base))
-    if "cupy" in args.backends:
-        if cupy_usable():
-            # The first --cupy-configs configurations (seed 0), one grid each, against the same
-            # rows of the NumPy table; configurations per second compare across the two sizes.
-            configs = _configs()[:args.cupy_configs]
-            os.environ[ENV_VAR] = "cupy"
-            cpu0, t0 = _cpu_s(), time.perf_counter()
-            gpu = kvlab.sweep(PROFILE, [{k: [x] for k, x in c.items()} for c in configs], fixed=FIXED,
-                              num_requests=args.num_requests, seeds=[0], progress=False)
-            t_gpu, c_gpu = time.perf_counter() - t0, _cpu_s() - cpu0
-            host = base[base["seed"] == 0].head(len(configs)).reset_index(drop=True)
-            n_gpu = len(configs)
-            rows.append({"backend": "cupy", "executor": "serial", "configs": n_gpu, "wall_s": t_gpu, "cpu_s": c_gpu,
-                         "configs_per_s": n_gpu / t_gpu, "speedup": (n_gpu / t_gpu) / (n_configs / t_serial),
-                         "table": _same(gpu, host)})
-            print(f"cupy   serial        {t_gpu:8.2f} s wall {c_gpu:8.2f} s CPU {n_gpu / t_gpu:8.1f} configs/s "
-                  f"{rows[-1]['speedup']:6.2f}x numpy serial  table {rows[-1]['table']} ({n_gpu} configurations)")
-        else:
-            print("cupy: not measured (no CuPy with a usable CUDA device here)")
-
-    # Lockstep batching: the seed-0 configurations in grid order, with their iteration tables.
-    os.environ[ENV_VAR] = "numpy"
-    requests = kvlab.lengths.profile(PROFILE).sample(args.num_requests, seed=0)
-    configs = _configs()[:args.lockstep_sample]
-    t0 = time.perf_counter()
-    tables = [kvlab.simulate(requests, seed=0, record_iterations=True, **FIXED, **c).iterations for c in configs]
-    t_one = (time.perf_counter() - t0) / len(configs)
-    lockstep = lockstep_analysis(tables, [b for b in (8, 32, 128) if b <= len(tables)])
-    step_s = t_one / lockstep["event_steps_per_config"].iloc[0]
-    print(f"one by one: {t_one * 1e3:.1f} ms per configuration with iteration tables, "
-          f"{step_s * 1e6:.0f} us per event step ({probe['engine'][0]} engine: Python control + array work)")
-    widths = sorted({args.num_requests * b for b in [1] + list(lockstep["configs_per_batch"])})
-    for name in ("numpy", "cupy"):
-        if name in args.backends and (name == "numpy" or cupy_usable()):
-            cost = step_width_cost(get_xp(name), widths)
-            lockstep[f"{name}_step_cost_ratio"] = [cost[args.num_requests * b] / cost[args.num_requests]
-                                                   for b in lockstep["configs_per_batch"]]
-            lockstep[f"{name}_max_gain_if_arrays_dominate"] = (lockstep["skipping_engine_max_gain"]
-                                                               / lockstep[f"{name}_step_cost_ratio"])
-            print(f"{name}: one mix of step array operations at {args.num_requests} requests: "
-                  f"{cost[args.num_requests] * 1e6:.1f} us")
-    print(f"lockstep batching bounds over {len(tables)} configurations (seed 0): max gain = one-by-one steps / "
-          "batched steps; 'if arrays dominate' divides it by how much wider arrays cost")
-    print(lockstep.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
-
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        timing = pd.DataFrame(rows)
-        timing.to_csv(args.out / "sweep_bench.csv", index=False)
-        lockstep.to_csv(args.out / "sweep_lockstep.csv", index=False)
-        md = [_markdown(timing), "", _markdown(lockstep)]
-        (args.out / "sweep_bench.md").write_text("\n".join(md) + "\n")
+    engine = kvlab.sweep(PROFILE, {"max_new_tokens": [128]}, fixed=FIXED, num_requests=2, progress=False)["engine"][0]
+    print(f"engine {engine!r}")
+    parts = {"sweep": lambda: sweep_timing(args), "bounds": lambda: lockstep_bounds(args, engine),
+             "prototype": lambda: lockstep_measurement(args.num_requests, args.backends)}
+    tables = []
+    for name in args.parts:
+        table = parts[name]()
+        if name == "prototype":
+            print("lockstep prototype (reserve_max; same integers and finish times as kvlab's engine):")
+            print(table.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+        tables.append(table)
+        if args.out is not None:  # each part as soon as it is done: a timeout keeps what finished
+            args.out.mkdir(parents=True, exist_ok=True)
+            table.to_csv(args.out / f"sweep_{name}.csv", index=False)
+            (args.out / "sweep_bench.md").write_text("\n\n".join(_markdown(t) for t in tables) + "\n")
 
 
 def _markdown(df: pd.DataFrame) -> str:

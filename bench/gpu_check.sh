@@ -8,7 +8,7 @@
 #
 # Each stage is one function writing its own files; add a stage by writing stage_<name> and
 # listing it in STAGES. The whole default run is sized to finish in under 5 minutes, plus the
-# sweep stages, capped by their timeouts at 100 s and 180 s.
+# sweep stages, capped by their timeouts at 90 s and 150 s.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -69,7 +69,7 @@ stage_crossover() {  # measured recompute vs swap for Llama-3-8B and Llama-2-7B 
 }
 
 stage_sweep_tests() {  # kvlab.sweep's tests on CuPy: same tables as NumPy, serial and in (spawned) processes
-  KVLAB_BACKEND=cupy timeout 100 python -c "$PY_PRELUDE
+  KVLAB_BACKEND=cupy timeout 90 python -c "$PY_PRELUDE
 import pytest
 sys.exit(pytest.main(['-p', 'no:cacheprovider', '-q', '-rs', 'tests/test_sweep.py']))" \
     >"$RESULTS/pytest_sweep.txt" 2>&1
@@ -78,9 +78,9 @@ sys.exit(pytest.main(['-p', 'no:cacheprovider', '-q', '-rs', 'tests/test_sweep.p
   return $rc
 }
 
-stage_sweep_bench() {  # 1,000-configuration sweep: NumPy serial and processes, CuPy serial, lockstep bounds
-  timeout 180 python -u bench/bench_sweep.py --out "$RESULTS" --workers "$(nproc)" --cupy-configs 50 \
-    --lockstep-sample 64 >"$RESULTS/sweep_bench.txt" 2>&1
+stage_sweep_bench() {  # 1,000-configuration sweep on NumPy (serial, processes) and CuPy; lockstep prototype
+  timeout 150 python -u bench/bench_sweep.py --parts sweep prototype --out "$RESULTS" --workers "$(nproc)" \
+    --cupy-configs 50 >"$RESULTS/sweep_bench.txt" 2>&1
   local rc=$?
   cat "$RESULTS/sweep_bench.txt"
   return $rc
