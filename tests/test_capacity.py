@@ -139,6 +139,19 @@ def test_search_is_deterministic_and_independent_of_worker_count():
     assert par["y"].capacity_qps > 2 * par["x"].capacity_qps * 0.95
 
 
+def test_trial_requests_from_a_trace_file_a_table_and_a_profile(tmp_path):
+    path = tmp_path / "trace.csv"
+    pd.DataFrame({"prompt_tokens": [10, 20, 30], "output_tokens": [5, 6, 7], "arrival_s": [0.0, 1.0, 2.0]}).to_csv(
+        path, index=False)
+    from kvlab.capacity import trial_requests
+    assert trial_requests(path, 2).values.tolist() == [[10, 5], [20, 6]]
+    table = pd.read_csv(path)
+    assert list(trial_requests(table, 3).columns) == ["prompt_tokens", "output_tokens"]  # arrivals dropped
+    from kvlab.lengths import profile
+    a, b = trial_requests("brief-sharegpt", 50, seed=2), trial_requests(profile("brief-sharegpt"), 50, seed=2)
+    pd.testing.assert_frame_equal(a, b)
+
+
 @pytest.mark.parametrize("make, match", [
     (lambda: SLO(tbt_p99_s=0.0), "slo.tbt_p99_s"),
     (lambda: SLO(tbt_p99_s=-1.0), "slo.tbt_p99_s"),
