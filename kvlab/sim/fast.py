@@ -861,7 +861,8 @@ class _LazyRun:
         D, P, fin_at, phase_cnt = self.D, self.P, self.fin_at, self.phase_cnt
         mnbt, max_seqs, num_pages, n = e.cfg.max_num_batched_tokens, e.cfg.max_num_seqs, e.num_pages, e.n
         on_demand, watermark, waiting = self.on_demand, self.watermark, e.waiting
-        unfit_next = next(p for p in self.unfit_pos if p >= waiting.lo)
+        w_lo, w_hi = waiting.lo, waiting.hi  # the FCFS queue is order[w_lo:w_hi]
+        unfit_next = next(p for p in self.unfit_pos if p >= w_lo)
         iteration_s = e.cost.iteration_s
         rows, row_times, costs, admitted, first_tokens = self.rows, self.row_times, self.costs, self.admitted, \
             self.first_tokens
@@ -874,10 +875,9 @@ class _LazyRun:
             if timed:
                 while arrived < n and arrivals[arrived] <= now:
                     arrived += 1
-                if arrived > waiting.hi:
-                    waiting.arrive(arrived)
+                w_hi = arrived
                 timed = arrived < n
-            n_pre, n_wait = len(P), waiting.hi - waiting.lo
+            n_pre, n_wait = len(P), w_hi - w_lo
             if not (n_dec or n_pre or n_wait):
                 if arrived == n:
                     break  # all done
@@ -885,14 +885,17 @@ class _LazyRun:
                 continue
             # ---- will this iteration stay lazy? (decided before anything changes)
             grow = phase_cnt[k % bs]
-            pending = list(P.items())
-            # a recomputed request one token short of its context decodes (the reference's is_decoding)
-            p_dec = [x for x in pending if x[1][1] > 0 and prompt[x[0]] + x[1][1] - x[1][0] == 1]
-            if p_dec:
-                pending = p_dec + [x for x in pending if not (x[1][1] > 0 and prompt[x[0]] + x[1][1] - x[1][0] == 1)]
+            pending = p_dec = ()
+            if P:
+                pending = list(P.items())
+                # a recomputed request one token short of its context decodes (the reference's is_decoding)
+                p_dec = [x for x in pending if x[1][1] > 0 and prompt[x[0]] + x[1][1] - x[1][0] == 1]
+                if p_dec:
+                    pending = p_dec + [x for x in pending
+                                       if not (x[1][1] > 0 and prompt[x[0]] + x[1][1] - x[1][0] == 1)]
             if n_dec + len(p_dec) > mnbt or (on_demand and grow > num_pages - committed):
                 break
-            if n_wait and unfit_next < min(waiting.hi, waiting.lo + max_seqs - n_dec - n_pre):
+            if n_wait and unfit_next < min(w_hi, w_lo + max_seqs - n_dec - n_pre):
                 break  # the admissions could reach a request that does not fit an empty pool
             # ---- schedule: decodes, then prefills in admission order, then admissions
             budget = mnbt - n_dec
@@ -922,12 +925,12 @@ class _LazyRun:
             n_run = n_dec + n_pre
             whole = []  # admitted with their whole prompt in this iteration
             while n_wait and n_run < max_seqs and budget > 0:
-                r = order[waiting.lo]
+                r = order[w_lo]
                 p = fresh_pages[r]
                 free = num_pages - committed
                 if n_run and not (free - p >= watermark if on_demand else p <= free):
                     break
-                waiting.lo += 1
+                w_lo += 1
                 n_wait -= 1
                 committed += p
                 rem = prompt[r]
@@ -1004,12 +1007,13 @@ class _LazyRun:
                 sum_off += off
                 phase_cnt[-off % bs] += 1
                 fin_at.setdefault(k + target[r] - g, []).append(r)
-            rows += (k, num_sched, tokens - decode_tokens, decode_tokens, n_dec + len(P), waiting.hi - waiting.lo,
+            rows += (k, num_sched, tokens - decode_tokens, decode_tokens, n_dec + len(P), w_hi - w_lo,
                      pages_used, pages_reserved)
             row_times += (now, duration_s)
             k += 1
             now = end
         e.k, e.arrived, e.committed, e.num_used = k, arrived, committed, num_used
+        waiting.lo, waiting.hi = w_lo, w_hi
         self._store(k0, now)
         return k - k0
 
