@@ -17,15 +17,16 @@ seed draws its own brief-sharegpt requests and Poisson arrivals). Threads are pi
 before NumPy loads, so ``processes`` is the only parallelism.
 
 Measured on the 2-core development machine (shared: load average 4-5 from other jobs, so wall
-times carry their load; CPU seconds do not), fast engine, 200 requests per configuration:
-about 10 configurations per CPU-second serial, and processes x2 no faster in wall time there
-(1.07x) because the cores were busy. The fast engine spends ~350 us per event step, mostly
-Python control flow. Event iterations of random batches coincide enough that lockstep could
-take 2.6x (8 configurations) to 5.5x (32) fewer steps, but the prototype, which steps every
-iteration over [batch, requests] arrays, measured 0.5-0.9x kvlab for 8-32 configurations and
-at best 1.5-1.8x (32-128 alike configurations), while covering one policy without preemption.
-So on CPU lockstep does not pay enough to be a second engine; processes and Dask scale instead.
-On a GPU, width is nearly free: the CuPy rows of the prototype (gpu_check.sh) measure that.
+times carry their load; CPU seconds do not), fast engine, 200 requests per configuration,
+2026-11-30: 1,000 configurations in 67 s serial (14.9 configurations/s, 65 CPU-seconds); a
+process pool of 2 only 1.15x faster in wall time, the cores being busy with other jobs. Bounds:
+in random batches the configurations' event iterations coincide enough for lockstep to take
+2.6x (8 configurations) to 5.5x (32) fewer steps. The prototype, which steps every iteration
+over [batch, requests] arrays, measured 0.14x kvlab for 1 configuration, 0.7x for 8, 1.1x for
+32 and 1.6x for 128 (a batch runs as long as its slowest member; array cost grows with width),
+while covering one policy without preemption. So on a CPU lockstep does not pay enough to be a
+second engine; processes and Dask scale instead. On a GPU, width is nearly free: the CuPy rows
+of the prototype (bench/gpu_check.sh) measure whether it pays there.
 
 Run: ``python bench/bench_sweep.py [--parts sweep bounds prototype] [--seeds 5] [--out DIR]``;
 with ``--out`` it writes ``sweep_<part>.csv`` and ``sweep_bench.md`` there.
@@ -123,7 +124,7 @@ def lockstep_analysis(iteration_tables: list[pd.DataFrame], batch_sizes: list[in
     orders = {"grid": np.arange(len(events)), "random": np.random.default_rng(seed).permutation(len(events))}
     rows = []
     for name, order in orders.items():
-        for b in LOCKSTEP_BATCHES[name]:
+        for b in batch_sizes:
             groups = [order[i:i + b] for i in range(0, len(order) - b + 1, b)]
             step_share = [iters[g].sum() / iters[g].max() for g in groups]
             event_share = [sum(len(events[i]) for i in g) / len(np.unique(np.concatenate([events[i] for i in g])))
