@@ -17,10 +17,10 @@ whatever ran it.
 Advancing many configurations together in one array program (lockstep batching) is not
 implemented: each configuration is one engine run. ``bench/bench_sweep.py`` measures whether
 it would pay, with bounds for every policy and a lockstep prototype for ``reserve_max``
-checked against kvlab's engine: on a CPU it measured between 0.5x and 1.8x the one-by-one
-runs, depending on how alike the batched configurations are (a batch runs as long as its
-slowest member), so processes and Dask are the way to scale there; on a GPU, where wider
-arrays cost little, the same script measures it (``bench/gpu_check.sh``).
+checked against kvlab's engine: on a CPU it measured from 0.14x (1 configuration) to 1.6x
+(128) the one-by-one runs (a batch runs as long as its slowest member, and wider arrays cost
+NumPy more), so processes and Dask are the way to scale there; on a GPU, where wider arrays
+cost little, the same script measures it (``bench/gpu_check.sh``).
 """
 from __future__ import annotations
 
