@@ -93,7 +93,7 @@ def test_random_cases_exercise_every_path(monkeypatch):
         return wrapped
 
     monkeypatch.setattr(fast.FastEngine, "_stretch", counting("stretch", fast.FastEngine._stretch))
-    monkeypatch.setattr(fast._LazyRun, "run", counting("lazy", fast._LazyRun.run))
+    monkeypatch.setattr(fast.LazyRun, "run", counting("lazy", fast.LazyRun.run))
     monkeypatch.setattr(fast.FastEngine, "_schedule_running_loop",
                         counting("loop", fast.FastEngine._schedule_running_loop))
     monkeypatch.setattr(fast.FastEngine, "_admit_waiting_loop",

@@ -1,0 +1,377 @@
+"""Lazy runs: iterations without preemption, with decoding requests advanced implicitly."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ...backend import to_numpy
+from ...policies.orca import OrcaMaxPolicy, OrcaOraclePolicy, OrcaPow2Policy
+from ...policies.tensorrt_llm import ReserveMaxPolicy
+from ...policies.vllm import VLLMPolicy
+from .state import CAPPED, RUNNING, STOPPED, pages_of
+
+if TYPE_CHECKING:
+    from .engine import FastEngine
+
+
+LAZY_POLICIES = (VLLMPolicy, ReserveMaxPolicy, OrcaOraclePolicy, OrcaPow2Policy, OrcaMaxPolicy)
+
+
+class LazyRun:
+    """Iterations without preemption, run with decoding requests advanced implicitly.
+
+    A decoding request's state is affine in the iteration index ``k``: ``computed = off + k``,
+    ``generated = goff + k``; it finishes in a known iteration and needs a new page exactly when
+    ``(off + k) % block_size == 0``. So an iteration only touches the requests whose state
+    changes shape (admitted, prefilling, finishing) and a few totals: the number of decoders,
+    the sum of their ``off``, and per page phase the number of decoders. Their outcome columns
+    (times, token-gap maxima) are written when the run hands the state back to the arrays.
+
+    Valid for the chunked scheduler, FCFS, nothing swapped, and policies that either grow on
+    demand with reservation = context (vLLM: a decoder's commitment is its pages) or reserve the
+    whole request (TensorRT-LLM, Orca): in both, a decoder's page need is the phase count, and
+    the run hands back before any iteration whose page growth would preempt, whose decodes
+    overflow the token budget, or whose admissions could reach a request to abort.
+    """
+
+    def __init__(self, eng: "FastEngine") -> None:
+        self.e = eng
+        e = eng
+        self.prompt = to_numpy(e.prompt).tolist()
+        self.target = to_numpy(e.target).tolist()
+        self.output = to_numpy(e.output).tolist()
+        all_ids = e.xp.arange(e.n)
+        pages = pages_of(e.rules.reservation_tokens(all_ids), e.bs)  # requests not yet run: generated = 0
+        self.fresh_pages = to_numpy(pages).tolist()
+        fits = to_numpy(e.rules.fits_empty_pool(all_ids, pages))
+        self.unfit_pos = np.flatnonzero(~fits[e.waiting.order_h]).tolist() + [e.n]  # arrival positions
+        self.on_demand = e.rules.kind is VLLMPolicy
+        self.watermark = int(e.rules.policy.watermark_frac * e.num_pages) if self.on_demand else 0
+        self.arrivals = e.sorted_arrival_h.tolist()
+        self.order = e.waiting.order_h.tolist()
+
+    @staticmethod
+    def applies(eng: "FastEngine") -> bool:
+        return (not eng.prefill_first and eng.rules.kind in LAZY_POLICIES and not eng.swapped
+                and not eng.waiting.front and not eng.rules.ordered)
+
+    def run(self) -> int:
+        """Run iterations until one needs the array engine; return how many ran."""
+        e, bs = self.e, self.e.bs
+        k0 = k = e.k
+        if not self._load():
+            return 0
+        prompt, target, fresh_pages, order, arrivals = self.prompt, self.target, self.fresh_pages, self.order, \
+            self.arrivals
+        D, P, fin_at, phase_cnt = self.D, self.P, self.fin_at, self.phase_cnt
+        mnbt, max_seqs, num_pages, n = e.cfg.max_num_batched_tokens, e.cfg.max_num_seqs, e.num_pages, e.n
+        on_demand, watermark, waiting = self.on_demand, self.watermark, e.waiting
+        w_lo, w_hi = waiting.lo, waiting.hi  # the FCFS queue is order[w_lo:w_hi]
+        unfit_next = next(p for p in self.unfit_pos if p >= w_lo)
+        iteration_s = e.cost.iteration_s
+        rows, row_times, costs, admitted, first_tokens = self.rows, self.row_times, self.costs, self.admitted, \
+            self.first_tokens
+        finished, finished_last = self.finished, self.finished_last
+        committed, num_used, seq, n_dec, sum_off = e.committed, e.num_used, self.seq, self.n_dec, self.sum_off
+        now, arrived = e.now_s, e.arrived
+        nan = float("nan")
+        timed = True  # durations are computed as they run while arrivals remain; afterwards in one go
+        while True:
+            if timed:
+                while arrived < n and arrivals[arrived] <= now:
+                    arrived += 1
+                w_hi = arrived
+                timed = arrived < n
+            n_pre, n_wait = len(P), w_hi - w_lo
+            if not (n_dec or n_pre or n_wait):
+                if arrived == n:
+                    break  # all done
+                now = arrivals[arrived]
+                continue
+            # ---- will this iteration stay lazy? (decided before anything changes)
+            grow = phase_cnt[k % bs]
+            pending = p_dec = ()
+            if P:
+                pending = list(P.items())
+                # a recomputed request one token short of its context decodes (the reference's is_decoding)
+                p_dec = [x for x in pending if x[1][1] > 0 and prompt[x[0]] + x[1][1] - x[1][0] == 1]
+                if p_dec:
+                    pending = p_dec + [x for x in pending
+                                       if not (x[1][1] > 0 and prompt[x[0]] + x[1][1] - x[1][0] == 1)]
+            if n_dec + len(p_dec) > mnbt or (on_demand and grow > num_pages - committed):
+                break
+            if n_wait and unfit_next < min(w_hi, w_lo + max_seqs - n_dec - n_pre):
+                break  # the admissions could reach a request that does not fit an empty pool
+            # ---- schedule: decodes, then prefills in admission order, then admissions
+            budget = mnbt - n_dec
+            num_used += grow
+            if on_demand:
+                committed += grow
+            tokens = num_sched = n_dec
+            pairs = kv = sum_off + n_dec * (k + 1)
+            chunks = []
+            for r, st in pending:
+                if budget == 0:
+                    break
+                c = st[0]
+                chunk = min(prompt[r] + st[1] - c, budget)
+                budget -= chunk
+                need = -(-(c + chunk) // bs)
+                if need > st[3]:
+                    num_used += need - st[3]
+                    st[3] = need
+                    if need > st[4]:
+                        st[4] = need
+                tokens += chunk
+                pairs += chunk * c + chunk * (chunk + 1) // 2
+                kv += c + chunk
+                num_sched += 1
+                chunks.append((r, chunk))
+            n_run = n_dec + n_pre
+            whole = []  # admitted with their whole prompt in this iteration
+            while n_wait and n_run < max_seqs and budget > 0:
+                r = order[w_lo]
+                p = fresh_pages[r]
+                free = num_pages - committed
+                if n_run and not (free - p >= watermark if on_demand else p <= free):
+                    break
+                w_lo += 1
+                n_wait -= 1
+                committed += p
+                rem = prompt[r]
+                chunk = rem if rem <= budget else budget
+                budget -= chunk
+                used = -(-chunk // bs)
+                num_used += used
+                seq += 1
+                admitted += (r, k)
+                tokens += chunk
+                pairs += chunk * (chunk + 1) // 2
+                kv += chunk
+                num_sched += 1
+                n_run += 1
+                if chunk == rem:
+                    whole.append((r, p, used, seq))
+                else:  # computed, generated, reserved, used, max used, max reserved, admission, last token
+                    P[r] = [0, 0, p, used, used, p, seq, nan]
+                    chunks.append((r, chunk))
+            pages_used, pages_reserved, decode_tokens = num_used, committed, n_dec + len(p_dec)
+            if timed:
+                duration_s = float(iteration_s(tokens, pairs, kv))
+                end = now + duration_s
+            else:
+                duration_s = end = nan
+            costs += (tokens, pairs, kv)
+            # ---- execute: finishing decoders, then completed prefills
+            for r in fin_at.pop(k, ()):
+                off, base, goff, mxu, mxr, s, j0, last = D.pop(r)
+                used_final = -(-(off + k + 1) // bs)
+                res_final = (base if base > used_final else used_final) if on_demand else base
+                committed -= res_final if res_final > used_final else used_final
+                num_used -= used_final
+                n_dec -= 1
+                sum_off -= off
+                phase_cnt[-off % bs] -= 1
+                finished += (r, k, off + k + 1, max(mxu, used_final), max(mxr, res_final), j0)
+                finished_last.append(last)
+            for r, p, used, s in whole:
+                first_tokens += (r, k)
+                c = prompt[r]
+                if target[r] == 1:
+                    committed -= p if p > used else used
+                    num_used -= used
+                    finished += (r, k, c, used, p, k)
+                    finished_last.append(nan)
+                    continue
+                off = c - k - 1
+                D[r] = (off, p if p > used else used, -k, used, p, s, k, nan)
+                n_dec += 1
+                sum_off += off
+                phase_cnt[-off % bs] += 1
+                fin_at.setdefault(k + target[r] - 1, []).append(r)
+            for r, chunk in chunks:
+                st = P[r]
+                c = st[0] + chunk
+                st[0] = c
+                g = st[1]
+                if c < prompt[r] + g:
+                    continue
+                g += 1
+                del P[r]
+                if g == 1:
+                    first_tokens += (r, k)
+                if g >= target[r]:
+                    committed -= max(st[2], st[3])
+                    num_used -= st[3]
+                    finished += (r, k, c, st[4], st[5], k)
+                    finished_last.append(st[7])
+                    continue
+                off = c - k - 1
+                D[r] = (off, max(st[2], st[3]), g - k - 1, st[4], st[5], st[6], k, st[7])
+                n_dec += 1
+                sum_off += off
+                phase_cnt[-off % bs] += 1
+                fin_at.setdefault(k + target[r] - g, []).append(r)
+            rows += (k, num_sched, tokens - decode_tokens, decode_tokens, n_dec + len(P), w_hi - w_lo,
+                     pages_used, pages_reserved)
+            row_times += (now, duration_s)
+            k += 1
+            now = end
+        e.k, e.arrived, e.committed, e.num_used = k, arrived, committed, num_used
+        waiting.lo, waiting.hi = w_lo, w_hi
+        self._store(k0, now)
+        return k - k0
+
+    def _load(self) -> bool:
+        """Take the running requests from the arrays; False if one is not of a shape this run handles."""
+        e, xp, bs, k = self.e, self.e.xp, self.e.bs, self.e.k
+        self.P: dict[int, list] = {}  # prefilling: computed, generated, reserved, used, max used, max reserved,
+        #                               admission, last token (s)
+        self.D: dict[int, tuple] = {}  # decoding: off, commitment base, goff, max used, max reserved, admission,
+        #                                first iteration of its run of tokens, token before that run (s)
+        self.fin_at: dict[int, list[int]] = {}
+        self.phase_cnt = [0] * bs
+        self.n_dec = self.sum_off = 0
+        # flat lists, a record every few entries (cheaper to fill and to turn into arrays than tuples)
+        self.admitted: list[int] = []  # request, iteration
+        self.first_tokens: list[int] = []  # request, iteration
+        self.finished: list[int] = []  # request, iteration, computed, max used, max reserved, run start
+        self.finished_last: list[float] = []  # the token before the run (s)
+        self.rows: list[int] = []  # iteration, batch, prefill and decode tokens, running, waiting, pages
+        self.row_times: list[float] = []  # start, duration (s)
+        self.costs: list[int] = []  # tokens, attention pairs, KV tokens
+        run = e.run_ids
+        self.seq = int(run.shape[0])
+        if not self.seq:
+            return True
+        ints = to_numpy(xp.stack([e.comp[run], e.gen[run], e.res[run], e.used[run], e.max_used[run],
+                                  e.max_res[run]])).tolist()
+        last = to_numpy(e.last_token_s[run]).tolist()
+        for i, (r, c, g, res, used, mxu, mxr) in enumerate(zip(to_numpy(run).tolist(), *ints)):
+            if g > 0 and self.prompt[r] + g - c == 1:
+                if self.on_demand and res > used:
+                    return False
+                off = c - k
+                self.D[r] = (off, max(res, used), g - k, mxu, mxr, i + 1, k, last[i])
+                self.n_dec += 1
+                self.sum_off += off
+                self.phase_cnt[-off % bs] += 1
+                self.fin_at.setdefault(k + self.target[r] - g - 1, []).append(r)
+            else:
+                self.P[r] = [c, g, res, used, mxu, mxr, i + 1, last[i]]
+        return True
+
+    def _store(self, k0: int, now: float) -> None:
+        """Hand the state back to the arrays: iteration rows, outcomes, the running requests."""
+        e, xp, bs = self.e, self.e.xp, self.e.bs
+        if not self.rows:
+            return
+        ints = np.asarray(self.rows, dtype=np.int64).reshape(-1, 8)
+        times = np.asarray(self.row_times, dtype=np.float64).reshape(-1, 2)
+        num = ints.shape[0]
+        start, duration = times[:, 0].copy(), times[:, 1].copy()
+        untimed = np.flatnonzero(np.isnan(duration))
+        if untimed.size:
+            i0 = int(untimed[0])
+            cost = np.asarray(self.costs, dtype=np.int64).reshape(-1, 3)[i0:]
+            duration[i0:] = e.cost.iteration_s(cost[:, 0], cost[:, 1], cost[:, 2])
+            starts = np.cumsum(np.concatenate([[start[i0]], duration[i0:]]))  # sequential, as now += duration
+            start[i0:] = starts[:-1]
+            now = float(starts[-1])
+        end = start + duration
+        reserved = ints[:, 7]
+        zero = np.zeros(num, dtype=np.int64)
+        e._flush_rows()
+        e._blocks.append([ints[:, 0], start, duration] + [ints[:, i] for i in range(1, 6)]
+                         + [zero, zero, ints[:, 6], reserved, e.num_pages - reserved, zero + e.cpu_used, zero])
+        k = e.k  # the next iteration
+        if self.admitted:
+            ids, ks = np.asarray(self.admitted, dtype=np.int64).reshape(-1, 2).T
+            ids_x = xp.asarray(ids)
+            e.status[ids_x] = RUNNING
+            e.admitted_iter[ids_x] = xp.asarray(ks)
+            e.admitted_s[ids_x] = xp.asarray(start[ks - k0])
+        if self.first_tokens:
+            ids, ks = np.asarray(self.first_tokens, dtype=np.int64).reshape(-1, 2).T
+            e.first_token_iter[xp.asarray(ids)] = xp.asarray(ks)
+            e.first_token_s[xp.asarray(ids)] = xp.asarray(end[ks - k0])
+        segments = []  # (request, first iteration, last iteration, token before (s)) of each run of tokens
+        if self.finished:
+            ids, ks, comp, mxu, mxr, j0 = np.asarray(self.finished, dtype=np.int64).reshape(-1, 6).T
+            segments.append((ids, j0, ks, np.asarray(self.finished_last, dtype=np.float64)))
+            ids_x = xp.asarray(ids)
+            out, tgt = e.output[ids_x], e.target[ids_x]
+            e.status[ids_x] = xp.where(out > tgt, CAPPED, STOPPED).astype(xp.int8)
+            e.finish_iter[ids_x] = xp.asarray(ks)
+            e.finish_s[ids_x] = xp.asarray(end[ks - k0])
+            e.last_token_s[ids_x] = xp.asarray(end[ks - k0])
+            e.gen[ids_x] = tgt
+            e.comp[ids_x] = xp.asarray(comp)
+            e.res[ids_x] = 0
+            e.used[ids_x] = 0
+            e.max_used[ids_x] = xp.asarray(mxu)
+            e.max_res[ids_x] = xp.asarray(mxr)
+        running = []
+        if self.D:
+            ids = np.fromiter(self.D, dtype=np.int64, count=len(self.D))
+            off, base, goff, mxu, mxr, seq, j0 = (np.asarray(c, dtype=np.int64)
+                                                  for c in list(zip(*self.D.values()))[:7])
+            last = np.asarray([d[7] for d in self.D.values()], dtype=np.float64)
+            segments.append((ids, j0, np.full(ids.size, k - 1), last))
+            comp = off + k
+            used = pages_of(comp, bs)
+            res = np.maximum(base, used) if self.on_demand else base
+            ids_x = xp.asarray(ids)
+            e.comp[ids_x] = xp.asarray(comp)
+            e.gen[ids_x] = xp.asarray(goff + k)
+            e.used[ids_x] = xp.asarray(used)
+            e.res[ids_x] = xp.asarray(res)
+            e.max_used[ids_x] = xp.asarray(np.maximum(mxu, used))
+            e.max_res[ids_x] = xp.asarray(np.maximum(mxr, res))
+            e.last_token_s[ids_x] = float(end[-1])
+            running.append((seq, ids))
+        for r, st in self.P.items():
+            e.comp[r], e.gen[r], e.res[r], e.used[r], e.max_used[r], e.max_res[r] = st[:6]
+            running.append((np.asarray([st[6]]), np.asarray([r])))
+        if running:
+            seq, ids = (np.concatenate(c) for c in zip(*running))
+            e.run_ids = xp.asarray(ids[np.argsort(seq, kind="stable")])
+        else:
+            e.run_ids = xp.zeros(0, dtype=xp.int64)
+        if segments:
+            self._token_gaps(k0, end, *(np.concatenate(c) for c in zip(*segments)))
+        e.now_s = now
+        e.idle_before = False
+
+    def _token_gaps(self, k0: int, end: np.ndarray, ids: np.ndarray, j0: np.ndarray, j1: np.ndarray,
+                    last: np.ndarray) -> None:
+        """Fold each run of consecutive tokens into its request's largest token gap (seconds).
+
+        Request ``ids[i]`` produced a token in every iteration from ``j0[i]`` to ``j1[i]``, its
+        previous one at ``last[i]``; its gaps are ``end[j0] - last`` and the differences of
+        consecutive iteration ends in ``(j0, j1]``: a range maximum, answered for all runs at
+        once from a sparse table (log2(iterations) levels of running maxima).
+        """
+        e, xp = self.e, self.e.xp
+        i0, i1 = j0 - k0, j1 - k0
+        gaps = np.concatenate([[-np.inf], np.diff(end)])
+        table = [gaps]
+        while (1 << len(table)) <= gaps.size:
+            prev, half = table[-1], 1 << (len(table) - 1)
+            table.append(np.maximum(prev[:-half], prev[half:]))
+        lo, hi = i0 + 1, i1  # inclusive range of gap indices
+        some = hi >= lo
+        level = np.zeros(ids.size, dtype=np.int64)
+        level[some] = np.floor(np.log2(hi[some] - lo[some] + 1)).astype(np.int64)
+        best = np.full(ids.size, np.nan)
+        for lv in np.unique(level[some]).tolist():
+            sel = some & (level == lv)
+            t = table[lv]
+            best[sel] = np.maximum(t[lo[sel]], t[hi[sel] - (1 << lv) + 1])
+        with np.errstate(invalid="ignore"):
+            contrib = np.fmax(end[i0] - last, best)
+        uniq, inv = np.unique(ids, return_inverse=True)
+        current = to_numpy(e.max_tbt_s[xp.asarray(uniq)]).copy()
+        np.fmax.at(current, inv, contrib)
+        e.max_tbt_s[xp.asarray(uniq)] = xp.asarray(current)
