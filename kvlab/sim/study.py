@@ -24,15 +24,15 @@ def policy_sweep(workload: pd.DataFrame, policies: Sequence[str], max_new_tokens
                  model: str, gpu: str, **simulate_kw: Any) -> pd.DataFrame:
     """Summary figures of every policy at every ``max_new_tokens`` (one row per pair).
 
-    Extra keywords go to :func:`kvlab.sim.simulate` (same workload, model, GPU and pool for all).
+    A :func:`kvlab.sweep` over policy x max_new_tokens; extra keywords are fixed simulate
+    parameters (same workload, model, GPU and pool for all).
     """
-    grid = v.positive_int_array(max_new_tokens_grid, "max_new_tokens_grid")
-    rows = []
-    for policy in policies:
-        for cap in grid.tolist():
-            s = simulate(workload, policy, model=model, gpu=gpu, max_new_tokens=cap, **simulate_kw).summary
-            rows.append({"policy": policy, "max_new_tokens": cap, **{k: s[k] for k in SUMMARY_COLUMNS}})
-    return pd.DataFrame(rows)
+    from ..sweep import sweep  # noqa: PLC0415  (sweep sits above the simulator)
+
+    grid = {"policy": list(policies),
+            "max_new_tokens": v.positive_int_array(max_new_tokens_grid, "max_new_tokens_grid").tolist()}
+    table = sweep(workload, grid, fixed={"model": model, "gpu": gpu, **simulate_kw}, progress=False)
+    return table[["policy", "max_new_tokens", *SUMMARY_COLUMNS]]
 
 
 def tail_share(requests: pd.DataFrame, *, q: float = 90) -> float:
