@@ -191,3 +191,15 @@ def test_fast_equals_reference_on_longer_runs(policy, kw):
     w["prompt_tokens"] = np.minimum(w["prompt_tokens"], 400)
     args = {"block_size": 16, "cost_model": COST, "seed": 2, **kw}
     assert_same(run(w, policy, "reference", **args), run(w, policy, "fast", **args))
+
+
+def test_idle_server_then_a_request_that_cannot_fit():
+    """The server idles until t = 10 s, when a request too large for the pool arrives: it is aborted
+    in the iteration that starts at its arrival (finish time 10 s), by both engines."""
+    w = pd.DataFrame({"prompt_tokens": [4, 100, 4], "output_tokens": [2, 5, 3], "arrival_s": [0.0, 10.0, 10.0]})
+    kw = {"block_size": 4, "pool_pages": 3, "watermark_frac": 0.0, "cost_model": COST}
+    ref, fst = run(w, "vllm", "reference", **kw), run(w, "vllm", "fast", **kw)
+    assert_same(ref, fst)
+    big = fst.requests.iloc[1]
+    assert (big["abort_reason"], big["finish_s"], big["finish_iter"]) == ("exceeds_pool", 10.0, 2)
+    assert fst.iterations["start_s"].iloc[2] == 10.0

@@ -220,7 +220,8 @@ class LazyRun:
             now = end
         e.k, e.arrived, e.committed, e.num_used = k, arrived, committed, num_used
         waiting.lo, waiting.hi = w_lo, w_hi
-        self._store(k0, now)
+        e.now_s = now  # nan after untimed iterations: _store computes it
+        self._store(k0)
         return k - k0
 
     def _load(self) -> bool:
@@ -262,7 +263,7 @@ class LazyRun:
                 self.P[r] = [c, g, res, used, mxu, mxr, i + 1, last[i]]
         return True
 
-    def _store(self, k0: int, now: float) -> None:
+    def _store(self, k0: int) -> None:
         """Hand the state back to the arrays: iteration rows, outcomes, the running requests."""
         e, xp, bs = self.e, self.e.xp, self.e.bs
         if not self.rows:
@@ -278,7 +279,7 @@ class LazyRun:
             duration[i0:] = e.cost.iteration_s(cost[:, 0], cost[:, 1], cost[:, 2])
             starts = np.cumsum(np.concatenate([[start[i0]], duration[i0:]]))  # sequential, as now += duration
             start[i0:] = starts[:-1]
-            now = float(starts[-1])
+            e.now_s = float(starts[-1])
         end = start + duration
         reserved = ints[:, 7]
         zero = np.zeros(num, dtype=np.int64)
@@ -341,7 +342,6 @@ class LazyRun:
             e.run_ids = xp.zeros(0, dtype=xp.int64)
         if segments:
             self._token_gaps(k0, end, *(np.concatenate(c) for c in zip(*segments)))
-        e.now_s = now
         e.idle_before = False
 
     def _token_gaps(self, k0: int, end: np.ndarray, ids: np.ndarray, j0: np.ndarray, j1: np.ndarray,
