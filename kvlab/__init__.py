@@ -10,7 +10,7 @@ from .sim import SimResult, simulate
 from .reservation import pool_pages, real_pool_table, reservation_table, reservation_waste
 from .sweep import sweep
 from . import pipeline, presets
-from .capacity import SLO, CapacityResult, ServingConfig, capacities, capacity
+from .capacity import SLO, CapacityResult, ServingConfig, capacities, capacity, capacity_table
 from .pipeline import pipeline_cost
 from .presets import preset, preset_names
 from . import recommend
@@ -24,7 +24,7 @@ __all__ = [
     "arrivals", "paged", "policies", "sim", "PolicyName", "create_policy", "policy_names", "SimResult", "simulate",
     "pool_pages", "real_pool_table", "reservation_table", "reservation_waste",
     "sweep",
-    "pipeline", "presets", "SLO", "CapacityResult", "ServingConfig", "capacities", "capacity", "pipeline_cost",
+    "pipeline", "presets", "SLO", "CapacityResult", "ServingConfig", "capacities", "capacity", "capacity_table", "pipeline_cost",
     "preset", "preset_names",
     "recommend", "Recommendation",
 ]

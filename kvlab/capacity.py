@@ -44,28 +44,45 @@ _ABORTED = RequestStatus.FINISHED_ABORTED.name.lower()
 
 #: Columns of the trials table, in order.
 TRIAL_COLUMNS = ("trial", "qps", "passed", "reason", "tbt_p99_s", "scheduling_delay_p50_s", "ttft_p50_s",
-                 "ttft_p99_s", "e2e_p50_s", "tokens_per_s", "num_aborted", "num_preempted_requests",
-                 "num_tbt_max_only_requests", "mean_batch_size", "makespan_s")
+                 "ttft_p99_s", "e2e_p50_s", "normalized_latency_s_per_token", "tokens_per_s", "num_aborted",
+                 "num_preempted_requests", "num_tbt_max_only_requests", "mean_batch_size", "makespan_s")
 
 
 @dataclass(frozen=True, kw_only=True)
 class SLO:
-    """Sarathi-Serve's service-level objective.
+    """A service-level objective: the bounds a rate must meet (``None``: not bounded).
+
+    The default is Sarathi-Serve's (P99 TBT plus a 2 s median scheduling delay); the vLLM
+    paper's capacity bounds normalized latency instead,
+    ``SLO(normalized_latency_s_per_token=x, scheduling_delay_p50_s=None)``.
 
     Attributes
     ----------
-    tbt_p99_s : float
+    tbt_p99_s : float or None
         Largest allowed 99th percentile of the time between tokens (seconds, > 0).
-    scheduling_delay_p50_s : float
+    scheduling_delay_p50_s : float or None
         Largest allowed median delay from arrival to admission (seconds, > 0; the paper's 2 s).
+    normalized_latency_s_per_token : float or None
+        Largest allowed mean over requests of end-to-end latency / output tokens (seconds).
     """
 
-    tbt_p99_s: float
-    scheduling_delay_p50_s: float = 2.0
+    tbt_p99_s: float | None = None
+    scheduling_delay_p50_s: float | None = 2.0
+    normalized_latency_s_per_token: float | None = None
 
     def __post_init__(self) -> None:
-        v.positive_float(self.tbt_p99_s, "slo.tbt_p99_s")
-        v.positive_float(self.scheduling_delay_p50_s, "slo.scheduling_delay_p50_s")
+        for name in ("tbt_p99_s", "scheduling_delay_p50_s", "normalized_latency_s_per_token"):
+            if getattr(self, name) is not None:
+                v.positive_float(getattr(self, name), f"slo.{name}")
+        if self.tbt_p99_s is None and self.normalized_latency_s_per_token is None:
+            raise ValueError("slo needs a latency bound: tbt_p99_s or normalized_latency_s_per_token")
+
+    def __str__(self) -> str:
+        parts = [f"P99 TBT <= {self.tbt_p99_s:g} s" if self.tbt_p99_s is not None else "",
+                 f"normalized latency <= {self.normalized_latency_s_per_token:g} s/token"
+                 if self.normalized_latency_s_per_token is not None else "",
+                 f"median delay <= {self.scheduling_delay_p50_s:g} s" if self.scheduling_delay_p50_s is not None else ""]
+        return ", ".join(p for p in parts if p)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,8 +185,7 @@ class CapacityResult:
     def __str__(self) -> str:
         c = self.config
         return (f"CapacityResult({c.model} on {c.tp * c.pp} x {c.gpu} (TP{c.tp}-PP{c.pp}), {c.scheduler}, "
-                f"policy {c.policy}, P99 TBT <= {self.slo.tbt_p99_s} s, median delay <= "
-                f"{self.slo.scheduling_delay_p50_s} s): {self.capacity_qps:.3f} requests/s after "
+                f"policy {c.policy}, {self.slo}): {self.capacity_qps:.3f} requests/s after "
                 f"{len(self.trials)} trials of {self.num_requests} requests; {self.reason}")
 
 
@@ -229,6 +245,7 @@ def slo_metrics(result: SimResult) -> dict[str, float]:
     return {"tbt_p99_s": float(np.percentile(gaps, 99)) if gaps.size else 0.0,
             "scheduling_delay_p50_s": float(np.median(delay)),
             "ttft_p50_s": s["ttft_p50_s"], "ttft_p99_s": s["ttft_p99_s"], "e2e_p50_s": s["e2e_p50_s"],
+            "normalized_latency_s_per_token": s["normalized_latency_s_per_token"],
             "tokens_per_s": s["tokens_per_s"], "num_aborted": int(s["num_aborted"]),
             "num_preempted_requests": int((rq["num_preemptions"] > 0).sum()),
             "num_tbt_max_only_requests": max_only, "mean_batch_size": s["mean_batch_size"],
@@ -279,9 +296,13 @@ def _verdict(m: Mapping[str, float], slo: SLO) -> str:
     why = []
     if m["num_aborted"]:
         why.append(f"{m['num_aborted']} requests aborted")
-    if m["tbt_p99_s"] > slo.tbt_p99_s:
+    if slo.tbt_p99_s is not None and m["tbt_p99_s"] > slo.tbt_p99_s:
         why.append(f"P99 TBT {m['tbt_p99_s']:.4g} s > {slo.tbt_p99_s:g} s")
-    if m["scheduling_delay_p50_s"] > slo.scheduling_delay_p50_s:
+    if slo.normalized_latency_s_per_token is not None \
+            and m["normalized_latency_s_per_token"] > slo.normalized_latency_s_per_token:
+        why.append(f"normalized latency {m['normalized_latency_s_per_token']:.4g} s/token > "
+                   f"{slo.normalized_latency_s_per_token:g} s/token")
+    if slo.scheduling_delay_p50_s is not None and m["scheduling_delay_p50_s"] > slo.scheduling_delay_p50_s:
         why.append(f"median scheduling delay {m['scheduling_delay_p50_s']:.4g} s > {slo.scheduling_delay_p50_s:g} s")
     return "; ".join(why) or "meets the SLO"
 
@@ -373,7 +394,7 @@ def capacity(workload: pd.DataFrame | str | Path | Profile, config: ServingConfi
         return rows[-1]["passed"]
 
     floor_s = lone_decode_s(work, config)
-    if floor_s > slo.tbt_p99_s:
+    if slo.tbt_p99_s is not None and floor_s > slo.tbt_p99_s:
         return result(0.0, f"unreachable: one decode of the shortest prompt alone takes {floor_s:.4g} s, "
                            f"more than the P99 TBT SLO of {slo.tbt_p99_s:g} s, at any rate")
     # Bracket: double up from a pass, halve down from a failure.

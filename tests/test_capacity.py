@@ -100,6 +100,28 @@ def test_reconstructed_gaps_add_up_to_each_requests_decode_span_on_a_real_worklo
     assert gaps.max() == pytest.approx(float(rq["max_tbt_s"].max()), rel=1e-12)
 
 
+def test_normalized_latency_slo_capacity_brackets_the_target():
+    """The vLLM paper's capacity: a bound on mean end-to-end latency per output token only."""
+    rng = np.random.default_rng(0)
+    w = pd.DataFrame({"prompt_tokens": rng.integers(16, 200, 40), "output_tokens": rng.integers(1, 200, 40)})
+    cfg = ServingConfig(model="Llama-2-7B", gpu="A100-80GB-SXM", policy="vllm", max_new_tokens=256, pool_pages=60,
+                        max_num_seqs=256)
+    target = 0.05
+    slo = SLO(normalized_latency_s_per_token=target, scheduling_delay_p50_s=None)
+    found = capacity(w, cfg, slo, num_requests=40, rel_tol=0.02)
+
+    def latency(qps):
+        return serve(w, cfg, qps).summary["normalized_latency_s_per_token"]
+
+    failed = found.trials.loc[~found.trials["passed"].astype(bool), "qps"]
+    first_fail = failed[failed > found.capacity_qps].min()
+    assert latency(found.capacity_qps) <= target < latency(first_fail)
+    assert first_fail / found.capacity_qps - 1 <= 0.02
+    assert "normalized latency" in found.binding() and "P99 TBT" not in str(found)
+    with pytest.raises(ValueError, match="latency bound"):
+        SLO(scheduling_delay_p50_s=2.0)
+
+
 def test_an_slo_below_one_lone_decode_gives_zero_without_any_trial():
     res = capacity(fixed_workload(50, 16, 4), one_at_a_time(0.5), SLO(tbt_p99_s=0.4), num_requests=50)
     assert res.capacity_qps == 0.0 and len(res.trials) == 0

@@ -49,26 +49,6 @@ def test_overflow_study_counts_the_overrun():
     assert swap["preempted_request_frac"] == pytest.approx(2 / 5)
 
 
-def test_max_request_rate_brackets_the_target():
-    rng = np.random.default_rng(0)
-    w = pd.DataFrame({"prompt_tokens": rng.integers(16, 200, 40), "output_tokens": rng.integers(1, 200, 40)})
-    kw = dict(max_new_tokens=256, pool_pages=60, **KW)
-    target, bounds, steps = 0.05, (0.5, 500.0), 6
-    rate = study.max_request_rate(w, "vllm", latency_target_s_per_token=target, qps_bounds=bounds,
-                                  num_steps=steps, **kw)
-
-    def latency(qps):
-        return simulate(w, "vllm", arrivals="poisson", qps=qps, **kw).summary["normalized_latency_s_per_token"]
-
-    assert latency(bounds[1]) > target  # the upper bound misses: the search has a real bracket
-    assert latency(rate) <= target
-    assert latency(rate * (bounds[1] / bounds[0]) ** (1 / 2**steps)) > target
-    assert study.max_request_rate(w, "vllm", latency_target_s_per_token=1e-6, qps_bounds=bounds,
-                                  num_steps=2, **kw) == bounds[0]
-    with pytest.raises(ValueError, match="qps_bounds"):
-        study.max_request_rate(w, "vllm", latency_target_s_per_token=1.0, qps_bounds=(5.0, 1.0), **kw)
-
-
 def test_policy_sweep_rows():
     w = pd.DataFrame({"prompt_tokens": [16, 32], "output_tokens": [5, 9]})
     sw = study.policy_sweep(w, ["vllm", "reserve_max"], [8, 16], pool_pages=50, **KW)

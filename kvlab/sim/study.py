@@ -1,4 +1,4 @@
-"""Studies built from many simulations: policy sweeps, the overflow question, capacity, claims.
+"""Studies built from many simulations: policy sweeps, the overflow question, claims.
 
 These are what notebook 04 calls; each returns a DataFrame or a number computed from
 :func:`kvlab.sim.simulate` runs.
@@ -76,33 +76,6 @@ def overflow_study(workload: pd.DataFrame, *, reserve_tokens: int, max_new_token
     return pd.DataFrame(rows)
 
 
-def max_request_rate(workload: pd.DataFrame, policy: str, *, model: str, gpu: str,
-                     latency_target_s_per_token: float, qps_bounds: tuple[float, float] = (0.05, 200.0),
-                     num_steps: int = 10, seed: int = 0, **simulate_kw: Any) -> float:
-    """Highest Poisson request rate whose normalized latency stays within the target (requests/s).
-
-    Bisection on log(qps) between ``qps_bounds`` for ``num_steps`` steps: the vLLM paper's
-    capacity measure (the rate a system sustains before normalized latency, end-to-end latency
-    per output token, blows past a target). Returns the lower bound if even it misses the target.
-    """
-    target = v.positive_float(latency_target_s_per_token, "latency_target_s_per_token")
-    lo, hi = (v.positive_float(b, "qps_bounds") for b in qps_bounds)
-    if lo >= hi:
-        raise ValueError(f"qps_bounds must be (low, high) with low < high, got {qps_bounds}")
-
-    def ok(qps: float) -> bool:
-        s = simulate(workload, policy, model=model, gpu=gpu, arrivals="poisson", qps=qps, seed=seed,
-                     **simulate_kw).summary
-        return s["normalized_latency_s_per_token"] <= target and s["num_aborted"] == 0
-
-    if not ok(lo):
-        return lo
-    for _ in range(v.positive_int(num_steps, "num_steps")):
-        mid = float(np.sqrt(lo * hi))
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return lo
-
-
 def _in_range(claim: str, source: str, low: float, high: float, value: float, note: str) -> _claims.Claim:
     verdict = "holds" if low <= value <= high else f"differs ({value:.2g}x outside {low}-{high}x); {note}"
     return _claims.Claim(claim=claim, source=source, claimed=f"{low}-{high}x", kvlab_value=f"{value:.2f}x",
@@ -134,7 +107,8 @@ def policy_claims(sweep: pd.DataFrame, overflow: pd.DataFrame, capacity_qps: dic
     overflow : DataFrame
         :func:`overflow_study` output (with a ``tgi`` recompute row).
     capacity_qps : dict
-        :func:`max_request_rate` for ``vllm``, ``orca_oracle`` and ``orca_max`` (requests/s).
+        :func:`kvlab.capacity` under a normalized-latency SLO for ``vllm``, ``orca_oracle`` and
+        ``orca_max`` (requests/s).
     iterations : DataFrame
         The per-iteration table of one run (for :func:`decode_scaling`).
     """
