@@ -8,7 +8,9 @@ import numpy as np
 
 from ...backend import to_numpy
 from ...policies.orca import OrcaMaxPolicy, OrcaOraclePolicy, OrcaPow2Policy
+from ...policies.predicted import PredictedPolicy
 from ...policies.tensorrt_llm import ReserveMaxPolicy
+from ...policies.tgi import TGIPolicy
 from ...policies.vllm import VLLMPolicy
 from .state import CAPPED, RUNNING, STOPPED, pages_of
 
@@ -16,7 +18,8 @@ if TYPE_CHECKING:
     from .engine import FastEngine
 
 
-LAZY_POLICIES = (VLLMPolicy, ReserveMaxPolicy, OrcaOraclePolicy, OrcaPow2Policy, OrcaMaxPolicy)
+LAZY_POLICIES = (VLLMPolicy, PredictedPolicy, ReserveMaxPolicy, OrcaOraclePolicy, OrcaPow2Policy, OrcaMaxPolicy,
+                 TGIPolicy)
 
 
 class LazyRun:
@@ -50,8 +53,9 @@ class LazyRun:
         self.fresh_pages = to_numpy(pages).tolist()
         fits = to_numpy(e.rules.fits_empty_pool(all_ids, pages))
         self.unfit_pos = np.flatnonzero(~fits[e.waiting.order_h]).tolist() + [e.n]  # arrival positions
-        self.on_demand = e.rules.kind is VLLMPolicy
-        self.watermark = int(e.rules.policy.watermark_frac * e.num_pages) if self.on_demand else 0
+        self.on_demand = e.rules.on_demand
+        self.vllm = e.rules.kind is VLLMPolicy
+        self.watermark = int(e.rules.policy.watermark_frac * e.num_pages) if self.vllm else 0
         self.arrivals = e.sorted_arrival_h.tolist()
         self.order = e.waiting.order_h.tolist()
 
@@ -68,9 +72,10 @@ class LazyRun:
             return 0
         prompt, target, fresh_pages, order, arrivals = self.prompt, self.target, self.fresh_pages, self.order, \
             self.arrivals
-        D, P, fin_at, phase_cnt = self.D, self.P, self.fin_at, self.phase_cnt
+        D, P, fin_at, phase_cnt, commit_cnt, act_at = self.D, self.P, self.fin_at, self.phase_cnt, self.commit_cnt, \
+            self.act_at
         mnbt, max_seqs, num_pages, n = e.cfg.max_num_batched_tokens, e.cfg.max_num_seqs, e.num_pages, e.n
-        on_demand, watermark, waiting = self.on_demand, self.watermark, e.waiting
+        on_demand, vllm, watermark, waiting = self.on_demand, self.vllm, self.watermark, e.waiting
         w_lo, w_hi = waiting.lo, waiting.hi  # the FCFS queue is order[w_lo:w_hi]
         unfit_next = self.unfit_pos[bisect.bisect_left(self.unfit_pos, w_lo)]
         iteration_s = e.cost.iteration_s
@@ -94,7 +99,15 @@ class LazyRun:
                 now = arrivals[arrived]
                 continue
             # ---- will this iteration stay lazy? (decided before anything changes)
+            acts = act_at.pop(k, None)  # decoders whose context reaches their commitment now
+            if acts is not None:
+                acts = [r for r in acts if r in D]
+                if acts and not on_demand:
+                    break  # a decoder needs a page beyond its reservation: the reference preempts it
+                for r in acts:
+                    commit_cnt[-D[r][0] % bs] += 1
             grow = phase_cnt[k % bs]
+            grow_commit = commit_cnt[k % bs]
             pending = p_dec = ()
             if P:
                 pending = list(P.items())
@@ -103,15 +116,14 @@ class LazyRun:
                 if p_dec:
                     pending = p_dec + [x for x in pending
                                        if not (x[1][1] > 0 and prompt[x[0]] + x[1][1] - x[1][0] == 1)]
-            if n_dec + len(p_dec) > mnbt or (on_demand and grow > num_pages - committed):
+            if n_dec + len(p_dec) > mnbt or grow_commit > num_pages - committed:
                 break
             if n_wait and unfit_next < min(w_hi, w_lo + max_seqs - n_dec - n_pre):
                 break  # the admissions could reach a request that does not fit an empty pool
             # ---- schedule: decodes, then prefills in admission order, then admissions
             budget = mnbt - n_dec
             num_used += grow
-            if on_demand:
-                committed += grow
+            committed += grow_commit
             tokens = num_sched = n_dec
             pairs = kv = sum_off + n_dec * (k + 1)
             chunks = []
@@ -138,7 +150,7 @@ class LazyRun:
                 r = order[w_lo]
                 p = fresh_pages[r]
                 free = num_pages - committed
-                if n_run and not (free - p >= watermark if on_demand else p <= free):
+                if n_run and not (free - p >= watermark if vllm else p <= free):
                     break
                 w_lo += 1
                 n_wait -= 1
@@ -169,14 +181,16 @@ class LazyRun:
             costs += (tokens, pairs, kv)
             # ---- execute: finishing decoders, then completed prefills
             for r in fin_at.pop(k, ()):
-                off, base, goff, mxu, mxr, s, j0, last = D.pop(r)
+                off, res0, commit0, act, goff, mxu, mxr, s, j0, last = D.pop(r)
                 used_final = -(-(off + k + 1) // bs)
-                res_final = (base if base > used_final else used_final) if on_demand else base
+                res_final = used_final if on_demand and used_final > commit0 else res0
                 committed -= res_final if res_final > used_final else used_final
                 num_used -= used_final
                 n_dec -= 1
                 sum_off -= off
                 phase_cnt[-off % bs] -= 1
+                if act <= k:
+                    commit_cnt[-off % bs] -= 1
                 finished += (r, k, off + k + 1, max(mxu, used_final), max(mxr, res_final), j0)
                 finished_last.append(last)
             for r, p, used, s in whole:
@@ -189,11 +203,19 @@ class LazyRun:
                     finished_last.append(nan)
                     continue
                 off = c - k - 1
-                D[r] = (off, p if p > used else used, -k, used, p, s, k, nan)
+                commit0 = p if p > used else used
+                fin = k + target[r] - 1
+                act = commit0 * bs - off  # first iteration needing a page beyond commit0
+                if on_demand and commit0 == used:
+                    act = k  # its pages and commitment grow together from now on
+                    commit_cnt[-off % bs] += 1
+                elif act <= fin:
+                    act_at.setdefault(act, []).append(r)
+                D[r] = (off, p, commit0, act, -k, used, p, s, k, nan)
                 n_dec += 1
                 sum_off += off
                 phase_cnt[-off % bs] += 1
-                fin_at.setdefault(k + target[r] - 1, []).append(r)
+                fin_at.setdefault(fin, []).append(r)
             for r, chunk in chunks:
                 st = P[r]
                 c = st[0] + chunk
@@ -212,11 +234,19 @@ class LazyRun:
                     finished_last.append(st[7])
                     continue
                 off = c - k - 1
-                D[r] = (off, max(st[2], st[3]), g - k - 1, st[4], st[5], st[6], k, st[7])
+                commit0 = max(st[2], st[3])
+                fin = k + target[r] - g
+                act = commit0 * bs - off
+                if on_demand and commit0 == st[3]:
+                    act = k
+                    commit_cnt[-off % bs] += 1
+                elif act <= fin:
+                    act_at.setdefault(act, []).append(r)
+                D[r] = (off, st[2], commit0, act, g - k - 1, st[4], st[5], st[6], k, st[7])
                 n_dec += 1
                 sum_off += off
                 phase_cnt[-off % bs] += 1
-                fin_at.setdefault(k + target[r] - g, []).append(r)
+                fin_at.setdefault(fin, []).append(r)
             rows += (k, num_sched, tokens - decode_tokens, decode_tokens, n_dec + len(P), w_hi - w_lo,
                      pages_used, pages_reserved)
             row_times += (now, duration_s)
@@ -233,10 +263,14 @@ class LazyRun:
         e, xp, bs, k = self.e, self.e.xp, self.e.bs, self.e.k
         self.P: dict[int, list] = {}  # prefilling: computed, generated, reserved, used, max used, max reserved,
         #                               admission, last token (s)
-        self.D: dict[int, tuple] = {}  # decoding: off, commitment base, goff, max used, max reserved, admission,
+        self.D: dict[int, tuple] = {}  # decoding: off, reserved and committed pages when it began decoding,
+        #                                the iteration its commitment starts growing, goff, max used, max reserved,
+        #                                admission,
         #                                first iteration of its run of tokens, token before that run (s)
-        self.fin_at: dict[int, list[int]] = {}
-        self.phase_cnt = [0] * bs
+        self.fin_at: dict[int, list[int]] = {}  # iteration -> decoders finishing in it
+        self.act_at: dict[int, list[int]] = {}  # iteration -> decoders whose commitment starts growing in it
+        self.phase_cnt = [0] * bs  # decoders by page phase: each needs a page when (off + k) % block_size == 0
+        self.commit_cnt = [0] * bs  # those of them whose commitment grows with their pages
         self.n_dec = self.sum_off = 0
         # flat lists, a record every few entries (cheaper to fill and to turn into arrays than tuples)
         self.admitted: list[int] = []  # request, iteration
@@ -255,14 +289,20 @@ class LazyRun:
         last = to_numpy(e.last_token_s[run]).tolist()
         for i, (r, c, g, res, used, mxu, mxr) in enumerate(zip(to_numpy(run).tolist(), *ints)):
             if g > 0 and self.prompt[r] + g - c == 1:
-                if self.on_demand and res > used:
-                    return False
                 off = c - k
-                self.D[r] = (off, max(res, used), g - k, mxu, mxr, i + 1, k, last[i])
+                commit0 = max(res, used)
+                fin = k + self.target[r] - g - 1
+                act = commit0 * bs - off
+                if self.on_demand and commit0 == used:
+                    act = k
+                    self.commit_cnt[-off % bs] += 1
+                elif act <= fin:
+                    self.act_at.setdefault(act, []).append(r)
+                self.D[r] = (off, res, commit0, act, g - k, mxu, mxr, i + 1, k, last[i])
                 self.n_dec += 1
                 self.sum_off += off
                 self.phase_cnt[-off % bs] += 1
-                self.fin_at.setdefault(k + self.target[r] - g - 1, []).append(r)
+                self.fin_at.setdefault(fin, []).append(r)
             else:
                 self.P[r] = [c, g, res, used, mxu, mxr, i + 1, last[i]]
         return True
@@ -320,13 +360,13 @@ class LazyRun:
         running = []
         if self.D:
             ids = np.fromiter(self.D, dtype=np.int64, count=len(self.D))
-            off, base, goff, mxu, mxr, seq, j0 = (np.asarray(c, dtype=np.int64)
-                                                  for c in list(zip(*self.D.values()))[:7])
-            last = np.asarray([d[7] for d in self.D.values()], dtype=np.float64)
+            off, res0, commit0, _, goff, mxu, mxr, seq, j0 = (np.asarray(c, dtype=np.int64)
+                                                              for c in list(zip(*self.D.values()))[:9])
+            last = np.asarray([d[9] for d in self.D.values()], dtype=np.float64)
             segments.append((ids, j0, np.full(ids.size, k - 1), last))
             comp = off + k
             used = pages_of(comp, bs)
-            res = np.maximum(base, used) if self.on_demand else base
+            res = np.where(used > commit0, used, res0) if self.on_demand else res0
             ids_x = xp.asarray(ids)
             e.comp[ids_x] = xp.asarray(comp)
             e.gen[ids_x] = xp.asarray(goff + k)
