@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--model", required=True, help="model name (kvlab.specs.models())")
     rec.add_argument("--gpu", required=True, help="GPU name (kvlab.specs.gpus())")
     rec.add_argument("--slo-p99-tbt", type=float, required=True, metavar="SECONDS",
-                     help="SLO: p99 over requests of the mean time between output tokens (seconds)")
+                     help="SLO: 99th percentile of the time between output tokens, over every gap (seconds)")
     rec.add_argument("--percentiles", type=float, nargs="+", default=[50, 90, 95, 99],
                      help="output-length percentiles to try as the reservation (default 50 90 95 99)")
     rec.add_argument("--modes", nargs="+", default=["recompute", "swap", "reject"],
