@@ -330,6 +330,9 @@ class Crossover:
         return (f"{head}: {self.winner_below} wins just below {self.crossover_tokens} tokens, "
                 f"{self.winner_above} from there to {self.max_seq_tokens}{more}")
 
+    def __str__(self) -> str:
+        return f"Crossover: {self.summary()}; cost curves in .curves"
+
 
 def _winner(diff: np.ndarray) -> np.ndarray:
     return np.where(diff > 0, "swap", "recompute")
