@@ -85,7 +85,7 @@ class FastEngine:
     # ------------------------------------------------------------------ main loop
     def run_all(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Serve every request; return (per-request columns, per-iteration table)."""
-        lazy = LazyRun(self) if (not self.prefill_first and self.rules.kind in LAZY_POLICIES) else None
+        lazy = LazyRun(self) if self.rules.kind in LAZY_POLICIES else None
         wait_iterations = 0  # array iterations before the next try of a lazy run
         while self.arrived < self.n or len(self.waiting) or self.run_ids.shape[0] or self.swapped:
             hi = int(np.searchsorted(self.sorted_arrival_h, self.now_s, side="right"))

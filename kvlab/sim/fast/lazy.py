@@ -52,6 +52,9 @@ class LazyRun:
         pages = pages_of(e.rules.reservation_tokens(all_ids), e.bs)  # requests not yet run: generated = 0
         self.fresh_pages = to_numpy(pages).tolist()
         fits = to_numpy(e.rules.fits_empty_pool(all_ids, pages))
+        self.prefill_first = e.prefill_first
+        if self.prefill_first:  # a whole prompt above the token budget is aborted too
+            fits &= np.asarray(self.prompt) <= e.cfg.max_num_batched_tokens
         self.unfit_pos = np.flatnonzero(~fits[e.waiting.order_h]).tolist() + [e.n]  # arrival positions
         self.on_demand = e.rules.on_demand
         self.vllm = e.rules.kind is VLLMPolicy
@@ -61,8 +64,8 @@ class LazyRun:
 
     @staticmethod
     def applies(eng: "FastEngine") -> bool:
-        return (not eng.prefill_first and eng.rules.kind in LAZY_POLICIES and not eng.swapped
-                and not eng.waiting.front and not eng.rules.ordered)
+        return (eng.rules.kind in LAZY_POLICIES and not eng.swapped and not eng.waiting.front
+                and not eng.rules.ordered)
 
     def run(self) -> int:
         """Run iterations until one needs the array engine; return how many ran."""
@@ -75,15 +78,17 @@ class LazyRun:
         D, P, fin_at, phase_cnt, commit_cnt, act_at = self.D, self.P, self.fin_at, self.phase_cnt, self.commit_cnt, \
             self.act_at
         mnbt, max_seqs, num_pages, n = e.cfg.max_num_batched_tokens, e.cfg.max_num_seqs, e.num_pages, e.n
-        on_demand, vllm, watermark, waiting = self.on_demand, self.vllm, self.watermark, e.waiting
+        on_demand, vllm, watermark, waiting, pf = self.on_demand, self.vllm, self.watermark, e.waiting, \
+            self.prefill_first
         w_lo, w_hi = waiting.lo, waiting.hi  # the FCFS queue is order[w_lo:w_hi]
         unfit_next = self.unfit_pos[bisect.bisect_left(self.unfit_pos, w_lo)]
         iteration_s = e.cost.iteration_s
         rows, row_times, costs, admitted, first_tokens = self.rows, self.row_times, self.costs, self.admitted, \
             self.first_tokens
-        finished, finished_last = self.finished, self.finished_last
+        finished, finished_last, v_real = self.finished, self.finished_last, self.v_real
         committed, num_used, seq, n_dec, sum_off = e.committed, e.num_used, self.seq, self.n_dec, self.sum_off
         now, arrived = e.now_s, e.arrived
+        v = k  # the next decode iteration's index on the decoders' clock (== k under chunked prefill)
         nan = float("nan")
         timed = True  # durations are computed as they run while arrivals remain; afterwards in one go
         while True:
@@ -99,33 +104,56 @@ class LazyRun:
                 now = arrivals[arrived]
                 continue
             # ---- will this iteration stay lazy? (decided before anything changes)
-            acts = act_at.pop(k, None)  # decoders whose context reaches their commitment now
-            if acts is not None:
-                acts = [r for r in acts if r in D]
-                if acts and not on_demand:
-                    break  # a decoder needs a page beyond its reservation: the reference preempts it
-                for r in acts:
-                    commit_cnt[-D[r][0] % bs] += 1
-            grow = phase_cnt[k % bs]
-            grow_commit = commit_cnt[k % bs]
+            n_whole = 0  # prefill_first: whole prompts this iteration admits (then nothing decodes)
+            if pf:
+                budget, free, n_run, i = mnbt, num_pages - committed, n_dec + n_pre, w_lo
+                while i < w_hi and n_run < max_seqs and budget > 0:
+                    if unfit_next == i:
+                        break
+                    r = order[i]
+                    rem, p = prompt[r], fresh_pages[r]
+                    if rem > budget or (n_run and not (free - p >= watermark if vllm else p <= free)):
+                        break
+                    free -= p
+                    budget -= rem
+                    n_run += 1
+                    i += 1
+                if i < w_hi and unfit_next == i and n_run < max_seqs and budget > 0:
+                    break  # the admission reaches a request to abort
+                n_whole = i - w_lo
+            decode = n_whole == 0
             pending = p_dec = ()
-            if P:
-                pending = list(P.items())
-                # a recomputed request one token short of its context decodes (the reference's is_decoding)
-                p_dec = [x for x in pending if x[1][1] > 0 and prompt[x[0]] + x[1][1] - x[1][0] == 1]
-                if p_dec:
-                    pending = p_dec + [x for x in pending
-                                       if not (x[1][1] > 0 and prompt[x[0]] + x[1][1] - x[1][0] == 1)]
-            if n_dec + len(p_dec) > mnbt or grow_commit > num_pages - committed:
-                break
-            if n_wait and unfit_next < min(w_hi, w_lo + max_seqs - n_dec - n_pre):
-                break  # the admissions could reach a request that does not fit an empty pool
+            grow = grow_commit = 0
+            if decode:
+                acts = act_at.pop(v, None)  # decoders whose context reaches their commitment now
+                if acts is not None:
+                    acts = [r for r in acts if r in D]
+                    if acts and not on_demand:
+                        break  # a decoder needs a page beyond its reservation: the reference preempts it
+                    for r in acts:
+                        commit_cnt[-D[r][0] % bs] += 1
+                grow = phase_cnt[v % bs]
+                grow_commit = commit_cnt[v % bs]
+                if P:
+                    pending = list(P.items())
+                    # a recomputed request one token short of its context decodes (the reference's is_decoding)
+                    p_dec = [x for x in pending if x[1][1] > 0 and prompt[x[0]] + x[1][1] - x[1][0] == 1]
+                    if p_dec:
+                        pending = p_dec + [x for x in pending
+                                           if not (x[1][1] > 0 and prompt[x[0]] + x[1][1] - x[1][0] == 1)]
+                if n_dec + len(p_dec) > mnbt or grow_commit > num_pages - committed:
+                    break
+                if not pf and n_wait and unfit_next < min(w_hi, w_lo + max_seqs - n_dec - n_pre):
+                    break  # the admissions could reach a request that does not fit an empty pool
             # ---- schedule: decodes, then prefills in admission order, then admissions
-            budget = mnbt - n_dec
-            num_used += grow
-            committed += grow_commit
-            tokens = num_sched = n_dec
-            pairs = kv = sum_off + n_dec * (k + 1)
+            if decode:
+                budget = mnbt - n_dec
+                num_used += grow
+                committed += grow_commit
+                tokens = num_sched = n_dec
+                pairs = kv = sum_off + n_dec * (v + 1)
+            else:
+                budget, tokens, num_sched, pairs, kv = mnbt, 0, 0, 0, 0
             chunks = []
             for r, st in pending:
                 if budget == 0:
@@ -146,7 +174,7 @@ class LazyRun:
                 chunks.append((r, chunk))
             n_run = n_dec + n_pre
             whole = []  # admitted with their whole prompt in this iteration
-            while n_wait and n_run < max_seqs and budget > 0:
+            while (n_whole if pf else n_wait and n_run < max_seqs and budget > 0):
                 r = order[w_lo]
                 p = fresh_pages[r]
                 free = num_pages - committed
@@ -154,6 +182,7 @@ class LazyRun:
                     break
                 w_lo += 1
                 n_wait -= 1
+                n_whole -= 1
                 committed += p
                 rem = prompt[r]
                 chunk = rem if rem <= budget else budget
@@ -172,7 +201,8 @@ class LazyRun:
                 else:  # computed, generated, reserved, used, max used, max reserved, admission, last token
                     P[r] = [0, 0, p, used, used, p, seq, nan]
                     chunks.append((r, chunk))
-            pages_used, pages_reserved, decode_tokens = num_used, committed, n_dec + len(p_dec)
+            pages_used, pages_reserved = num_used, committed
+            decode_tokens = n_dec + len(p_dec) if decode else 0
             if timed:
                 duration_s = float(iteration_s(tokens, pairs, kv))
                 end = now + duration_s
@@ -180,38 +210,42 @@ class LazyRun:
                 duration_s = end = nan
             costs += (tokens, pairs, kv)
             # ---- execute: finishing decoders, then completed prefills
-            for r in fin_at.pop(k, ()):
-                off, res0, commit0, act, goff, mxu, mxr, s, j0, last = D.pop(r)
-                used_final = -(-(off + k + 1) // bs)
-                res_final = used_final if on_demand and used_final > commit0 else res0
-                committed -= res_final if res_final > used_final else used_final
-                num_used -= used_final
-                n_dec -= 1
-                sum_off -= off
-                phase_cnt[-off % bs] -= 1
-                if act <= k:
-                    commit_cnt[-off % bs] -= 1
-                finished += (r, k, off + k + 1, max(mxu, used_final), max(mxr, res_final), j0)
-                finished_last.append(last)
+            if decode:
+                for r in fin_at.pop(v, ()):
+                    off, res0, commit0, act, goff, mxu, mxr, s, v0, last, last_k = D.pop(r)
+                    used_final = -(-(off + v + 1) // bs)
+                    res_final = used_final if on_demand and used_final > commit0 else res0
+                    committed -= res_final if res_final > used_final else used_final
+                    num_used -= used_final
+                    n_dec -= 1
+                    sum_off -= off
+                    phase_cnt[-off % bs] -= 1
+                    if act <= v:
+                        commit_cnt[-off % bs] -= 1
+                    finished += (r, k, off + v + 1, max(mxu, used_final), max(mxr, res_final), v0, v, last_k)
+                    finished_last.append(last)
+            vf = v + 1 if decode else v  # the first decode of a request that joins the decoders now
             for r, p, used, s in whole:
                 first_tokens += (r, k)
                 c = prompt[r]
                 if target[r] == 1:
                     committed -= p if p > used else used
                     num_used -= used
-                    finished += (r, k, c, used, p, k)
+                    finished += (r, k, c, used, p, vf, vf - 1, -1)  # no token gap
                     finished_last.append(nan)
                     continue
-                off = c - k - 1
+                off = c - vf
                 commit0 = p if p > used else used
-                fin = k + target[r] - 1
-                act = commit0 * bs - off  # first iteration needing a page beyond commit0
+                fin = vf + target[r] - 2
+                act = commit0 * bs - off  # first decode needing a page beyond commit0
                 if on_demand and commit0 == used:
-                    act = k  # its pages and commitment grow together from now on
+                    act = v  # its pages and commitment grow together from now on
                     commit_cnt[-off % bs] += 1
                 elif act <= fin:
                     act_at.setdefault(act, []).append(r)
-                D[r] = (off, p, commit0, act, -k, used, p, s, k, nan)
+                # its token run starts at this iteration's decodes (chunked) or the next ones (after a
+                # whole prefill, its first token then precedes the run)
+                D[r] = (off, p, commit0, act, 1 - vf, used, p, s, v if decode else vf, nan, -1 if decode else k)
                 n_dec += 1
                 sum_off += off
                 phase_cnt[-off % bs] += 1
@@ -230,19 +264,19 @@ class LazyRun:
                 if g >= target[r]:
                     committed -= max(st[2], st[3])
                     num_used -= st[3]
-                    finished += (r, k, c, st[4], st[5], k)
+                    finished += (r, k, c, st[4], st[5], v, v, -1)
                     finished_last.append(st[7])
                     continue
-                off = c - k - 1
+                off = c - v - 1
                 commit0 = max(st[2], st[3])
-                fin = k + target[r] - g
+                fin = v + target[r] - g
                 act = commit0 * bs - off
                 if on_demand and commit0 == st[3]:
-                    act = k
+                    act = v
                     commit_cnt[-off % bs] += 1
                 elif act <= fin:
                     act_at.setdefault(act, []).append(r)
-                D[r] = (off, st[2], commit0, act, g - k - 1, st[4], st[5], st[6], k, st[7])
+                D[r] = (off, st[2], commit0, act, g - v - 1, st[4], st[5], st[6], v, st[7], -1)
                 n_dec += 1
                 sum_off += off
                 phase_cnt[-off % bs] += 1
@@ -250,12 +284,15 @@ class LazyRun:
             rows += (k, num_sched, tokens - decode_tokens, decode_tokens, n_dec + len(P), w_hi - w_lo,
                      pages_used, pages_reserved)
             row_times += (now, duration_s)
+            if decode:
+                v_real.append(k)
+                v += 1
             k += 1
             now = end
         e.k, e.arrived, e.committed, e.num_used = k, arrived, committed, num_used
         waiting.lo, waiting.hi = w_lo, w_hi
         e.now_s = now  # nan after untimed iterations: _store computes it
-        self._store(k0)
+        self._store(k0, v)
         return k - k0
 
     def _load(self) -> bool:
@@ -264,22 +301,24 @@ class LazyRun:
         self.P: dict[int, list] = {}  # prefilling: computed, generated, reserved, used, max used, max reserved,
         #                               admission, last token (s)
         self.D: dict[int, tuple] = {}  # decoding: off, reserved and committed pages when it began decoding,
-        #                                the iteration its commitment starts growing, goff, max used, max reserved,
-        #                                admission,
-        #                                first iteration of its run of tokens, token before that run (s)
-        self.fin_at: dict[int, list[int]] = {}  # iteration -> decoders finishing in it
-        self.act_at: dict[int, list[int]] = {}  # iteration -> decoders whose commitment starts growing in it
-        self.phase_cnt = [0] * bs  # decoders by page phase: each needs a page when (off + k) % block_size == 0
+        #                                the decode its commitment starts growing in, goff, max used, max reserved,
+        #                                admission, first decode of its run of tokens, the token before that run
+        #                                (seconds, or the iteration that made it when in this run, else -1)
+        self.fin_at: dict[int, list[int]] = {}  # decode -> decoders finishing in it
+        self.act_at: dict[int, list[int]] = {}  # decode -> decoders whose commitment starts growing in it
+        self.phase_cnt = [0] * bs  # decoders by page phase: each needs a page when (off + v) % block_size == 0
         self.commit_cnt = [0] * bs  # those of them whose commitment grows with their pages
         self.n_dec = self.sum_off = 0
         # flat lists, a record every few entries (cheaper to fill and to turn into arrays than tuples)
         self.admitted: list[int] = []  # request, iteration
         self.first_tokens: list[int] = []  # request, iteration
-        self.finished: list[int] = []  # request, iteration, computed, max used, max reserved, run start
+        self.finished: list[int] = []  # request, iteration, computed, max used, max reserved, token run
+        #                                (first and last decode, iteration of the token before or -1)
         self.finished_last: list[float] = []  # the token before the run (s)
         self.rows: list[int] = []  # iteration, batch, prefill and decode tokens, running, waiting, pages
         self.row_times: list[float] = []  # start, duration (s)
         self.costs: list[int] = []  # tokens, attention pairs, KV tokens
+        self.v_real: list[int] = []  # the iteration of each decode of this run (decodes are numbered from k)
         run = e.run_ids
         self.seq = int(run.shape[0])
         if not self.seq:
@@ -298,7 +337,7 @@ class LazyRun:
                     self.commit_cnt[-off % bs] += 1
                 elif act <= fin:
                     self.act_at.setdefault(act, []).append(r)
-                self.D[r] = (off, res, commit0, act, g - k, mxu, mxr, i + 1, k, last[i])
+                self.D[r] = (off, res, commit0, act, g - k, mxu, mxr, i + 1, k, last[i], -1)
                 self.n_dec += 1
                 self.sum_off += off
                 self.phase_cnt[-off % bs] += 1
@@ -307,7 +346,7 @@ class LazyRun:
                 self.P[r] = [c, g, res, used, mxu, mxr, i + 1, last[i]]
         return True
 
-    def _store(self, k0: int) -> None:
+    def _store(self, k0: int, v_end: int) -> None:
         """Hand the state back to the arrays: iteration rows, outcomes, the running requests."""
         e, xp, bs = self.e, self.e.xp, self.e.bs
         if not self.rows:
@@ -330,6 +369,7 @@ class LazyRun:
         e._flush_rows()
         e._blocks.append([ints[:, 0], start, duration] + [ints[:, i] for i in range(1, 6)]
                          + [zero, zero, ints[:, 6], reserved, e.num_pages - reserved, zero + e.cpu_used, zero])
+        decode_end = end[np.asarray(self.v_real, dtype=np.int64) - k0]  # end of each decode (s), from decode k0
         k = e.k  # the next iteration
         if self.admitted:
             ids, ks = np.asarray(self.admitted, dtype=np.int64).reshape(-1, 2).T
@@ -341,10 +381,12 @@ class LazyRun:
             ids, ks = np.asarray(self.first_tokens, dtype=np.int64).reshape(-1, 2).T
             e.first_token_iter[xp.asarray(ids)] = xp.asarray(ks)
             e.first_token_s[xp.asarray(ids)] = xp.asarray(end[ks - k0])
-        segments = []  # (request, first iteration, last iteration, token before (s)) of each run of tokens
+        segments = []  # (request, first decode, last decode, token before (s)) of each run of tokens
         if self.finished:
-            ids, ks, comp, mxu, mxr, j0 = np.asarray(self.finished, dtype=np.int64).reshape(-1, 6).T
-            segments.append((ids, j0, ks, np.asarray(self.finished_last, dtype=np.float64)))
+            ids, ks, comp, mxu, mxr, v0, v1, last_k = np.asarray(self.finished, dtype=np.int64).reshape(-1, 8).T
+            last = np.asarray(self.finished_last, dtype=np.float64)
+            last = np.where(last_k >= 0, end[np.maximum(last_k - k0, 0)], last)
+            segments.append((ids, v0, v1, last))
             ids_x = xp.asarray(ids)
             out, tgt = e.output[ids_x], e.target[ids_x]
             e.status[ids_x] = xp.where(out > tgt, CAPPED, STOPPED).astype(xp.int8)
@@ -360,21 +402,28 @@ class LazyRun:
         running = []
         if self.D:
             ids = np.fromiter(self.D, dtype=np.int64, count=len(self.D))
-            off, res0, commit0, _, goff, mxu, mxr, seq, j0 = (np.asarray(c, dtype=np.int64)
+            off, res0, commit0, _, goff, mxu, mxr, seq, v0 = (np.asarray(c, dtype=np.int64)
                                                               for c in list(zip(*self.D.values()))[:9])
             last = np.asarray([d[9] for d in self.D.values()], dtype=np.float64)
-            segments.append((ids, j0, np.full(ids.size, k - 1), last))
-            comp = off + k
+            last_k = np.asarray([d[10] for d in self.D.values()], dtype=np.int64)
+            last = np.where(last_k >= 0, end[np.maximum(last_k - k0, 0)], last)
+            segments.append((ids, v0, np.full(ids.size, v_end - 1), last))
+            comp = off + v_end
             used = pages_of(comp, bs)
             res = np.where(used > commit0, used, res0) if self.on_demand else res0
             ids_x = xp.asarray(ids)
             e.comp[ids_x] = xp.asarray(comp)
-            e.gen[ids_x] = xp.asarray(goff + k)
+            e.gen[ids_x] = xp.asarray(goff + v_end)
             e.used[ids_x] = xp.asarray(used)
             e.res[ids_x] = xp.asarray(res)
             e.max_used[ids_x] = xp.asarray(np.maximum(mxu, used))
             e.max_res[ids_x] = xp.asarray(np.maximum(mxr, res))
-            e.last_token_s[ids_x] = float(end[-1])
+            decoded = v0 <= v_end - 1  # made a token in a decode of this run: the last one
+            if decoded.any():
+                e.last_token_s[xp.asarray(ids[decoded])] = float(decode_end[v_end - 1 - k0])
+            fresh = ~decoded & (last_k >= 0)  # its only token of this run came from its whole prefill
+            if fresh.any():
+                e.last_token_s[xp.asarray(ids[fresh])] = xp.asarray(end[last_k[fresh] - k0])
             running.append((seq, ids))
         for r, st in self.P.items():
             e.comp[r], e.gen[r], e.res[r], e.used[r], e.max_used[r], e.max_res[r] = st[:6]
@@ -385,20 +434,22 @@ class LazyRun:
         else:
             e.run_ids = xp.zeros(0, dtype=xp.int64)
         if segments:
-            self._token_gaps(k0, end, *(np.concatenate(c) for c in zip(*segments)))
+            ids, v0, v1, last = (np.concatenate(c) for c in zip(*segments))
+            some = v1 >= v0
+            if some.any():
+                self._token_gaps(decode_end, ids[some], v0[some] - k0, v1[some] - k0, last[some])
         e.idle_before = False
 
-    def _token_gaps(self, k0: int, end: np.ndarray, ids: np.ndarray, j0: np.ndarray, j1: np.ndarray,
+    def _token_gaps(self, end: np.ndarray, ids: np.ndarray, i0: np.ndarray, i1: np.ndarray,
                     last: np.ndarray) -> None:
         """Fold each run of consecutive tokens into its request's largest token gap (seconds).
 
-        Request ``ids[i]`` produced a token in every iteration from ``j0[i]`` to ``j1[i]``, its
-        previous one at ``last[i]``; its gaps are ``end[j0] - last`` and the differences of
-        consecutive iteration ends in ``(j0, j1]``: a range maximum, answered for all runs at
-        once from a sparse table (log2(iterations) levels of running maxima).
+        Request ``ids[j]`` produced a token in every decode from ``i0[j]`` to ``i1[j]`` (``end``:
+        their end times), its previous token at ``last[j]``; its gaps are ``end[i0] - last`` and
+        the differences of consecutive decode ends in ``(i0, i1]``: a range maximum, answered for
+        all runs at once from a sparse table (log2(decodes) levels of running maxima).
         """
         e, xp = self.e, self.e.xp
-        i0, i1 = j0 - k0, j1 - k0
         gaps = np.concatenate([[-np.inf], np.diff(end)])
         table = [gaps]
         while (1 << len(table)) <= gaps.size:
