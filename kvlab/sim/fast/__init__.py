@@ -25,11 +25,11 @@ changes is how they are executed:
   and the first arrival that could change the queue's head. The stretch's iteration latencies
   are one vector; its start times are a sequential cumulative sum on the host (bit-equal to
   the reference's ``now += duration``, which a parallel GPU scan would not be).
-* A lazy run (:mod:`.lazy`) goes further where no preemption can happen (vLLM's on-demand
-  pages, TensorRT-LLM's and Orca's whole reservations; chunked prefill, FCFS, nothing
-  swapped): a decoding request's state is affine in the iteration index, so an iteration only
-  touches the requests that are admitted, prefilling or finishing, plus a few totals (decoders,
-  the sum of their contexts, decoders per page phase). Iteration latencies are computed as
+* A lazy run (:mod:`.lazy`) goes further while no preemption happens (vLLM, TensorRT-LLM,
+  the Orca baselines, TGI, FCFS prediction-based reservation; either scheduler; nothing
+  swapped): a decoding request's state is affine in the number of decode iterations, so an
+  iteration only touches the requests that are admitted, prefilling or finishing, plus a few
+  totals (decoders, the sum of their contexts, decoders per page phase). Iteration latencies are computed as
   they run while arrivals remain (an arrival is compared with the clock), otherwise as one
   vector at the end; token times and gap maxima are written back in bulk. The run hands the
   state back to the arrays before any iteration whose page growth would preempt, whose

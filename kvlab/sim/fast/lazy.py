@@ -25,18 +25,21 @@ LAZY_POLICIES = (VLLMPolicy, PredictedPolicy, ReserveMaxPolicy, OrcaOraclePolicy
 class LazyRun:
     """Iterations without preemption, run with decoding requests advanced implicitly.
 
-    A decoding request's state is affine in the iteration index ``k``: ``computed = off + k``,
-    ``generated = goff + k``; it finishes in a known iteration and needs a new page exactly when
-    ``(off + k) % block_size == 0``. So an iteration only touches the requests whose state
-    changes shape (admitted, prefilling, finishing) and a few totals: the number of decoders,
-    the sum of their ``off``, and per page phase the number of decoders. Their outcome columns
+    Decoders advance on a clock ``v`` of decode iterations (every iteration under chunked
+    prefill; under prefill_first, those that admit no whole prompt). A decoding request's state
+    is affine in ``v``: ``computed = off + v``, ``generated = goff + v``; it finishes at a known
+    ``v``, needs a page exactly when ``(off + v) % block_size == 0``, and its commitment starts
+    growing with its pages at a known ``v`` (when its context reaches its reservation; at once
+    for vLLM). So an iteration only touches the requests whose state changes shape (admitted,
+    prefilling, finishing) and a few totals: the number of decoders, the sum of their ``off``,
+    and per page phase the decoders and those whose commitment grows. Their outcome columns
     (times, token-gap maxima) are written when the run hands the state back to the arrays.
 
-    Valid for the chunked scheduler, FCFS, nothing swapped, and policies that either grow on
-    demand with reservation = context (vLLM: a decoder's commitment is its pages) or reserve the
-    whole request (TensorRT-LLM, Orca): in both, a decoder's page need is the phase count, and
-    the run hands back before any iteration whose page growth would preempt, whose decodes
-    overflow the token budget, or whose admissions could reach a request to abort.
+    Valid for FCFS queues with nothing swapped, under the policies of ``LAZY_POLICIES``. The
+    run hands back before any iteration whose page growth would preempt (on demand: the new
+    commitments exceed the unpromised pages; TGI and the reserving policies: a decoder reaches
+    its reservation), whose decodes overflow the token budget, or whose admissions could reach
+    a request to abort.
 
     The loop is written in Python scalars, not against the array module: an iteration touches a
     handful of requests, and one array call (NumPy: 1-5 us, CuPy: a kernel launch) costs more
