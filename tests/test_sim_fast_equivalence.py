@@ -15,9 +15,9 @@ import pytest
 
 import kvlab.sim.fast as fast
 from kvlab.costmodel import roofline
+from kvlab.policies import create_policy
 from kvlab.sim import simulate
 from kvlab.sim.config import PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind, SwapConfig
-from kvlab.policies import create_policy
 
 COST = dataclasses.replace(roofline("Llama-2-7B", "A100-80GB-SXM"), iteration_overhead_s=0.01)
 POLICIES = ("reserve_max", "orca_oracle", "orca_pow2", "orca_max", "tgi", "vllm", "sglang", "predicted")
