@@ -128,15 +128,15 @@ class LazyRun:
             pending = p_dec = ()
             grow = grow_commit = 0
             if decode:
-                acts = act_at.pop(v, None)  # decoders whose context reaches their commitment now
+                acts = act_at.pop(v, None) if act_at else None  # decoders whose commitment starts growing
                 if acts is not None:
                     acts = [r for r in acts if r in D]
                     if acts and not on_demand:
                         break  # a decoder needs a page beyond its reservation: the reference preempts it
                     for r in acts:
                         commit_cnt[-D[r][0] % bs] += 1
-                grow = phase_cnt[v % bs]
-                grow_commit = commit_cnt[v % bs]
+                phase = v % bs
+                grow, grow_commit = phase_cnt[phase], commit_cnt[phase]
                 if P:
                     pending = list(P.items())
                     # a recomputed request one token short of its context decodes (the reference's is_decoding)
@@ -211,7 +211,7 @@ class LazyRun:
                 end = now + duration_s
             else:
                 duration_s = end = nan
-            costs += (tokens, pairs, kv)
+                costs += (tokens, pairs, kv)
             # ---- execute: finishing decoders, then completed prefills
             if decode:
                 for r in fin_at.pop(v, ()):
@@ -320,7 +320,7 @@ class LazyRun:
         self.finished_last: list[float] = []  # the token before the run (s)
         self.rows: list[int] = []  # iteration, batch, prefill and decode tokens, running, waiting, pages
         self.row_times: list[float] = []  # start, duration (s)
-        self.costs: list[int] = []  # tokens, attention pairs, KV tokens
+        self.costs: list[int] = []  # tokens, attention pairs, KV tokens of the untimed iterations
         self.v_real: list[int] = []  # the iteration of each decode of this run (decodes are numbered from k)
         run = e.run_ids
         self.seq = int(run.shape[0])
@@ -361,7 +361,7 @@ class LazyRun:
         untimed = np.flatnonzero(np.isnan(duration))
         if untimed.size:
             i0 = int(untimed[0])
-            cost = np.asarray(self.costs, dtype=np.int64).reshape(-1, 3)[i0:]
+            cost = np.asarray(self.costs, dtype=np.int64).reshape(-1, 3)  # the untimed iterations
             duration[i0:] = e.cost.iteration_s(cost[:, 0], cost[:, 1], cost[:, 2])
             starts = np.cumsum(np.concatenate([[start[i0]], duration[i0:]]))  # sequential, as now += duration
             start[i0:] = starts[:-1]
