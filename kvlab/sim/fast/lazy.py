@@ -225,7 +225,8 @@ class LazyRun:
                     phase_cnt[-off % bs] -= 1
                     if act <= v:
                         commit_cnt[-off % bs] -= 1
-                    finished += (r, k, off + v + 1, max(mxu, used_final), max(mxr, res_final), v0, v, last_k)
+                    finished += (r, k, off + v + 1, mxu if mxu > used_final else used_final,
+                                 mxr if mxr > res_final else res_final, v0, v, last_k)
                     finished_last.append(last)
             vf = v + 1 if decode else v  # the first decode of a request that joins the decoders now
             for r, p, used, s in whole:
