@@ -4,17 +4,17 @@
 # (PYTHONPATH=.) and writes its results under $OUT when set, else ./gpu_results.
 #
 #   bash bench/gpu_check.sh            # every stage
-#   bash bench/gpu_check.sh env tests  # chosen stages
+#   bash bench/gpu_check.sh env gpu_tests  # chosen stages
 #
 # Each stage is one function writing its own files; add a stage by writing stage_<name> and
-# listing it in STAGES. The whole default run is sized to finish in under 5 minutes, plus the
-# sweep stages, capped by their timeouts at 90 s and 150 s.
+# listing it in STAGES. Each stage is capped by a timeout (150 + 150 + 200 + 90 s at most, plus
+# a few seconds for env); not yet run on a GPU, so give the device call a 600 s limit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 RESULTS="${OUT:-$PWD/gpu_results}"
 mkdir -p "$RESULTS"
-STAGES=(env tests crossover sweep_tests sweep_bench)
+STAGES=(env gpu_tests equivalence_cupy crossover sweep_bench)
 status=0
 
 # kvlab/__init__.py may import packages this machine lacks (pyyaml, ...): this prelude registers
@@ -50,36 +50,37 @@ PY
   cat "$RESULTS/env.txt"
 }
 
-stage_tests() {  # kvlab.measure's tests, GPU ones included (no conftest: it needs hypothesis)
-  timeout 240 python -c "$PY_PRELUDE
+stage_gpu_tests() {  # every GPU-marked test (backend, block pool, measurement, fast engine, sweep)
+  timeout 150 python -c "$PY_PRELUDE
 import pytest
-sys.exit(pytest.main(['--noconftest', '-p', 'no:cacheprovider', '-q', 'tests/test_measure.py']))" \
-    >"$RESULTS/pytest_measure.txt" 2>&1
+sys.exit(pytest.main(['-p', 'no:cacheprovider', '-q', '-rs', '-m', 'gpu', 'tests/test_backend.py',
+                      'tests/test_paged.py', 'tests/test_measure.py', 'tests/test_sim_fast_equivalence.py',
+                      'tests/test_sweep.py']))" >"$RESULTS/pytest_gpu.txt" 2>&1
   local rc=$?
-  tail -n 30 "$RESULTS/pytest_measure.txt"
+  tail -n 30 "$RESULTS/pytest_gpu.txt"
+  return $rc
+}
+
+stage_equivalence_cupy() {  # the fast engine on CuPy against the reference engine, every random case
+  KVLAB_BACKEND=cupy timeout 150 python -c "$PY_PRELUDE
+import pytest
+sys.exit(pytest.main(['-p', 'no:cacheprovider', '-q', '-rs', 'tests/test_sim_fast_equivalence.py']))" \
+    >"$RESULTS/pytest_equivalence_cupy.txt" 2>&1
+  local rc=$?
+  tail -n 30 "$RESULTS/pytest_equivalence_cupy.txt"
   return $rc
 }
 
 stage_crossover() {  # measured recompute vs swap for Llama-3-8B and Llama-2-7B shapes
-  timeout 300 python bench/measure_crossover.py --out "$RESULTS" --models Llama-3-8B Llama-2-7B \
+  timeout 200 python bench/measure_crossover.py --out "$RESULTS" --models Llama-3-8B Llama-2-7B \
     >"$RESULTS/crossover.txt" 2>&1
   local rc=$?
   cat "$RESULTS/crossover.txt"
   return $rc
 }
 
-stage_sweep_tests() {  # kvlab.sweep's tests on CuPy: same tables as NumPy, serial and in (spawned) processes
-  KVLAB_BACKEND=cupy timeout 90 python -c "$PY_PRELUDE
-import pytest
-sys.exit(pytest.main(['-p', 'no:cacheprovider', '-q', '-rs', 'tests/test_sweep.py']))" \
-    >"$RESULTS/pytest_sweep.txt" 2>&1
-  local rc=$?
-  tail -n 30 "$RESULTS/pytest_sweep.txt"
-  return $rc
-}
-
 stage_sweep_bench() {  # 1,000-configuration sweep on NumPy (serial, processes) and CuPy; lockstep prototype
-  timeout 150 python -u bench/bench_sweep.py --parts sweep prototype --out "$RESULTS" --workers "$(nproc)" \
+  timeout 90 python -u bench/bench_sweep.py --parts sweep prototype --out "$RESULTS" --workers "$(nproc)" \
     --cupy-configs 50 >"$RESULTS/sweep_bench.txt" 2>&1
   local rc=$?
   cat "$RESULTS/sweep_bench.txt"
