@@ -68,9 +68,12 @@ def test_invariants_hold_on_random_cases(cfg, rows):
     if policy == "tgi":
         extra = {"cap_tokens": 8}
     budget = cfg.pop("budget_pages") * cfg["block_size"]
-    with mock.patch.object(ReferenceEngine, "_execute", _checked_execute):
-        res = simulate(w, policy, model="Llama-2-7B", gpu="A100-80GB-SXM", cost_model=COST,
+    # The per-iteration checks hook the reference engine (the fast one matches it exactly:
+    # tests/test_sim_fast_equivalence.py); the spy proves they ran.
+    with mock.patch.object(ReferenceEngine, "_execute", side_effect=_checked_execute, autospec=True) as spy:
+        res = simulate(w, policy, model="Llama-2-7B", gpu="A100-80GB-SXM", cost_model=COST, engine="reference",
                        max_num_batched_tokens=budget, record_iterations=True, **cfg, **extra)
+    assert spy.call_count == len(res.iterations) > 0
     t = res.requests
     done = t["outcome"] != "finished_aborted"
     # every request finishes, or is aborted with a reason
