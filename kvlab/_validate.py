@@ -67,43 +67,39 @@ def fraction(value: Any, name: str, *, low_open: bool = True, high_closed: bool 
     return float(value)
 
 
-def positive_int_array(values: Any, name: str) -> np.ndarray:
-    """A 1-D ``int64`` array of positive integers (scalar accepted), or ``ValueError``.
-
-    The error names the parameter and the first bad position and value.
-    """
-    arr = np.atleast_1d(np.asarray(values))
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
-    if arr.size == 0:
-        raise ValueError(f"{name} must not be empty")
-    for i, v in enumerate(arr.tolist()):
-        try:
-            positive_int(v, name)
-        except ValueError:
-            raise ValueError(f"{name} must hold positive integers; element {i} is {v!r}") from None
-    return arr.astype(np.int64)
-
-
-def nonnegative_int_array(values: Any, name: str) -> np.ndarray:
-    """A 1-D ``int64`` array of integers >= 0 (scalar accepted), or ``ValueError``."""
+def _int_array(values: Any, name: str, minimum: int, what: str) -> np.ndarray:
+    """A 1-D ``int64`` array of integers >= ``minimum``, or ``ValueError`` naming the first bad
+    element. Vectorised for numeric arrays (a million-element check costs milliseconds); object
+    arrays (mixed types) are checked element by element."""
     arr = np.atleast_1d(np.asarray(values))
     if arr.ndim != 1:
         raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
     if arr.size == 0:
         raise ValueError(f"{name} must not be empty")
     if arr.dtype.kind in "iu":
-        bad = np.flatnonzero(arr < 0)
+        bad = np.flatnonzero(arr < minimum)
     elif arr.dtype.kind == "f":
-        bad = np.flatnonzero(~np.isfinite(arr) | (arr < 0) | (arr != np.floor(arr)))
+        bad = np.flatnonzero(~np.isfinite(arr) | (arr < minimum) | (arr != np.floor(arr)))
     else:
         bad = np.array([i for i, v in enumerate(arr.tolist())
                         if not (isinstance(v, numbers.Real) and not isinstance(v, bool)
-                                and float(v).is_integer() and v >= 0)], dtype=np.int64)
+                                and float(v).is_integer() and v >= minimum)], dtype=np.int64)
     if bad.size:
         i = int(bad[0])
-        raise ValueError(f"{name} must hold non-negative integers; element {i} is {arr.tolist()[i]!r}")
+        value = arr[i].item() if hasattr(arr[i], "item") else arr[i]
+        raise ValueError(f"{name} must hold {what}; element {i} is {value!r}")
     return arr.astype(np.int64)
+
+
+def positive_int_array(values: Any, name: str) -> np.ndarray:
+    """A 1-D ``int64`` array of integers > 0 (scalar accepted), or ``ValueError`` naming the
+    parameter and the first bad position and value."""
+    return _int_array(values, name, 1, "positive integers")
+
+
+def nonnegative_int_array(values: Any, name: str) -> np.ndarray:
+    """A 1-D ``int64`` array of integers >= 0 (scalar accepted), or ``ValueError``."""
+    return _int_array(values, name, 0, "non-negative integers")
 
 
 def choice(value: Any, name: str, options: Iterable[str]) -> str:

@@ -62,12 +62,14 @@ class CostModel:
         kv_tokens : int or array
             Sum over scheduled sequences of their context length after the iteration (tokens).
         """
-        xp = array_namespace(num_tokens, attention_pairs, kv_tokens)
         compute = (self.linear_flops_per_token * num_tokens
                    + self.attention_flops_per_pair * attention_pairs) / self.effective_flops_per_s
         memory = (self.weight_bytes + self.kv_bytes_per_token * kv_tokens) / self.effective_bytes_per_s
         comm = self.allreduce_bytes_per_token * num_tokens / self.interconnect_bytes_per_s \
             + self.allreduce_latency_s_per_iteration
+        if isinstance(compute, float) and isinstance(memory, float):  # one iteration: skip array dispatch
+            return max(compute, memory) + comm + self.iteration_overhead_s
+        xp = array_namespace(compute, memory)
         return xp.maximum(compute, memory) + comm + self.iteration_overhead_s
 
 
