@@ -95,6 +95,10 @@ class SwapModel:
         """
         return self._swap_s(*_seq_and_block(seq_tokens, block_size))
 
+    def page_copy_s(self, block_size: int) -> float:
+        """One full page moved one way (seconds): what the simulator charges per page swapped."""
+        return float(self._swap_s(np.array([v.positive_int(block_size, "block_size")]), block_size)[0] / 2.0)
+
     # Unchecked versions for kvlab's own callers, which validated their inputs already.
     def _num_copies(self, seq: np.ndarray, block_size: int) -> np.ndarray:
         pages = pages_for(seq, block_size)

@@ -15,6 +15,7 @@ from ..arrivals import KINDS as ARRIVAL_KINDS, arrival_times
 from ..backend import get_xp
 from ..costmodel import CostModel, roofline
 from ..policies import create_policy
+from ..preemption_cost import DEFAULT_COPY_LATENCY_S, swap_model
 from ..reservation import pool_pages as _pool_pages
 from ..specs import GIB, GPUSpec, ModelSpec, gpu as _gpu, model as _model
 from .config import PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind, SwapConfig
@@ -84,7 +85,7 @@ def simulate(workload: pd.DataFrame, policy: str = "vllm", *, model: str | Model
              gpu_memory_utilization: float = 0.9, tp: int = 1, scheduler: str = "chunked",
              max_num_seqs: int = 256, max_num_batched_tokens: int | None = None,
              preemption_mode: str = "recompute", arrivals: str = "auto", qps: float | None = None,
-             burst_cv: float = 1.0, cpu_pool_pages: int | None = None, copy_latency_s: float = 5e-6,
+             burst_cv: float = 1.0, cpu_pool_pages: int | None = None, copy_latency_s: float = DEFAULT_COPY_LATENCY_S,
              seed: int = 0, record_iterations: bool = False, engine: str = "fast",
              cost_model: CostModel | None = None, **policy_params: Any) -> SimResult:
     """Serve ``workload`` under one reservation policy and return per-request and summary figures.
@@ -164,11 +165,10 @@ def simulate(workload: pd.DataFrame, policy: str = "vllm", *, model: str | Model
     sched = SchedulerConfig(kind=kind, max_num_seqs=v.positive_int(max_num_seqs, "max_num_seqs"),
                             max_num_batched_tokens=max_num_batched_tokens, preemption_mode=mode)
     page_bytes = block_size * m.kv_bytes_per_token(tp=tp)
-    copy_latency_s = v.nonnegative_float(copy_latency_s, "copy_latency_s")
     swap = SwapConfig(
         cpu_pool_pages=(int(4 * GIB // page_bytes) if cpu_pool_pages is None
                         else v.nonnegative_int(cpu_pool_pages, "cpu_pool_pages")),
-        page_copy_s=copy_latency_s + page_bytes / g.host_link_bytes_per_s)
+        page_copy_s=swap_model(m, g, tp=tp, copy_latency_s=copy_latency_s).page_copy_s(block_size))
     arrival_s = _arrivals(arrivals, len(prompt), trace_arrival, qps=qps, burst_cv=burst_cv, seed=seed)
     cost = roofline(m, g, tp=tp) if cost_model is None else cost_model
     pol = create_policy(policy, **policy_params)
