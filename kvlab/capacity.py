@@ -14,8 +14,8 @@ capacity 0 with the reason, after a bounded number of trials.
 
 TBT here is every gap between two consecutive output tokens of a request, pooled over all
 requests (Sarathi-Serve's per-token ``decode_token_execution_plus_preemption_time``), so a
-prefill that stalls the decodes shows in the tail. :func:`token_gaps_s` reconstructs the gaps
-from the simulator's per-iteration table (see its notes).
+prefill that stalls the decodes shows in the tail. It is the simulator's own ``tbt_p99_s``
+(:func:`kvlab.sim.metrics.token_gaps_s` rebuilds the gaps from the per-iteration table).
 
 Pipeline parallelism (``pp > 1``) follows :mod:`kvlab.pipeline`: the system is ``pp`` engines
 each serving ``1 / pp`` of the traffic with ``1 / pp`` of the KV pool and ``max_num_seqs`` per
@@ -190,65 +190,23 @@ class CapacityResult:
 
 
 # ---------------------------------------------------------------------------------- metrics
-def token_gaps_s(result: SimResult) -> tuple[np.ndarray, int]:
-    """Every time between two consecutive output tokens of a request, pooled (seconds).
-
-    Reconstructed from the per-iteration table (the run needs ``record_iterations=True``): a
-    request that runs without interruption from its first token to its last produces a token in
-    every iteration in between that decodes (chunked: every iteration; prefill-first: every
-    iteration that is not a prefill). That rule is checked per request: the count of such
-    iterations must equal its ``generated_tokens - 1``. A request for which it fails (it was
-    preempted, or skipped for lack of token budget) contributes only its longest gap
-    (``max_tbt_s``, exact), which keeps the stall it suffered in the tail.
-
-    Returns
-    -------
-    gaps_s : ndarray of float64
-        The gaps (seconds), in no particular order.
-    num_max_only : int
-        Requests that contributed their longest gap only.
-    """
-    if result.iterations is None:
-        raise ValueError("result has no per-iteration table: run simulate(..., record_iterations=True)")
-    it, rq = result.iterations, result.requests
-    end_s = (it["start_s"] + it["duration_s"]).to_numpy()
-    dec = np.flatnonzero(it["decode_tokens"].to_numpy() > 0)
-    dec_end_s = end_s[dec]
-    live = rq[(rq["outcome"] != _ABORTED) & (rq["generated_tokens"] >= 2)]
-    first = live["first_token_iter"].to_numpy()
-    a = np.searchsorted(dec, first, side="right")
-    b = np.searchsorted(dec, live["finish_iter"].to_numpy(), side="right")
-    exact = ((b - a) == live["generated_tokens"].to_numpy() - 1) & (live["num_preemptions"].to_numpy() == 0)
-    a, b, first = a[exact], b[exact], first[exact]
-    first_gaps = dec_end_s[a] - end_s[first]
-    # Later gaps: the step between consecutive decoding iterations j-1 and j, for j in (a, b);
-    # count how many requests cover each step with a difference array.
-    cover = np.zeros(dec.size + 1, dtype=np.int64)
-    np.add.at(cover, a + 1, 1)
-    np.add.at(cover, b, -1)
-    weights = np.cumsum(cover)[1:dec.size]
-    steps = np.repeat(np.diff(dec_end_s), weights)
-    max_only = live.loc[~exact, "max_tbt_s"].to_numpy(dtype=np.float64)
-    return np.concatenate([first_gaps, steps, max_only]), int((~exact).sum())
-
-
 def slo_metrics(result: SimResult) -> dict[str, float]:
     """The two SLO figures of one run and its context (seconds, counts).
 
-    ``tbt_p99_s`` over :func:`token_gaps_s`; ``scheduling_delay_p50_s`` the median over all
+    ``tbt_p99_s`` over every gap between tokens (the simulator's summary,
+    :func:`kvlab.sim.metrics.token_gaps_s`); ``scheduling_delay_p50_s`` the median over all
     requests of admission minus arrival (infinite for a request never admitted).
     """
-    gaps, max_only = token_gaps_s(result)
     rq, s = result.requests, result.summary
     delay = (rq["admitted_s"] - rq["arrival_s"]).to_numpy(dtype=np.float64)
     delay = np.where(np.isnan(delay), np.inf, delay)
-    return {"tbt_p99_s": float(np.percentile(gaps, 99)) if gaps.size else 0.0,
+    return {"tbt_p99_s": s["tbt_p99_s"] if np.isfinite(s["tbt_p99_s"]) else 0.0,
             "scheduling_delay_p50_s": float(np.median(delay)),
             "ttft_p50_s": s["ttft_p50_s"], "ttft_p99_s": s["ttft_p99_s"], "e2e_p50_s": s["e2e_p50_s"],
             "normalized_latency_s_per_token": s["normalized_latency_s_per_token"],
             "tokens_per_s": s["tokens_per_s"], "num_aborted": int(s["num_aborted"]),
             "num_preempted_requests": int((rq["num_preemptions"] > 0).sum()),
-            "num_tbt_max_only_requests": max_only, "mean_batch_size": s["mean_batch_size"],
+            "num_tbt_max_only_requests": int(s["num_tbt_max_only_requests"]), "mean_batch_size": s["mean_batch_size"],
             "makespan_s": s["makespan_s"]}
 
 
@@ -274,11 +232,13 @@ def trial_requests(workload: pd.DataFrame | str | Path | Profile, num_requests: 
     return workload[["prompt_tokens", "output_tokens"]].iloc[:num_requests].reset_index(drop=True)
 
 
-def serve(workload: pd.DataFrame, config: ServingConfig, qps: float, *, seed: int = 0) -> SimResult:
+def serve(workload: pd.DataFrame, config: ServingConfig, qps: float, *, seed: int = 0,
+          record_iterations: bool = False) -> SimResult:
     """Serve ``workload`` (prompt/output tokens) at a Poisson ``qps`` under ``config``.
 
     Under PP this runs one of the ``pp`` engines at ``qps / pp`` (see the module note).
-    Iterations are recorded (for :func:`token_gaps_s`).
+    ``record_iterations`` keeps the per-iteration table (for
+    :func:`kvlab.sim.metrics.token_gaps_s`).
     """
     qps = v.positive_float(qps, "qps")
     extra: dict[str, Any] = dict(config.policy_params)
@@ -289,7 +249,7 @@ def serve(workload: pd.DataFrame, config: ServingConfig, qps: float, *, seed: in
                     pool_pages=config.engine_pool_pages(), tp=config.tp, scheduler=config.scheduler,
                     max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
                     preemption_mode=config.preemption_mode, arrivals="poisson", qps=qps / config.pp, seed=seed,
-                    record_iterations=True, cost_model=config.cost(), **extra)
+                    record_iterations=record_iterations, cost_model=config.cost(), **extra)
 
 
 def _verdict(m: Mapping[str, float], slo: SLO) -> str:

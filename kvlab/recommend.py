@@ -20,7 +20,6 @@ import pandas as pd
 
 from . import _validate as v
 from . import claims as _claims
-from .capacity import slo_metrics
 from .sim import simulate
 
 #: Overflow modes the recipe compares (``kvlab.simulate``'s preemption modes).
@@ -97,13 +96,12 @@ def _row(setting: str, reserve_tokens: int, overflow: str, res: Any, slo_s: floa
     done = req["outcome"] != "finished_aborted"
     rejected = float((~done).mean())
     goodput = float(req.loc[done, "generated_tokens"].sum()) / s["makespan_s"] if s["makespan_s"] > 0 else float("nan")
-    tbt_p99_s = slo_metrics(res)["tbt_p99_s"]  # over every gap between tokens, as kvlab.capacity
     return {"setting": setting, "reserve_tokens": reserve_tokens, "overflow": overflow,
-            "tbt_p99_s": tbt_p99_s, "ttft_p99_s": s["ttft_p99_s"], "e2e_p99_s": s["e2e_p99_s"],
+            "tbt_p99_s": s["tbt_p99_s"], "ttft_p99_s": s["ttft_p99_s"], "e2e_p99_s": s["e2e_p99_s"],
             "goodput_tokens_per_s": goodput, "requests_per_s": s["requests_per_s"],
             "preempted_request_frac": s["preempted_request_frac"], "rejected_frac": rejected,
             "max_running": s["max_running"],
-            "meets_slo": bool(tbt_p99_s <= slo_s and rejected <= max_rejected_frac)}
+            "meets_slo": bool(s["tbt_p99_s"] <= slo_s and rejected <= max_rejected_frac)}
 
 
 def recommend(trace: pd.DataFrame, *, model: str, gpu: str, slo_p99_tbt_s: float,
@@ -123,7 +121,7 @@ def recommend(trace: pd.DataFrame, *, model: str, gpu: str, slo_p99_tbt_s: float
         Names in ``kvlab.specs.models()`` and ``kvlab.specs.gpus()``.
     slo_p99_tbt_s : float
         Latency SLO: the 99th percentile of the time between output tokens, over every gap of
-        every request (seconds; :func:`kvlab.capacity.slo_metrics`, Sarathi-Serve's definition).
+        every request (seconds; :func:`kvlab.sim.metrics.token_gaps_s`, Sarathi-Serve's definition).
     percentiles : sequence of float
         Output-length percentiles to try as the reservation, in (0, 100).
     modes : sequence of str
@@ -158,7 +156,7 @@ def recommend(trace: pd.DataFrame, *, model: str, gpu: str, slo_p99_tbt_s: float
     modes = [v.choice(m, "modes", OVERFLOW_MODES) for m in modes]
     if not modes:
         raise ValueError("modes must name at least one overflow mode")
-    for key in ("policy", "max_new_tokens", "preemption_mode", "cap_tokens", "seed", "record_iterations"):
+    for key in ("policy", "max_new_tokens", "preemption_mode", "cap_tokens", "seed"):
         if key in simulate_kw:
             raise ValueError(f"{key} is chosen by recommend(); do not pass it")
     work = trace
@@ -168,7 +166,7 @@ def recommend(trace: pd.DataFrame, *, model: str, gpu: str, slo_p99_tbt_s: float
     pct = output_percentiles(work["output_tokens"].to_numpy(), percentiles)
     cap = (int(work["output_tokens"].max()) if max_new_tokens is None
            else v.positive_int(max_new_tokens, "max_new_tokens"))
-    kw = dict(model=model, gpu=gpu, max_new_tokens=cap, seed=seed, record_iterations=True, **simulate_kw)
+    kw = dict(model=model, gpu=gpu, max_new_tokens=cap, seed=seed, **simulate_kw)
 
     rows_out = [_row(RESERVE_MAX, cap, "none", simulate(work, "reserve_max", **kw), slo_s, max_rejected_frac)]
     for label, tokens in pct.items():

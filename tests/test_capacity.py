@@ -7,7 +7,8 @@ import pytest
 from scipy import optimize
 
 from kvlab.arrivals import arrival_times
-from kvlab.capacity import SLO, CapacityResult, ServingConfig, capacities, capacity, serve, slo_metrics, token_gaps_s
+from kvlab.capacity import SLO, CapacityResult, ServingConfig, capacities, capacity, serve, slo_metrics
+from kvlab.sim.metrics import token_gaps_s
 from kvlab.costmodel import CostModel
 
 
@@ -66,8 +67,9 @@ def test_capacity_of_an_md1_queue_matches_erlangs_closed_form():
 def test_token_gaps_of_constant_iterations_are_all_one_iteration_chunked():
     res = serve(fixed_workload(40, 100, 7), ServingConfig(model="Mistral-7B", gpu="A100-80GB-PCIe",
                                                          max_num_batched_tokens=64, pool_pages=1000,
-                                                         cost_model=constant_cost(0.25)), 3.0, seed=0)
-    gaps, max_only = token_gaps_s(res)
+                                                         cost_model=constant_cost(0.25)), 3.0, seed=0,
+                record_iterations=True)
+    gaps, max_only = token_gaps_s(res.requests, res.iterations)
     assert max_only == 0
     assert gaps.size == 40 * 6  # output - 1 gaps per request
     np.testing.assert_allclose(gaps, 0.25)
@@ -81,8 +83,11 @@ def test_a_prefill_stalls_decodes_for_one_iteration_prefill_first():
     from kvlab.sim import simulate  # the trace's arrivals, not a Poisson draw
     res = simulate(work, "vllm", model="Mistral-7B", gpu="A100-80GB-PCIe", scheduler="prefill_first",
                    pool_pages=100, cost_model=constant_cost(t_s), record_iterations=True)
-    gaps, _ = token_gaps_s(res)
+    gaps, _ = token_gaps_s(res.requests, res.iterations)
     assert sorted(gaps.round(9).tolist()) == [0.5, 0.5, 0.5, 0.5, 0.5, 1.0]
+    # The simulator's summary TBT is over these same gaps.
+    assert res.summary["tbt_p50_s"] == pytest.approx(0.5)
+    assert res.summary["tbt_p99_s"] == pytest.approx(float(np.percentile([0.5] * 5 + [1.0], 99)))
 
 
 def test_reconstructed_gaps_add_up_to_each_requests_decode_span_on_a_real_workload():
@@ -91,8 +96,8 @@ def test_reconstructed_gaps_add_up_to_each_requests_decode_span_on_a_real_worklo
     from kvlab.lengths import profile
     work = profile("sarathi-sharegpt").sample(60, seed=4)
     cfg = ServingConfig(model="Mistral-7B", gpu="A100-80GB-PCIe", scheduler="prefill_first")
-    res = serve(work, cfg, 1.5, seed=4)
-    gaps, max_only = token_gaps_s(res)
+    res = serve(work, cfg, 1.5, seed=4, record_iterations=True)
+    gaps, max_only = token_gaps_s(res.requests, res.iterations)
     rq = res.requests
     assert max_only == int((rq["num_preemptions"] > 0).sum())
     assert gaps.size == int((rq["generated_tokens"] - 1).sum())

@@ -47,7 +47,10 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, num_pages: in
 
     * ``tokens_per_s``, ``requests_per_s``: generated tokens and completed (not aborted)
       requests over the makespan (first arrival to end of the last iteration);
-    * ``{ttft,tbt,e2e}_p{50,90,99}_s``: over completed requests (TBT: each request's mean gap);
+    * ``{ttft,e2e}_p{50,90,99}_s``: over completed requests;
+    * ``tbt_p{50,90,99}_s``: over every gap between two consecutive output tokens of every
+      completed request (:func:`token_gaps_s`; Sarathi-Serve's P99 TBT), with
+      ``num_tbt_max_only_requests`` the requests that contributed only their longest gap;
     * ``normalized_latency_s_per_token``: mean over completed requests of end-to-end latency /
       generated tokens (the vLLM paper's serving metric);
     * ``preemptions_per_request``, ``preempted_request_frac``;
@@ -73,10 +76,12 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, num_pages: in
         "tokens_per_s": float(requests["generated_tokens"].sum()) / makespan_s if makespan_s > 0 else float("nan"),
         "requests_per_s": len(done) / makespan_s if makespan_s > 0 else float("nan"),
     }
-    for name, col in (("ttft", "ttft_s"), ("tbt", "mean_tbt_s"), ("e2e", "e2e_s")):
-        vals = done[col].dropna().to_numpy()
+    gaps_s, max_only = token_gaps_s(requests, iterations)
+    for name, vals in (("ttft", done["ttft_s"].dropna().to_numpy()), ("tbt", gaps_s),
+                       ("e2e", done["e2e_s"].dropna().to_numpy())):
         for q in PERCENTILES:
             out[f"{name}_p{q}_s"] = float(np.percentile(vals, q)) if vals.size else float("nan")
+    out["num_tbt_max_only_requests"] = float(max_only)
     out["normalized_latency_s_per_token"] = (float((done["e2e_s"] / done["generated_tokens"]).mean())
                                              if len(done) else float("nan"))
     out.update({
@@ -91,3 +96,43 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, num_pages: in
         "num_iterations": float(len(iterations)),
     })
     return out
+
+
+def token_gaps_s(requests: pd.DataFrame, iterations: pd.DataFrame) -> tuple[np.ndarray, int]:
+    """Every time between two consecutive output tokens of a completed request, pooled (seconds).
+
+    Rebuilt from the per-iteration table: a request that runs without interruption from its
+    first token to its last produces a token in every iteration in between that decodes
+    (chunked: every iteration; prefill-first: every iteration that is not a prefill). That rule
+    is checked per request: the count of such iterations must equal its ``generated_tokens - 1``.
+    A request for which it fails (it was preempted, or skipped for lack of token budget)
+    contributes only its longest gap (``max_tbt_s``, exact), which keeps the stall it suffered in
+    the tail and slightly overstates the tail's share.
+
+    Returns
+    -------
+    gaps_s : ndarray of float64
+        The gaps (seconds), in no particular order.
+    num_max_only : int
+        Requests that contributed their longest gap only.
+    """
+    end_s = (iterations["start_s"] + iterations["duration_s"]).to_numpy()
+    dec = np.flatnonzero(iterations["decode_tokens"].to_numpy() > 0)
+    dec_end_s = end_s[dec]
+    live = requests[(requests["outcome"] != RequestStatus.FINISHED_ABORTED.name.lower())
+                    & (requests["generated_tokens"] >= 2)]
+    first = live["first_token_iter"].to_numpy()
+    a = np.searchsorted(dec, first, side="right")
+    b = np.searchsorted(dec, live["finish_iter"].to_numpy(), side="right")
+    exact = ((b - a) == live["generated_tokens"].to_numpy() - 1) & (live["num_preemptions"].to_numpy() == 0)
+    a, b, first = a[exact], b[exact], first[exact]
+    first_gaps = dec_end_s[a] - end_s[first]
+    # Later gaps: the step between consecutive decoding iterations j-1 and j, for j in (a, b);
+    # count how many requests cover each step with a difference array.
+    cover = np.zeros(dec.size + 1, dtype=np.int64)
+    np.add.at(cover, a + 1, 1)
+    np.add.at(cover, b, -1)
+    weights = np.cumsum(cover)[1:dec.size]
+    steps = np.repeat(np.diff(dec_end_s), weights)
+    max_only = live.loc[~exact, "max_tbt_s"].to_numpy(dtype=np.float64)
+    return np.concatenate([first_gaps, steps, max_only]), int((~exact).sum())
