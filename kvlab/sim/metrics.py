@@ -76,11 +76,13 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, num_pages: in
         "tokens_per_s": float(requests["generated_tokens"].sum()) / makespan_s if makespan_s > 0 else float("nan"),
         "requests_per_s": len(done) / makespan_s if makespan_s > 0 else float("nan"),
     }
-    gaps_s, max_only = token_gaps_s(requests, iterations)
-    for name, vals in (("ttft", done["ttft_s"].dropna().to_numpy()), ("tbt", gaps_s),
-                       ("e2e", done["e2e_s"].dropna().to_numpy())):
+    for name, col in (("ttft", "ttft_s"), ("e2e", "e2e_s")):
+        vals = done[col].dropna().to_numpy()
         for q in PERCENTILES:
             out[f"{name}_p{q}_s"] = float(np.percentile(vals, q)) if vals.size else float("nan")
+    gap_s, gap_count, max_only = _token_gap_counts(requests, iterations)
+    for q, value in zip(PERCENTILES, _weighted_percentiles(gap_s, gap_count, PERCENTILES)):
+        out[f"tbt_p{q}_s"] = value
     out["num_tbt_max_only_requests"] = float(max_only)
     out["normalized_latency_s_per_token"] = (float((done["e2e_s"] / done["generated_tokens"]).mean())
                                              if len(done) else float("nan"))
@@ -116,6 +118,13 @@ def token_gaps_s(requests: pd.DataFrame, iterations: pd.DataFrame) -> tuple[np.n
     num_max_only : int
         Requests that contributed their longest gap only.
     """
+    gap_s, count, max_only = _token_gap_counts(requests, iterations)
+    return np.repeat(gap_s, count), max_only
+
+
+def _token_gap_counts(requests: pd.DataFrame, iterations: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, int]:
+    """:func:`token_gaps_s` as distinct gaps and how often each occurs (a million-request run has
+    tens of millions of gaps but only one per iteration step, so summaries never expand them)."""
     end_s = (iterations["start_s"] + iterations["duration_s"]).to_numpy()
     dec = np.flatnonzero(iterations["decode_tokens"].to_numpy() > 0)
     dec_end_s = end_s[dec]
@@ -133,6 +142,26 @@ def token_gaps_s(requests: pd.DataFrame, iterations: pd.DataFrame) -> tuple[np.n
     np.add.at(cover, a + 1, 1)
     np.add.at(cover, b, -1)
     weights = np.cumsum(cover)[1:dec.size]
-    steps = np.repeat(np.diff(dec_end_s), weights)
     max_only = live.loc[~exact, "max_tbt_s"].to_numpy(dtype=np.float64)
-    return np.concatenate([first_gaps, steps, max_only]), int((~exact).sum())
+    gap_s = np.concatenate([first_gaps, np.diff(dec_end_s), max_only])
+    count = np.concatenate([np.ones(first_gaps.size, np.int64), weights, np.ones(max_only.size, np.int64)])
+    return gap_s, count, int((~exact).sum())
+
+
+def _weighted_percentiles(values: np.ndarray, counts: np.ndarray, qs: tuple[float, ...]) -> list[float]:
+    """``np.percentile(np.repeat(values, counts), q)`` for each q (linear interpolation), without
+    the repeat: one sort of the distinct values, then the two order statistics around each q."""
+    keep = counts > 0
+    values, counts = values[keep], counts[keep]
+    if values.size == 0:
+        return [float("nan")] * len(qs)
+    order = np.argsort(values, kind="stable")
+    values, ends = values[order], np.cumsum(counts[order])  # element k of the sorted sample is in
+    out = []                                                # run searchsorted(ends, k, "right")
+    for q in qs:
+        pos = q / 100.0 * (ends[-1] - 1)
+        lo = int(np.floor(pos))
+        lo_value = values[np.searchsorted(ends, lo, side="right")]
+        hi_value = values[np.searchsorted(ends, min(lo + 1, ends[-1] - 1), side="right")]
+        out.append(float(lo_value + (hi_value - lo_value) * (pos - lo)))
+    return out
