@@ -138,10 +138,8 @@ def _token_gap_counts(requests: pd.DataFrame, iterations: pd.DataFrame) -> tuple
     first_gaps = dec_end_s[a] - end_s[first]
     # Later gaps: the step between consecutive decoding iterations j-1 and j, for j in (a, b);
     # count how many requests cover each step with a difference array.
-    cover = np.zeros(dec.size + 1, dtype=np.int64)
-    np.add.at(cover, a + 1, 1)
-    np.add.at(cover, b, -1)
-    weights = np.cumsum(cover)[1:dec.size]
+    cover = np.bincount(a + 1, minlength=dec.size + 1) - np.bincount(b, minlength=dec.size + 1)
+    weights = np.cumsum(cover[:dec.size + 1])[1:dec.size]
     max_only = live.loc[~exact, "max_tbt_s"].to_numpy(dtype=np.float64)
     gap_s = np.concatenate([first_gaps, np.diff(dec_end_s), max_only])
     count = np.concatenate([np.ones(first_gaps.size, np.int64), weights, np.ones(max_only.size, np.int64)])
