@@ -7,8 +7,8 @@
 #   bash bench/gpu_check.sh env gpu_tests  # chosen stages
 #
 # Each stage is one function writing its own files; add a stage by writing stage_<name> and
-# listing it in STAGES. Each stage is capped by a timeout (150 + 150 + 200 + 90 s at most, plus
-# a few seconds for env); not yet run on a GPU, so give the device call a 600 s limit.
+# listing it in STAGES. Each stage is capped by a timeout (100 + 120 + 150 + 90 s at most, plus
+# a few seconds for env: under 8 minutes); not yet run on a GPU, so give the device call a 600 s limit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -51,7 +51,7 @@ PY
 }
 
 stage_gpu_tests() {  # every GPU-marked test (backend, block pool, measurement, fast engine, sweep)
-  timeout 150 python -c "$PY_PRELUDE
+  timeout 100 python -c "$PY_PRELUDE
 import pytest
 sys.exit(pytest.main(['-p', 'no:cacheprovider', '-q', '-rs', '-m', 'gpu', 'tests/test_backend.py',
                       'tests/test_paged.py', 'tests/test_measure.py', 'tests/test_sim_fast_equivalence.py',
@@ -62,7 +62,7 @@ sys.exit(pytest.main(['-p', 'no:cacheprovider', '-q', '-rs', '-m', 'gpu', 'tests
 }
 
 stage_equivalence_cupy() {  # the fast engine on CuPy against the reference engine, every random case
-  KVLAB_BACKEND=cupy timeout 150 python -c "$PY_PRELUDE
+  KVLAB_BACKEND=cupy timeout 120 python -c "$PY_PRELUDE
 import pytest
 sys.exit(pytest.main(['-p', 'no:cacheprovider', '-q', '-rs', 'tests/test_sim_fast_equivalence.py']))" \
     >"$RESULTS/pytest_equivalence_cupy.txt" 2>&1
@@ -72,7 +72,7 @@ sys.exit(pytest.main(['-p', 'no:cacheprovider', '-q', '-rs', 'tests/test_sim_fas
 }
 
 stage_crossover() {  # measured recompute vs swap for Llama-3-8B and Llama-2-7B shapes
-  timeout 200 python bench/measure_crossover.py --out "$RESULTS" --models Llama-3-8B Llama-2-7B \
+  timeout 150 python bench/measure_crossover.py --out "$RESULTS" --models Llama-3-8B Llama-2-7B \
     >"$RESULTS/crossover.txt" 2>&1
   local rc=$?
   cat "$RESULTS/crossover.txt"

@@ -98,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="output-length percentiles to try as the reservation (default 50 90 95 99)")
     rec.add_argument("--modes", nargs="+", default=["recompute", "swap", "reject"],
                      help="overflow modes to try (default recompute swap reject)")
-    rec.add_argument("--max-new-tokens", type=int, help="server output cap (tokens; default the longest output)")
+    rec.add_argument("--max-new-tokens", type=int, default=2048,
+                     help="server output cap (tokens; default 2048, as notebook 07)")
     rec.add_argument("--max-rejected-frac", type=float, default=0.0,
                      help="share of requests the SLO allows to be rejected (default 0)")
     rec.add_argument("--num-requests", type=int, default=1000,

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 
+@pytest.mark.notebook
 def test_notebook_06_quick(run_notebook):
     res = run_notebook("06_length_prediction", {"quick": True})
     # the oracle reaches roughly its target quality on 150 requests

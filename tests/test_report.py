@@ -92,3 +92,12 @@ def test_existing_output_folder_is_refused(notebooks, tmp_path):
     good, _ = notebooks
     with pytest.raises(ValueError, match="already exists"):
         report.run_report([str(good)], out=tmp_path, progress=False)
+
+
+def test_default_run_folder_under_reports(notebooks, tmp_path, monkeypatch):
+    good, _ = notebooks
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", str(good), "--no-progress"]) == 0
+    runs = list((tmp_path / "reports").iterdir())
+    assert len(runs) == 1 and runs[0].name.startswith("run-")
+    assert sorted(p.name for p in runs[0].iterdir()) == ["01_good.html", "01_good.ipynb", "01_good.json", "index.html"]
