@@ -20,6 +20,7 @@ import pandas as pd
 
 from . import _validate as v
 from . import claims as _claims
+from .lengths import recommend_max_new_tokens
 from .sim import simulate
 
 #: Overflow modes the recipe compares (``kvlab.simulate``'s preemption modes).
@@ -82,13 +83,13 @@ class Recommendation:
 
 
 def output_percentiles(output_tokens: Any, percentiles: Sequence[float]) -> dict[str, int]:
-    """``{"p50": tokens, ...}``: each percentile of the output lengths, rounded up to a whole token."""
-    out = v.positive_int_array(output_tokens, "output_tokens")
+    """``{"p50": tokens, ...}``: each percentile of the output lengths, rounded up to a whole token
+    (:func:`kvlab.lengths.recommend_max_new_tokens` at ``percentiles / 100``)."""
     pcts = [float(p) for p in percentiles]
     if not pcts or any(not 0 < p < 100 for p in pcts):
         raise ValueError(f"percentiles must be in (0, 100), got {list(percentiles)}")
-    values = np.ceil(np.percentile(out, pcts)).astype(np.int64)
-    return {f"p{p:g}": int(val) for p, val in zip(pcts, values)}
+    caps = recommend_max_new_tokens(output_tokens, [p / 100.0 for p in pcts])["max_new_tokens"]
+    return {f"p{p:g}": int(cap) for p, cap in zip(pcts, caps)}
 
 
 def _row(setting: str, reserve_tokens: int, overflow: str, res: Any, slo_s: float, max_rejected_frac: float) -> dict:
