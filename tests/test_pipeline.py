@@ -42,7 +42,7 @@ def test_cycle_accepts_arrays_elementwise():
 def test_a_pp_trial_runs_one_engine_at_qps_over_pp_with_its_share_of_the_pool():
     work = pd.DataFrame({"prompt_tokens": [300, 50, 80], "output_tokens": [3, 2, 2]})
     cfg = ServingConfig(model="Falcon-180B", gpu="A100-80GB-PCIe", tp=4, pp=2)
-    res = serve(work, cfg, 2.0, seed=7)
+    res = serve(work, cfg, 2.0, seed=7, record_iterations=True)
     assert res.params["pool_pages"] == pool_pages("Falcon-180B", "A100-80GB-PCIe", tp=4, pp=2) // 2
     np.testing.assert_allclose(res.requests["arrival_s"], arrival_times(3, "poisson", qps=1.0, seed=7))
     # The first iteration prefills request 0 alone (it arrives first; the others come later).
