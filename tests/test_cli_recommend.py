@@ -37,10 +37,20 @@ def _write(fmt: str, path) -> None:
                                     "output_length": int(r.output_tokens), "hash_ids": []}) + "\n")
     elif fmt == "vllm-bench":
         path.write_text(json.dumps({"input_lens": w["prompt_tokens"].tolist(), "output_lens": w["output_tokens"].tolist()}))
+    elif fmt == "burstgpt":
+        pd.DataFrame({"Timestamp": np.arange(len(w)) * 2, "Session ID": 1, "Elapsed time": 0.5, "Model": "ChatGPT",
+                      "Request tokens": w["prompt_tokens"], "Response tokens": w["output_tokens"],
+                      "Total tokens": w["prompt_tokens"] + w["output_tokens"],
+                      "Log Type": "Conversation log"}).to_csv(path, index=False)
+    elif fmt == "simulator-table":
+        pd.DataFrame({"num_prefill_tokens": w["prompt_tokens"], "num_decode_tokens": w["output_tokens"],
+                      "num_total_tokens": w["prompt_tokens"] + w["output_tokens"],
+                      "pd_ratio": w["prompt_tokens"] / w["output_tokens"]}).to_csv(path, index=False)
 
 
 @pytest.mark.parametrize("fmt,suffix", [("csv", "csv"), ("parquet", "parquet"), ("azure", "csv"),
-                                        ("mooncake", "jsonl"), ("vllm-bench", "json")])
+                                        ("mooncake", "jsonl"), ("vllm-bench", "json"), ("burstgpt", "csv"),
+                                        ("simulator-table", "csv")])
 def test_recommend_prints_the_recommendation(tmp_path, capsys, fmt, suffix):
     path = tmp_path / f"trace.{suffix}"
     _write(fmt, path)
