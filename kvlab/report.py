@@ -8,6 +8,7 @@ succeeded, so an interrupted or failed run never leaves a half-written report.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import html
 import json
@@ -16,7 +17,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -114,6 +115,22 @@ def notebook_parameters(path: str | os.PathLike) -> dict[str, Any]:
     return {name: spec.get("default") for name, spec in info.items()}
 
 
+@contextlib.contextmanager
+def _inline_figures() -> Iterator[None]:
+    """Figures go into the executed notebook even when the caller's environment chose a
+    non-interactive matplotlib backend (``MPLBACKEND=Agg`` in CI would otherwise reach the kernel,
+    which then draws nothing into its outputs)."""
+    old = os.environ.get("MPLBACKEND")
+    os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("MPLBACKEND", None)
+        else:
+            os.environ["MPLBACKEND"] = old
+
+
 def execute_notebook(notebook: str | os.PathLike, output_path: str | os.PathLike,
                      parameters: Mapping[str, Any] | None = None, *, results_path: str | os.PathLike | None = None,
                      kernel_name: str | None = None, cwd: str | os.PathLike | None = None) -> dict:
@@ -154,8 +171,9 @@ def execute_notebook(notebook: str | os.PathLike, output_path: str | os.PathLike
         params["results_path"] = str(results_path.resolve())
     output_path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        papermill.execute_notebook(str(path), str(output_path), parameters=params, kernel_name=kernel_name,
-                                   progress_bar=False, cwd=str(cwd or path.parent), log_output=False)
+        with _inline_figures():
+            papermill.execute_notebook(str(path), str(output_path), parameters=params, kernel_name=kernel_name,
+                                       progress_bar=False, cwd=str(cwd or path.parent), log_output=False)
     except PapermillExecutionError as exc:
         first = (exc.source or "").strip().splitlines()
         raise NotebookError(

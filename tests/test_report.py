@@ -1,5 +1,6 @@
 """kvlab report: papermill execution, parameters, HTML/JSON outputs, atomic run folders."""
 import json
+import os
 
 import nbformat
 import pytest
@@ -26,6 +27,17 @@ def notebooks(tmp_path):
                      "import kvlab\nkvlab.report.write_results(results_path, {'x_squared': x * x})")
     bad = _notebook(d / "02_bad.ipynb", "y = 1\nraise RuntimeError('boom ' + str(x))")
     return good, bad
+
+
+def test_figures_are_embedded_even_under_a_headless_backend(tmp_path, monkeypatch):
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    nb = _notebook(tmp_path / "01_plot.ipynb",
+                   "import matplotlib.pyplot as plt\nplt.plot([1, 2], [3, 4])\nplt.show()\n"
+                   "import kvlab\nkvlab.report.write_results(results_path, {})")
+    report.execute_notebook(nb, tmp_path / "out.ipynb")
+    outputs = [o for c in nbformat.read(str(tmp_path / "out.ipynb"), as_version=4).cells for o in c.get("outputs", [])]
+    assert any("image/png" in o.get("data", {}) for o in outputs)
+    assert os.environ["MPLBACKEND"] == "Agg"  # restored for the caller
 
 
 def test_resolve_by_number_name_and_stem(notebooks):
