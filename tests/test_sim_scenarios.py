@@ -243,3 +243,54 @@ def test_summary_of_the_reserve_max_scenario_by_hand():
     assert s["mean_kv_used_frac"] == pytest.approx(26 / 48)
     assert s["reserved_unused_page_s"] == pytest.approx(4 + 2 + 2 + 3 + 2)
     assert s["preemptions_per_request"] == 0 and s["num_iterations"] == 8
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap", "reject"])
+def test_predicted_growth_past_the_reservation_preempts_the_newest(mode):
+    # Both predicted 2 tokens: each reserves 4 + 2 = 6 tokens = 2 pages of the 4, so both are
+    # admitted at iter 0 and the run follows the vLLM one: in iter 5 r0's context passes 8 tokens
+    # and needs a 3rd page beyond its reservation; the pool is full, so r1 (the newest) is
+    # preempted with 5 tokens generated. recompute: r1 waits for r0 (done in iter 8), is
+    # prefilled again over 9 tokens in iter 9 and finishes in iter 12; swap: its 2 pages go to
+    # the CPU and come back in iter 9 (one decode, no prefill), same finish; reject: aborted.
+    res = run([4, 4], [9, 9], "predicted", max_new_tokens=16, pool_pages=4, preemption_mode=mode,
+              prediction=_FixedPrediction([2, 2]))
+    assert col(res, "admitted_iter") == [0, 0]
+    assert col(res, "max_reserved_pages")[0] == 3
+    it = res.iterations
+    assert it["num_preempted"].tolist()[:6] == [0, 0, 0, 0, 0, 1]
+    if mode == "reject":
+        assert col(res, "abort_reason") == ["", "preempted_rejected"]
+        assert col(res, "generated_tokens") == [9, 5] and col(res, "finish_iter") == [8, 5]
+        return
+    assert col(res, "finish_iter") == [8, 12] and col(res, "generated_tokens") == [9, 9]
+    assert col(res, "num_preemptions") == [0, 1]
+    assert col(res, "num_swaps") == ([0, 1] if mode == "swap" else [0, 0])
+    assert it.loc[9, "prefill_tokens"] == (0 if mode == "swap" else 9)
+    assert it.loc[9, "swap_pages_moved"] == (2 if mode == "swap" else 0)
+
+
+def test_sglang_retraction_under_swap_and_reject():
+    # The init-ratio-0.1 run of test_sglang_admits_on_ratio_and_retracts with the other modes:
+    # r1 is retracted in iter 5 with 5 tokens; swap brings its 2 pages back in iter 9, reject
+    # aborts it.
+    res = run([4, 4], [9, 9], "sglang", max_new_tokens=16, pool_pages=4, init_ratio=0.1, preemption_mode="swap")
+    assert col(res, "finish_iter") == [8, 12] and col(res, "num_swaps") == [0, 1]
+    assert res.iterations.loc[9, "prefill_tokens"] == 0 and res.iterations.loc[9, "decode_tokens"] == 1
+    res = run([4, 4], [9, 9], "sglang", max_new_tokens=16, pool_pages=4, init_ratio=0.1, preemption_mode="reject")
+    assert col(res, "abort_reason") == ["", "preempted_rejected"] and col(res, "generated_tokens") == [9, 5]
+
+
+def test_tgi_swap_mode_moves_the_outgrown_request_to_the_cpu():
+    # cap 2 as in the requeue case: in iter 5 the request needs a 3rd page beyond its 2 reserved;
+    # under swap its 2 pages (8 cached tokens) go to the CPU pool and come back in iter 6 with a
+    # 3-page reservation (4 + 5 + 2 = 11 tokens), where it decodes its 6th token without prefill.
+    res = run([4], [6], "tgi", max_new_tokens=16, pool_pages=8, cap_tokens=2, preemption_mode="swap")
+    assert col(res, "num_swaps") == [1] and col(res, "generated_tokens") == [6]
+    assert col(res, "finish_iter") == [6] and col(res, "max_reserved_pages") == [3]
+    it = res.iterations
+    assert it["swap_pages_moved"].tolist() == [0, 0, 0, 0, 0, 2, 2]
+    assert it["prefill_tokens"].iloc[1:].sum() == 0
+    # iter 5 computes nothing and only copies 2 pages out; iter 6 copies them back and decodes
+    page_copy_s = res.params["page_copy_s"]
+    assert it["duration_s"].tolist()[5:] == pytest.approx([2 * page_copy_s, 1 + 2 * page_copy_s])
