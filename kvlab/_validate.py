@@ -102,6 +102,20 @@ def nonnegative_int_array(values: Any, name: str) -> np.ndarray:
     return _int_array(values, name, 0, "non-negative integers")
 
 
+def require_columns(table: Any, columns: Iterable[str], name: str, *, needed_by: str = "") -> None:
+    """``ValueError`` unless ``table`` is a DataFrame holding every one of ``columns``; the message
+    names the table, the missing columns (all of them), what needs them and what it has."""
+    import pandas as pd  # noqa: PLC0415  (pandas is only needed for this check)
+
+    if not isinstance(table, pd.DataFrame):
+        raise ValueError(f"{name} must be a pandas DataFrame, got {type(table).__name__}")
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        why = f" that {needed_by} needs" if needed_by else ""
+        raise ValueError(f"{name} lacks the column(s) {', '.join(map(repr, missing))}{why}; "
+                         f"it has {', '.join(map(str, table.columns))}")
+
+
 def choice(value: Any, name: str, options: Iterable[str]) -> str:
     """``value`` if it is one of ``options``, else ``ValueError`` listing them."""
     options = list(options)

@@ -42,10 +42,7 @@ def _table(data: pd.DataFrame | str | os.PathLike, columns: tuple[str, ...], wha
             raise ValueError(f"{what} file {os.fspath(data)!r} cannot be read as CSV: {exc}") from None
     if not isinstance(data, pd.DataFrame):
         raise ValueError(f"{what} must be a DataFrame or a CSV path, got {type(data).__name__}")
-    missing = [c for c in columns if c not in data.columns]
-    if missing:
-        raise ValueError(f"{what} lacks column(s) {', '.join(missing)}: expected {', '.join(columns)}, "
-                         f"got {', '.join(map(str, data.columns))}")
+    v.require_columns(data, columns, what)
     if len(data) == 0:
         raise ValueError(f"{what} has no rows")
     return data.reset_index(drop=True)

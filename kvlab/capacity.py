@@ -224,11 +224,9 @@ def trial_requests(workload: pd.DataFrame | str | Path | Profile, num_requests: 
     if not isinstance(workload, pd.DataFrame):
         raise ValueError(f"workload must be a DataFrame, a Profile, a profile name or a trace path, "
                          f"got {type(workload).__name__}")
+    v.require_columns(workload, ("prompt_tokens", "output_tokens"), "workload")
     if len(workload) < num_requests:
         raise ValueError(f"workload has {len(workload)} requests, fewer than num_requests={num_requests}")
-    missing = [c for c in ("prompt_tokens", "output_tokens") if c not in workload.columns]
-    if missing:
-        raise ValueError(f"workload lacks the columns {missing} (has {list(workload.columns)})")
     return workload[["prompt_tokens", "output_tokens"]].iloc[:num_requests].reset_index(drop=True)
 
 

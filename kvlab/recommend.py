@@ -147,11 +147,7 @@ def recommend(trace: pd.DataFrame, *, model: str, gpu: str, slo_p99_tbt_s: float
     ValueError
         A bad trace (its missing column named), SLO, percentile, mode or share.
     """
-    if not isinstance(trace, pd.DataFrame):
-        raise ValueError(f"trace must be a pandas DataFrame, got {type(trace).__name__}")
-    missing = [c for c in ("prompt_tokens", "output_tokens") if c not in trace.columns]
-    if missing:
-        raise ValueError(f"trace lacks the column(s) {missing} (has {list(trace.columns)})")
+    v.require_columns(trace, ("prompt_tokens", "output_tokens"), "trace")
     slo_s = v.positive_float(slo_p99_tbt_s, "slo_p99_tbt_s")
     max_rejected_frac = v.fraction(max_rejected_frac, "max_rejected_frac", low_open=False)
     modes = [v.choice(m, "modes", OVERFLOW_MODES) for m in modes]

@@ -78,7 +78,7 @@ def test_profile_from_csv(tmp_path):
 
 
 @pytest.mark.parametrize("mutate, match", [
-    (lambda p: p.drop(columns=["batch", "seconds"]), "lacks column\\(s\\) batch, seconds"),
+    (lambda p: p.drop(columns=["batch", "seconds"]), "lacks the column\\(s\\) 'batch', 'seconds'"),
     (lambda p: p.assign(phase=["prefill"] * 8 + ["chunk"]), "row 8: phase 'chunk'"),
     (lambda p: p.assign(seconds=[1.0] * 3 + [-1.0] + [1.0] * 5), "row 3: seconds must be a positive"),
     (lambda p: p.assign(context=[0] * 5 + [-1, 0, 0, 0]), "row 5: context must be a non-negative"),
@@ -92,7 +92,7 @@ def test_malformed_profile(mutate, match):
 
 
 def test_malformed_copy_tables(tmp_path):
-    with pytest.raises(ValueError, match="lacks column\\(s\\) num_copies"):
+    with pytest.raises(ValueError, match="lacks the column\\(s\\) 'num_copies'"):
         cal.fit_host_link(pd.DataFrame({"direction": ["d2h"], "copy_bytes": [10], "seconds": [1.0]}))
     with pytest.raises(ValueError, match="two copy sizes"):
         cal.fit_host_link(pd.DataFrame({"direction": ["d2h"], "copy_bytes": [10], "num_copies": [1], "seconds": [1.0]}))

@@ -35,7 +35,7 @@ def test_bad_arguments(kwargs, match):
 
 @pytest.mark.parametrize("workload,match", [
     (W.iloc[:0], "workload is empty"),
-    (W.drop(columns="output_tokens"), "lacks the column 'output_tokens'"),
+    (W.drop(columns="output_tokens"), "lacks the column\\(s\\) 'output_tokens'"),
     (W.assign(output_tokens=[5, -1]), "output_tokens must hold positive integers; element 1"),
     (W.assign(prompt_tokens=[1.5, 2]), "prompt_tokens must hold positive integers; element 0"),
     (W.assign(arrival_s=[0.0, np.nan]), "arrival_s must hold finite times >= 0 s; row 1"),

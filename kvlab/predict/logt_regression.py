@@ -95,15 +95,6 @@ class LogTRegression:
         return head + "\n" + self.coef_table().to_string(index=False)
 
 
-def _require_columns(trace: pd.DataFrame, columns: Sequence[str], what: str) -> None:
-    if not isinstance(trace, pd.DataFrame):
-        raise ValueError(f"trace must be a pandas DataFrame, got {type(trace).__name__}")
-    missing = [c for c in columns if c not in trace.columns]
-    if missing:
-        raise ValueError(f"trace lacks the column(s) {', '.join(map(repr, missing))} that {what} "
-                         f"needs; it has {', '.join(map(str, trace.columns))}")
-
-
 def _finite_column(trace: pd.DataFrame, name: str) -> np.ndarray:
     col = trace[name]
     if not (pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col)):
@@ -144,7 +135,7 @@ def design_matrix(trace: pd.DataFrame, extra_features: Sequence[str] = ()) -> np
     if clash or len(set(extra)) != len(extra):
         raise ValueError(f"extra_features must be distinct columns other than the base features, "
                          f"output_tokens and censored; got {list(extra)}")
-    _require_columns(trace, ("prompt_tokens", *extra), "the length predictor")
+    v.require_columns(trace, ("prompt_tokens", *extra), "trace", needed_by="the length predictor")
     if len(trace) == 0:
         raise ValueError("trace has no rows")
     prompt = _finite_column(trace, "prompt_tokens")
@@ -157,7 +148,7 @@ def design_matrix(trace: pd.DataFrame, extra_features: Sequence[str] = ()) -> np
 
 
 def _outputs(trace: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    _require_columns(trace, ("output_tokens",), "fitting the length predictor")
+    v.require_columns(trace, ("output_tokens",), "trace", needed_by="fitting the length predictor")
     k = v.positive_int_array(trace["output_tokens"].to_numpy(), "output_tokens")
     if "censored" not in trace.columns:
         return k, np.zeros(k.size, dtype=bool)

@@ -60,13 +60,9 @@ class SimResult:
 
 
 def _workload_columns(workload: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]:
-    if not isinstance(workload, pd.DataFrame):
-        raise ValueError(f"workload must be a pandas DataFrame, got {type(workload).__name__}")
+    v.require_columns(workload, ("prompt_tokens", "output_tokens"), "workload")
     if len(workload) == 0:
         raise ValueError("workload is empty: it needs at least one request")
-    for col in ("prompt_tokens", "output_tokens"):
-        if col not in workload.columns:
-            raise ValueError(f"workload lacks the column {col!r} (has {list(workload.columns)})")
     prompt = v.positive_int_array(workload["prompt_tokens"].to_numpy(), "workload column prompt_tokens")
     output = v.positive_int_array(workload["output_tokens"].to_numpy(), "workload column output_tokens")
     arrival = None
