@@ -227,7 +227,9 @@ def test_notebook_05_quick(run_notebook):
     np.testing.assert_allclose(gains["gain"].sort_index(), (wide["chunked"] / wide["prefill_first"]).sort_index())
     claims = pd.DataFrame(r["claims"])
     assert claims["claimed"].tolist()[:3] == ["2.6", "3.7", "5.6"]
-    assert all(v.startswith(("holds", "differs")) for v in claims["verdict"])
+    for _, c in claims.iloc[:3].iterrows():  # holds within the table's 25% of the paper's gain
+        within = abs(float(c["kvlab_value"]) / float(c["claimed"]) - 1) <= 0.25
+        assert c["verdict"].startswith("holds") == within
     at_load = pd.DataFrame(r["at_load"]).set_index("scheduler")
     assert at_load.loc["prefill_first", "tbt_max_s"] > at_load.loc["chunked", "tbt_max_s"]
     assert len(r["policy_table"]) == 6 and len(r["budget_table"]) == 2 * 3

@@ -10,7 +10,8 @@ def test_notebook_01_quick(run_notebook):
     # Prompt of 512 tokens: ceil((512 + m) / 16) pages.
     assert [row["pages_per_request"] for row in r["reservation_table_with_prompt"]] == [40, 64, 160]
     assert r["pool_pages_real"] > 10_000
-    assert len(r["claims"]) == 5 and all(c["verdict"] for c in r["claims"])
+    # the pool arithmetic claims hold exactly: 1000 // 8, 1000 // 32, 1000 // 128
+    assert len(r["claims"]) == 5 and [c["verdict"] for c in r["claims"][:3]] == ["holds"] * 3
     # Waste rows: three caps, decode-only and with prompt pages; used fraction is a fraction.
     assert len(r["waste"]) == 6
     assert all(0 < w["kv_used_frac"] <= 1 for w in r["waste"])

@@ -22,4 +22,3 @@ def test_notebook_04_quick(run_notebook):
     assert 0 < rec["preempted_request_frac"] <= 0.1  # about the 5% above the p95
     assert [c["claim"][:10] for c in r["claims"]] == ["Throughput", "A large ma", "Preemption",
                                                       "vLLM susta", "vLLM susta"]
-    assert all(c["verdict"].startswith(("holds", "differs")) for c in r["claims"])

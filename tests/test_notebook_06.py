@@ -33,5 +33,3 @@ def test_notebook_06_quick(run_notebook):
     fcfs_ratio = orders["fcfs"]["normalized_latency_s_per_token"] / orders["tie"]["normalized_latency_s_per_token"]
     tie_fcfs = next(c for name, c in claims.items() if "against FCFS" in name and "latency" in name)
     assert float(tie_fcfs["kvlab_value"]) == pytest.approx(fcfs_ratio, rel=0.01)
-    for c in claims.values():
-        assert c["verdict"].startswith(("holds", "differs"))

@@ -24,4 +24,3 @@ def test_notebook_07_quick(run_notebook):
     light, heavy = res["light"]["percentiles"], res["heavy"]["percentiles"]
     assert light["p99"] / light["p50"] < heavy["p99"] / heavy["p50"]
     assert len(res["claims"]) == 3
-    assert all(c["verdict"].startswith(("holds", "differs")) for c in res["claims"])

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings, strategies as st
 
+import kvlab
 from kvlab import preemption_cost as pc
 from kvlab.costmodel import roofline
 from kvlab.reservation import pool_pages
@@ -166,11 +167,20 @@ def test_crossover_table_covers_the_catalogue():
     pairs = set(zip(table["model"], table["gpu"]))
     assert pairs == {("Llama-3-8B", "H200"), ("Llama-3-8B", "L4"), ("Falcon-180B", "H200")}
     assert sorted(table["block_size"].unique()) == [8, 16, 32, 64, 128]
+    # Each row's crossover, checked against the cost functions themselves: the winner differs on
+    # either side of it; with none, the row's winner wins at every integer length.
     for _, row in table.iterrows():
-        c = pc.crossover(row["model"], row["gpu"], int(row["block_size"]), tp=int(row["tp"]))
-        expected = pd.NA if c.crossover_tokens is None else c.crossover_tokens
-        assert (pd.isna(row["crossover_tokens"]) and c.crossover_tokens is None) or row["crossover_tokens"] == expected
-        assert row["brief_claim"].startswith(("holds", "differs"))
+        m, g, bs, tp = row["model"], row["gpu"], int(row["block_size"]), int(row["tp"])
+        if pd.isna(row["crossover_tokens"]):
+            seq = np.arange(1, kvlab.specs.model(m).max_context_tokens + 1)
+            c = pc.preemption_costs(m, g, seq, block_size=bs, tp=tp)
+            swap_wins = (c["swap_s"] < c["recompute_s"]).to_numpy()
+            assert swap_wins.all() or (~swap_wins).all()
+        else:
+            s = int(row["crossover_tokens"])
+            c = pc.preemption_costs(m, g, [s - 1, s], block_size=bs, tp=tp)
+            below, at = (c["swap_s"] < c["recompute_s"]).tolist()
+            assert below != at
 
 
 def test_claims_table_rows():
@@ -234,17 +244,22 @@ def test_notebook_03_quick_with_a_measurement(run_notebook, tmp_path):
     profile["seconds"] = true.iteration_s(*cal.profile_work(profile))
     profile["model"] = "Llama-3-8B"
     size = 16 * 131072                          # one page of all layers at block 16 (bytes)
-    copies = pd.DataFrame({"direction": ["d2h", "h2d"] * 2, "copy_bytes": [size, size, 1 << 28, 1 << 28],
-                           "num_copies": [512, 512, 1, 1]})
+    layer_page = 16 * 8 * 128 * 2                # K (or V) of one layer of one page (bytes)
+    copies = pd.DataFrame({"direction": ["d2h", "h2d"] * 3,
+                           "copy_bytes": [size, size, 1 << 28, 1 << 28, layer_page, layer_page],
+                           "num_copies": [512, 512, 1, 1, 4096, 4096]})
     copies["seconds"] = copies["num_copies"] * (4e-6 + copies["copy_bytes"] / 40e9)
     profile.to_csv(tmp_path / "profile.csv", index=False)
     copies.to_csv(tmp_path / "copies.csv", index=False)
 
+    # vLLM's per-layer copies, where the two costs do cross (per-page copies: swap always wins).
     res = run_notebook("03_preemption_crossover", {
-        "quick": True, "measured_profile_path": str(tmp_path / "profile.csv"),
+        "quick": True, "copy_mode": "per_layer_page", "measured_profile_path": str(tmp_path / "profile.csv"),
         "measured_copies_path": str(tmp_path / "copies.csv")})
 
-    expected = pc.crossover("Llama-3-8B", "H200", 16, swap=pc.swap_model("Llama-3-8B", "H200"))
+    expected = pc.crossover("Llama-3-8B", "H200", 16,
+                            swap=pc.swap_model("Llama-3-8B", "H200", copy_mode="per_layer_page"))
+    assert expected.crossover_tokens is not None
     assert res["crossover_tokens"] == expected.crossover_tokens
     assert res["winner_below"] == expected.winner_below
     assert len(res["catalogue"]) == len(pc.crossover_table())
@@ -254,5 +269,6 @@ def test_notebook_03_quick_with_a_measurement(run_notebook, tmp_path):
     assert fit["link_bytes_per_s"] == pytest.approx(40e9, rel=1e-6)
     assert fit["copy_latency_s"] == pytest.approx(4e-6, rel=1e-6)
     calibrated = pc.crossover("Llama-3-8B", "H200", 16, cost_model=true,
-                              swap=pc.swap_model("Llama-3-8B", "H200", link_bytes_per_s=40e9, copy_latency_s=4e-6))
+                              swap=pc.swap_model("Llama-3-8B", "H200", link_bytes_per_s=40e9, copy_latency_s=4e-6,
+                                                 copy_mode="per_layer_page"))
     assert fit["calibrated_crossover_tokens"] == calibrated.crossover_tokens

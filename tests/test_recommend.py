@@ -45,7 +45,7 @@ def test_table_counts_the_overruns():
         assert t.loc[("p95", mode), "preempted_request_frac"] == 0.0
     assert t.loc[("p50", "reject"), "rejected_frac"] == pytest.approx(0.10)
     assert t.loc[("p50", "recompute"), "rejected_frac"] == 0.0
-    # the reject row delivers only the 90 short requests: 720 tokens over its makespan
+    # the reject row rejects 10% of the requests, more than max_rejected_frac = 0 allows
     assert not t.loc[("p50", "reject"), "meets_slo"]
 
 
