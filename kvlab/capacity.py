@@ -38,9 +38,7 @@ from .lengths import Profile, workload_sample
 from .pipeline import PipelineCostModel, pipeline_cost
 from .reservation import pool_pages as _pool_pages
 from .sim import SimResult, simulate
-from .sim.request import RequestStatus
 
-_ABORTED = RequestStatus.FINISHED_ABORTED.name.lower()
 
 #: Columns of the trials table, in order.
 TRIAL_COLUMNS = ("trial", "qps", "passed", "reason", "tbt_p99_s", "scheduling_delay_p50_s", "ttft_p50_s",

@@ -47,7 +47,6 @@ COPY_MODES = ("per_layer_page", "per_page", "batched")
 # it from kvlab.measure's copy table.
 DEFAULT_COPY_LATENCY_S = 5e-6
 TP_CHOICES = (1, 2, 4, 8)
-WINNERS = ("recompute", "swap")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -150,7 +150,7 @@ def recommend(trace: pd.DataFrame, *, model: str, gpu: str, slo_p99_tbt_s: float
     v.require_columns(trace, ("prompt_tokens", "output_tokens"), "trace")
     slo_s = v.positive_float(slo_p99_tbt_s, "slo_p99_tbt_s")
     max_rejected_frac = v.fraction(max_rejected_frac, "max_rejected_frac", low_open=False)
-    modes = [v.choice(m, "modes", OVERFLOW_MODES) for m in modes]
+    modes = [v.choice(m, "modes", OVERFLOW_MODES) for m in ([modes] if isinstance(modes, str) else modes)]
     if not modes:
         raise ValueError("modes must name at least one overflow mode")
     for key in ("policy", "max_new_tokens", "preemption_mode", "cap_tokens", "seed"):

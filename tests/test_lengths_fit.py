@@ -144,6 +144,8 @@ def test_fit_bad_input(x, censored, match):
 def test_fit_unknown_family():
     with pytest.raises(ValueError, match="log-t"):
         fit(np.arange(1, 50), families=["pareto"])
+    # one family named as a plain string is that family, not its letters
+    assert fit(np.arange(1, 50), families="gamma")["family"].tolist() == ["gamma"]
 
 
 def test_ks_statistic_hand_worked():

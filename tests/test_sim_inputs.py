@@ -25,6 +25,9 @@ KW = dict(model="Llama-2-7B", gpu="A100-80GB-SXM", pool_pages=100)
     ({"max_new_tokens": 0}, "max_new_tokens must be a positive integer"),
     ({"pool_pages": -1}, "pool_pages must be a positive integer"),
     ({"watermark_frac": 2.0}, "watermark_frac"),
+    ({"seed": 1.5}, "seed must be a non-negative integer"),
+    ({"seed": -1}, "seed must be a non-negative integer"),
+    ({"cost_model": "roofline"}, "cost_model must be a kvlab.costmodel.CostModel"),
 ])
 def test_bad_arguments(kwargs, match):
     args = {**KW, **kwargs}
@@ -40,6 +43,7 @@ def test_bad_arguments(kwargs, match):
     (W.assign(prompt_tokens=[1.5, 2]), "prompt_tokens must hold positive integers; element 0"),
     (W.assign(arrival_s=[0.0, np.nan]), "arrival_s must hold finite times >= 0 s; row 1"),
     ([1, 2], "must be a pandas DataFrame"),
+    (W.assign(arrival_s=["a", "b"]), "arrival_s must hold numbers"),
 ])
 def test_bad_workloads(workload, match):
     with pytest.raises(ValueError, match=match):

@@ -297,7 +297,7 @@ def fit(x: Any, families: Iterable[str] = DEFAULT_FAMILIES, *, censored: Any = N
         Bad lengths or censored flags, fewer than 10 uncensored lengths, or all lengths equal.
     """
     arr, cens = _check_sample(x, censored)
-    names = [_family(f).name for f in families]
+    names = [_family(f).name for f in ([families] if isinstance(families, str) else families)]
     if not names:
         raise ValueError("families must name at least one family")
     d = _collapse(arr, cens)

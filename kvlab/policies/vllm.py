@@ -32,9 +32,13 @@ class VLLMPolicy(Policy):
         super().__init__()
         self.watermark_frac = v.fraction(watermark_frac, "watermark_frac", low_open=False, high_closed=False)
 
+    @property
+    def watermark_pages(self) -> int:
+        """Pages admission must leave free: ``int(watermark_frac x num_pages)``."""
+        return int(self.watermark_frac * self.num_pages)
+
     def reservation_tokens(self, req: RequestView) -> int:
         return req.prompt_tokens + req.generated_tokens
 
     def can_admit(self, req: RequestView, *, free_pages: int, running: Sequence[RequestView]) -> bool:
-        watermark_pages = int(self.watermark_frac * self.num_pages)
-        return free_pages - int(pages_for(self.reservation_tokens(req), self.block_size)) >= watermark_pages
+        return free_pages - int(pages_for(self.reservation_tokens(req), self.block_size)) >= self.watermark_pages

@@ -67,7 +67,11 @@ def _workload_columns(workload: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, n
     output = v.positive_int_array(workload["output_tokens"].to_numpy(), "workload column output_tokens")
     arrival = None
     if "arrival_s" in workload.columns:
-        arrival = workload["arrival_s"].to_numpy(dtype=np.float64)
+        try:
+            arrival = workload["arrival_s"].to_numpy(dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"workload column arrival_s must hold numbers (seconds), got dtype "
+                             f"{workload['arrival_s'].dtype}") from None
         bad = np.flatnonzero(~np.isfinite(arrival) | (arrival < 0))
         if bad.size:
             raise ValueError(f"workload column arrival_s must hold finite times >= 0 s; row {int(bad[0])} "
@@ -149,6 +153,7 @@ def simulate(workload: pd.DataFrame, policy: str = "vllm", *, model: str | Model
     mode = PreemptionMode(v.choice(preemption_mode, "preemption_mode", [k.value for k in PreemptionMode]))
     max_new_tokens = v.positive_int(max_new_tokens, "max_new_tokens")
     block_size = v.positive_int(block_size, "block_size")
+    seed = v.nonnegative_int(seed, "seed")
     tp = v.positive_int(tp, "tp")
     num_pages = (_pool_pages(m, g, block_size=block_size, gpu_memory_utilization=gpu_memory_utilization, tp=tp)
                  if pool_pages is None else v.positive_int(pool_pages, "pool_pages"))
@@ -166,6 +171,9 @@ def simulate(workload: pd.DataFrame, policy: str = "vllm", *, model: str | Model
                         else v.nonnegative_int(cpu_pool_pages, "cpu_pool_pages")),
         page_copy_s=swap_model(m, g, tp=tp, copy_latency_s=copy_latency_s).page_copy_s(block_size))
     arrival_s = _arrivals(arrivals, len(prompt), trace_arrival, qps=qps, burst_cv=burst_cv, seed=seed)
+    if cost_model is not None and not callable(getattr(cost_model, "iteration_s", None)):
+        raise ValueError(f"cost_model must be a kvlab.costmodel.CostModel (anything with iteration_s), "
+                         f"got {type(cost_model).__name__}")
     cost = roofline(m, g, tp=tp) if cost_model is None else cost_model
     pol = create_policy(policy, **policy_params)
     pol.bind(output_tokens=output, max_new_tokens=max_new_tokens, block_size=block_size, num_pages=num_pages,

@@ -61,7 +61,7 @@ class LazyRun:
         self.unfit_pos = np.flatnonzero(~fits[e.waiting.order_h]).tolist() + [e.n]  # arrival positions
         self.on_demand = e.rules.on_demand
         self.vllm = e.rules.kind is VLLMPolicy
-        self.watermark = int(e.rules.policy.watermark_frac * e.num_pages) if self.vllm else 0
+        self.watermark = e.rules.policy.watermark_pages if self.vllm else 0
         self.arrivals = e.sorted_arrival_h.tolist()
         self.order = e.waiting.order_h.tolist()
 

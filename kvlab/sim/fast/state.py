@@ -96,7 +96,7 @@ class Rules:
     def can_admit_vec(self, res_pages: Any, free_pages: Any) -> Any:
         """``can_admit`` for policies whose answer depends only on the request's pages (bool array)."""
         if self.kind is VLLMPolicy:
-            return free_pages - res_pages >= int(self.policy.watermark_frac * self.num_pages)
+            return free_pages - res_pages >= self.policy.watermark_pages
         return res_pages <= free_pages
 
     def fits_empty_pool(self, ids: Any, res_pages: Any) -> Any:
