@@ -99,7 +99,7 @@ def test_measured_crossover_bad_tables():
         measure.measured_crossover(profile, copies, "Llama-3-8B", block_size=32, copy_mode="per_layer_page")
     with pytest.raises(ValueError, match="two or more lengths"):
         measure.measured_crossover(profile.iloc[:1], copies, "Llama-3-8B")
-    with pytest.raises(ValueError, match="lacks column"):
+    with pytest.raises(ValueError, match=r"lacks the column\(s\) 'context'"):
         measure.measured_crossover(profile.drop(columns=["context"]), copies, "Llama-3-8B")
 
 
