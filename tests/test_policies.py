@@ -54,7 +54,7 @@ def test_duplicate_registration_raises():
     ("orca_oracle", {}, 20 + 30),
     ("orca_pow2", {}, 64),                # next power of two of 50
     ("orca_max", {}, 2048),
-    ("orca_max", {"max_model_len": 64}, 120),  # shorter than prompt + max_new_tokens
+    ("orca_max", {"max_model_len": 64}, 64),   # the maximum in total, not 20 + 100
     ("tgi", {}, 20 + 100),
     ("tgi", {"cap_tokens": 10}, 20 + 10),
     ("vllm", {}, 20),
@@ -62,6 +62,17 @@ def test_duplicate_registration_raises():
 ])
 def test_reservation_formulas(name, params, tokens):
     assert bound(name, **params).reservation_tokens(req()) == tokens
+
+
+def test_orca_max_reserves_the_maximum_sequence_length_in_total():
+    # OPT's 2,048: a 1,000-token prompt reserves 2,048 tokens in all (not 1,000 + 2,048 = 3,048),
+    # ceil(2048 / 16) = 128 pages.
+    p = bound("orca_max", max_new_tokens=2048, num_pages=1000)
+    assert p.reservation_tokens(req(prompt=1000, output=30)) == 2048
+    assert p.can_admit(req(prompt=1000, output=30), free_pages=128, running=())
+    assert not p.can_admit(req(prompt=1000, output=30), free_pages=127, running=())
+    # beyond the maximum (outside the source's set-up): 60 + min(30, 100) = 90 > 64 so it can finish
+    assert bound("orca_max", max_model_len=64).reservation_tokens(req(prompt=60, output=30)) == 90
 
 
 def test_orca_pow2_is_capped_at_the_maximum():

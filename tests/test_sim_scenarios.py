@@ -67,6 +67,16 @@ def test_orca_baselines_reserve_true_pow2_and_max(policy, admitted, finish, rese
     assert col(res, "generated_tokens") == [5, 5, 5]
 
 
+def test_orca_max_reserves_the_maximum_in_total_not_on_top_of_the_prompt():
+    # prompt 4 + output 5, max_new_tokens 32, max_model_len 16: each reserves 16 tokens = 4 pages
+    # of the 10 (not 4 + 32 = 36 tokens = 9 pages, which would admit one at a time). Two run
+    # together (iters 0-4: 1 prefill + 4 decodes); r2 waits for them and runs in iters 5-9.
+    res = run([4, 4, 4], [5, 5, 5], "orca_max", max_new_tokens=32, pool_pages=10, max_model_len=16)
+    assert col(res, "admitted_iter") == [0, 0, 5]
+    assert col(res, "finish_iter") == [4, 4, 9]
+    assert col(res, "max_reserved_pages") == [4, 4, 4]
+
+
 def test_vllm_preempts_most_recent_and_recomputes():
     # 4 pages. Both admitted on 1 prompt page; they grow to 2 pages each (iter 1). In iter 5 r0
     # needs a 3rd page: r1 (most recent) is preempted with 5 tokens generated; nothing admitted.

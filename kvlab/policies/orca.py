@@ -42,13 +42,18 @@ class OrcaPow2Policy(Policy):
 
 @register
 class OrcaMaxPolicy(Policy):
-    """Orca (Max): reserve the maximum sequence length, ``max_model_len`` tokens.
+    """Orca (Max): reserve the maximum sequence length, ``max_model_len`` tokens in total.
+
+    The maximum bounds prompt + output together (the vLLM paper's 2,048 tokens for OPT; its
+    benchmark drops requests with prompt + output beyond it), so the reservation is
+    ``max_model_len`` whatever the prompt, not prompt + ``max_new_tokens``.
 
     Parameters
     ----------
     max_model_len : int
-        Maximum sequence length (tokens); the vLLM paper's Orca (Max) used 2048. A request whose
-        prompt + max_new_tokens is longer reserves that instead, so it can always finish.
+        Maximum sequence length (tokens, prompt + output); the vLLM paper's Orca (Max) used 2048.
+        A request whose prompt + generated length exceeds it lies outside that set-up; it reserves
+        its own final length (prompt + min(output, max_new_tokens)) so that it can finish.
     """
 
     name = PolicyName.ORCA_MAX
@@ -58,4 +63,4 @@ class OrcaMaxPolicy(Policy):
         self.max_model_len = v.positive_int(max_model_len, "max_model_len")
 
     def reservation_tokens(self, req: RequestView) -> int:
-        return max(self.max_model_len, req.prompt_tokens + self.max_new_tokens)
+        return max(self.max_model_len, _final_tokens(self, req))

@@ -85,7 +85,7 @@ class Rules:
             bits = xp.where(final > 1, xp.frexp((final - 1).astype(xp.float64))[1], 0).astype(xp.int64)
             return xp.minimum(xp.left_shift(xp.int64(1), bits), p + self.mnt)
         if k is OrcaMaxPolicy:
-            return xp.maximum(self.policy.max_model_len, p + self.mnt)
+            return xp.maximum(self.policy.max_model_len, p + xp.minimum(e.output[ids], self.mnt))
         if k is TGIPolicy:
             return p + g + xp.minimum(self.mnt - g, self.policy.cap_tokens)
         if k is PredictedPolicy:
