@@ -2,7 +2,7 @@
 from . import backend, claims, costmodel, report, specs
 from . import lengths, traces
 from . import predict
-from . import preemption_cost
+from . import swap, preemption_cost
 from .preemption_cost import crossover, crossover_table, preemption_costs
 from . import arrivals, paged, policies, sim
 from .policies import PolicyName, create_policy, policy_names
@@ -20,7 +20,7 @@ __all__ = [
     "backend", "claims", "costmodel", "report", "specs",
     "lengths", "traces",
     "predict",
-    "preemption_cost", "crossover", "crossover_table", "preemption_costs",
+    "swap", "preemption_cost", "crossover", "crossover_table", "preemption_costs",
     "arrivals", "paged", "policies", "sim", "PolicyName", "create_policy", "policy_names", "SimResult", "simulate",
     "pool_pages", "real_pool_table", "reservation_table", "reservation_waste",
     "sweep",

@@ -10,7 +10,7 @@ server's benchmark:
   :func:`kvlab.costmodel.roofline` to it;
 * a **copy table**, columns ``direction`` (``d2h`` or ``h2d``), ``copy_bytes`` (bytes per copy),
   ``num_copies``, ``seconds`` (for all of them). :func:`fit_host_link` fits the per-copy latency
-  and the link bandwidth of :func:`kvlab.preemption_cost.swap_model` to it.
+  and the link bandwidth of :func:`kvlab.swap.swap_model` to it.
 
 Errors are reported relative to the measurement, since the rows span orders of magnitude.
 """
@@ -25,7 +25,7 @@ from scipy.optimize import least_squares, nnls
 
 from . import _validate as v
 from .costmodel import CostModel, prefill_attention_pairs, roofline
-from .preemption_cost import COPY_MODES, SwapModel, swap_model
+from .swap import COPY_MODES, SwapModel, swap_model
 from .specs import GPUSpec, ModelSpec, gpu as _gpu, model as _model
 
 PROFILE_COLUMNS = ("phase", "tokens", "context", "batch", "seconds")
@@ -186,7 +186,7 @@ class LinkFit:
 
     def swap_model(self, model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1,
                    copy_mode: str = "per_page") -> SwapModel:
-        """:func:`kvlab.preemption_cost.swap_model` with this fit's latency and bandwidth."""
+        """:func:`kvlab.swap.swap_model` with this fit's latency and bandwidth."""
         v.choice(copy_mode, "copy_mode", COPY_MODES)
         return swap_model(model, gpu, tp=tp, copy_mode=copy_mode, link_bytes_per_s=self.link_bytes_per_s,
                           copy_latency_s=self.copy_latency_s)

@@ -34,7 +34,8 @@ import pandas as pd
 from . import _validate as v
 from .backend import array_namespace, get_xp
 from .calibrate import fit_host_link, fit_roofline, load_copies, load_profile
-from .preemption_cost import COPY_MODES, crossing_tokens, crossover, swap_model
+from .preemption_cost import crossing_tokens, crossover
+from .swap import COPY_MODES, swap_model
 from .reservation import pages_for
 from .specs import GPUSpec, ModelSpec, gpu as _gpu, model as _model
 

@@ -1,4 +1,4 @@
-"""The cost of one preemption: recompute (prefill again) against swap (KV pages to host and back).
+"""Recompute against swap for one preemption: the costs side by side, their crossover, the claims.
 
 A preempted sequence of ``s`` tokens (prompt + generated so far) can resume in two ways
 (brief section 4):
@@ -24,7 +24,7 @@ Both are per GPU: under tensor parallelism each GPU recomputes its share of the 
 its share of the KV heads over its own host link, in parallel with the others.
 
 Model-level functions (:func:`preemption_costs`, :func:`crossover`, :func:`crossover_table`)
-check lengths against the model's context; :func:`recompute_s` and :meth:`SwapModel.swap_s`
+check lengths against the model's context; :func:`recompute_s` and :meth:`kvlab.swap.SwapModel.swap_s`
 price any positive length.
 """
 from __future__ import annotations
@@ -38,111 +38,11 @@ import pandas as pd
 from . import _validate as v
 from . import claims as _claims
 from .costmodel import CostModel, prefill_attention_pairs, roofline
-from .reservation import pages_for, pool_pages
+from .reservation import pool_pages
 from .specs import GPUSpec, ModelSpec, gpu as _gpu, model as _model, models as _models, gpus as _gpus
+from .swap import COPY_MODES, DEFAULT_COPY_LATENCY_S, SwapModel, swap_model
 
-COPY_MODES = ("per_layer_page", "per_page", "batched")
-# Fixed cost of one host<->device copy: driver call plus DMA set-up (seconds). An assumption of
-# the order measured for small pinned cudaMemcpyAsync calls; kvlab.calibrate.fit_host_link fits
-# it from kvlab.measure's copy table.
-DEFAULT_COPY_LATENCY_S = 5e-6
 TP_CHOICES = (1, 2, 4, 8)
-
-
-@dataclass(frozen=True, kw_only=True)
-class SwapModel:
-    """Per-GPU cost of swapping a sequence's KV pages to host memory and back.
-
-    Build it with :func:`swap_model`.
-
-    Parameters
-    ----------
-    kv_bytes_per_token : float
-        KV bytes of one token on one GPU, all its layers, K and V (bytes/token).
-    copies_per_page : int
-        Copies needed to move one page one way (1, or 2 x layers for a per-layer layout).
-    batched : bool
-        All pages move in one transfer per direction (``copies_per_page`` is then unused).
-    link_bytes_per_s : float
-        Host-link bandwidth per direction (bytes/s).
-    copy_latency_s : float
-        Fixed cost of one copy (seconds).
-    """
-
-    model_name: str
-    gpu_name: str
-    tp: int
-    copy_mode: str
-    kv_bytes_per_token: float
-    copies_per_page: int
-    batched: bool
-    link_bytes_per_s: float
-    copy_latency_s: float
-
-    def num_copies(self, seq_tokens: Any, block_size: int) -> np.ndarray:
-        """Copies issued to move ``seq_tokens`` tokens one way (count per length)."""
-        return self._num_copies(*_seq_and_block(seq_tokens, block_size))
-
-    def swap_bytes(self, seq_tokens: Any, block_size: int) -> np.ndarray:
-        """Bytes moved one way: whole pages, the partly filled last one included (bytes)."""
-        return self._swap_bytes(*_seq_and_block(seq_tokens, block_size))
-
-    def swap_s(self, seq_tokens: Any, block_size: int) -> np.ndarray:
-        """Swap out and back in: twice the one-way copy time (seconds per length).
-
-        One way costs ``num_copies x copy_latency_s + swap_bytes / link_bytes_per_s``.
-        """
-        return self._swap_s(*_seq_and_block(seq_tokens, block_size))
-
-    def page_copy_s(self, block_size: int) -> float:
-        """One full page moved one way (seconds): what the simulator charges per page swapped."""
-        return float(self._swap_s(np.array([v.positive_int(block_size, "block_size")]), block_size)[0] / 2.0)
-
-    # Unchecked versions for kvlab's own callers, which validated their inputs already.
-    def _num_copies(self, seq: np.ndarray, block_size: int) -> np.ndarray:
-        pages = pages_for(seq, block_size)
-        return np.minimum(pages, 1) if self.batched else pages * self.copies_per_page
-
-    def _swap_bytes(self, seq: np.ndarray, block_size: int) -> np.ndarray:
-        return pages_for(seq, block_size) * (block_size * self.kv_bytes_per_token)
-
-    def _swap_s(self, seq: np.ndarray, block_size: int) -> np.ndarray:
-        return 2.0 * (self._num_copies(seq, block_size) * self.copy_latency_s
-                      + self._swap_bytes(seq, block_size) / self.link_bytes_per_s)
-
-
-def _seq_and_block(seq_tokens: Any, block_size: Any) -> tuple[np.ndarray, int]:
-    return v.positive_int_array(seq_tokens, "seq_tokens"), v.positive_int(block_size, "block_size")
-
-
-def swap_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, dtype_bytes: int = 2,
-               copy_mode: str = "per_page", link_bytes_per_s: float | None = None,
-               copy_latency_s: float = DEFAULT_COPY_LATENCY_S) -> SwapModel:
-    """The :class:`SwapModel` of ``model`` on ``gpu`` under tensor parallelism ``tp``.
-
-    Parameters
-    ----------
-    copy_mode : {"per_page", "per_layer_page", "batched"}
-        ``per_page``: one copy per page (a page-contiguous layout; what ``kvlab.sim`` charges),
-        ``per_layer_page``: one copy per page per layer for K and for V (vLLM v0's layout, the
-        system of the vLLM paper's Fig. 19), ``batched``: one transfer per direction.
-    link_bytes_per_s : float or None
-        Host-link bandwidth per direction (bytes/s); ``None`` takes the GPU spec's nominal
-        figure (e.g. PCIe Gen5 x16, 63e9), which pinned copies reach only in part.
-    copy_latency_s : float
-        Fixed cost of one copy (seconds).
-    """
-    m, g = _model(model), _gpu(gpu)
-    tp = v.positive_int(tp, "tp")
-    copy_mode = v.choice(copy_mode, "copy_mode", COPY_MODES)
-    link = g.host_link_bytes_per_s if link_bytes_per_s is None \
-        else v.positive_float(link_bytes_per_s, "link_bytes_per_s")
-    copy_latency_s = v.nonnegative_float(copy_latency_s, "copy_latency_s")
-    return SwapModel(
-        model_name=m.name, gpu_name=g.name, tp=tp, copy_mode=copy_mode,
-        kv_bytes_per_token=float(m.kv_bytes_per_token(tp=tp, dtype_bytes=dtype_bytes)),
-        copies_per_page=2 * m.num_layers if copy_mode == "per_layer_page" else 1,
-        batched=copy_mode == "batched", link_bytes_per_s=link, copy_latency_s=copy_latency_s)
 
 
 def piggyback(cost: CostModel) -> CostModel:
@@ -619,3 +519,9 @@ def preemption_claims(model: str | ModelSpec, gpu: str | GPUSpec, *, catalogue: 
                           f"{m.max_context_tokens:,}-token context (swap is O(s) throughout)")),
     ]
     return _claims.table(rows)
+
+
+# The swap model is re-exported: the crossover functions take it, and notebook 03 builds it here.
+__all__ = ["COPY_MODES", "DEFAULT_COPY_LATENCY_S", "TP_CHOICES", "Crossover", "SwapModel", "attention_dominance_tokens",
+           "crossing_tokens", "crossover", "crossover_table", "piggyback", "preemption_claims", "preemption_costs",
+           "recompute_flops", "recompute_s", "smallest_tp", "swap_model"]

@@ -133,7 +133,7 @@ def test_bad_input():
 
 
 def test_preemptions_at_equal_waste_interpolates_each_curve():
-    from kvlab.sim.prediction_study import preemptions_at
+    from kvlab.studies.prediction_study import preemptions_at
 
     quality = pd.DataFrame({"r2_target": [0.0, 0.0, 1.0, 1.0], "mu_r2": [0.0, 0.0, 1.0, 1.0],
                             "over_reserved_frac": [0.3, 0.1, 0.25, 0.5],

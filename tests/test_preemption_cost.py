@@ -18,7 +18,6 @@ FLOPS = 989e12 * 0.6            # default compute_efficiency
 HBM = 4800e9 * 0.8              # default bandwidth_efficiency
 OVERHEAD_S = 0.002
 KV_BYTES_PER_TOKEN = 2 * LAYERS * KV_HEADS * HEAD_DIM * 2
-LINK = 63e9
 
 
 def _iteration(tokens: int, pairs: int, kv_tokens: int) -> float:
@@ -42,29 +41,6 @@ def test_recompute_by_hand_chunked():
     assert pc.recompute_s(cost, 1000, chunk_tokens=512)[0] == pytest.approx(expected, rel=1e-12)
     # A chunk at least as long as the sequence is one iteration.
     assert pc.recompute_s(cost, 1000, chunk_tokens=1000)[0] == pc.recompute_s(cost, 1000)[0]
-
-
-def test_swap_by_hand_each_copy_mode():
-    s, bs, lat = 1000, 16, 5e-6
-    pages = 63                                        # ceil(1000 / 16)
-    page_bytes = bs * KV_BYTES_PER_TOKEN
-    per_layer = pc.swap_model("Llama-3-8B", "H200", copy_latency_s=lat, copy_mode="per_layer_page")
-    per_page = pc.swap_model("Llama-3-8B", "H200", copy_latency_s=lat, copy_mode="per_page")
-    batched = pc.swap_model("Llama-3-8B", "H200", copy_latency_s=lat, copy_mode="batched")
-    moved = pages * page_bytes / LINK
-    assert per_layer.swap_s(s, bs)[0] == pytest.approx(2 * (pages * 2 * LAYERS * lat + moved), rel=1e-12)
-    assert per_page.swap_s(s, bs)[0] == pytest.approx(2 * (pages * lat + moved), rel=1e-12)
-    assert batched.swap_s(s, bs)[0] == pytest.approx(2 * (lat + moved), rel=1e-12)
-    assert per_layer.num_copies(s, bs)[0] == pages * 64
-    assert per_layer.swap_bytes(s, bs)[0] == pages * page_bytes
-
-
-def test_swap_under_tp_moves_each_gpus_share():
-    one = pc.swap_model("Llama-3-8B", "H200", tp=1)
-    two = pc.swap_model("Llama-3-8B", "H200", tp=2)
-    assert two.kv_bytes_per_token * 2 == one.kv_bytes_per_token
-    # Llama-3-8B has 8 KV heads: beyond TP 8 each GPU keeps one head (replicated).
-    assert pc.swap_model("Llama-3-8B", "H200", tp=16).kv_bytes_per_token == one.kv_bytes_per_token / 8
 
 
 @settings(max_examples=60)
@@ -198,9 +174,6 @@ def test_claims_table_rows():
     (lambda: pc.preemption_costs("Llama-3-8B", "H200", [100], block_size=0), "block_size"),
     (lambda: pc.preemption_costs("Llama-3-8B", "H200", [100], chunk_tokens=-5), "chunk_tokens"),
     (lambda: pc.preemption_costs("Llama-3-8B", "H200", [100, 9000]), "longer than the 8192-token context"),
-    (lambda: pc.swap_model("Llama-3-8B", "H200", link_bytes_per_s=0), "link_bytes_per_s"),
-    (lambda: pc.swap_model("Llama-3-8B", "H200", copy_latency_s=-1e-6), "copy_latency_s"),
-    (lambda: pc.swap_model("Llama-3-8B", "H200", copy_mode="dma"), "copy_mode"),
     (lambda: pc.crossover("Llama-3-8B", "H200", 16, max_seq_tokens=10000), "allow_beyond_context"),
     (lambda: pc.crossover("Llama-3-8B", "H200", 16, cost_model=roofline("Llama-2-7B", "H200")), "cost_model"),
     (lambda: pc.crossing_tokens([1, 3, 2], [1, 2, 3], [1, 2, 3]), "increasing"),

@@ -15,7 +15,7 @@ from ..arrivals import KINDS as ARRIVAL_KINDS, arrival_times
 from ..backend import get_xp
 from ..costmodel import CostModel, roofline
 from ..policies import create_policy
-from ..preemption_cost import DEFAULT_COPY_LATENCY_S, swap_model
+from ..swap import DEFAULT_COPY_LATENCY_S, swap_model
 from ..reservation import pool_pages as _pool_pages
 from ..specs import GIB, GPUSpec, ModelSpec, gpu as _gpu, model as _model
 from .config import PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind, SwapConfig

@@ -14,7 +14,7 @@ from .. import _validate as v
 from .. import claims as _claims
 from ..policies import QUEUE_ORDERS
 from ..predict import DEFAULT_QUANTILES, LogTPredictive, SyntheticRequests, oracle_predictive, parameter_r2
-from . import simulate
+from ..sim import simulate
 
 #: Summary figures every study row carries.
 METRICS = ("tokens_per_s", "preemptions_per_request", "preempted_request_frac", "over_reserved_frac",

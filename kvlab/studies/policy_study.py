@@ -1,4 +1,4 @@
-"""Studies built from many simulations: policy sweeps, the overflow question, claims.
+"""Reservation policies compared by simulation: policy sweeps, the overflow question, claims.
 
 These are what notebook 04 calls; each returns a DataFrame or a number computed from
 :func:`kvlab.sim.simulate` runs.
@@ -13,7 +13,8 @@ from scipy import stats
 
 from .. import _validate as v
 from .. import claims as _claims
-from . import simulate
+from ..sim import simulate
+from ..sweep import sweep
 
 SUMMARY_COLUMNS = ("max_running", "mean_batch_size", "tokens_per_s", "requests_per_s", "ttft_p50_s", "ttft_p99_s",
                    "e2e_p50_s", "e2e_p99_s", "preemptions_per_request", "num_aborted", "mean_kv_used_frac",
@@ -27,8 +28,6 @@ def policy_sweep(workload: pd.DataFrame, policies: Sequence[str], max_new_tokens
     A :func:`kvlab.sweep` over policy x max_new_tokens; extra keywords are fixed simulate
     parameters (same workload, model, GPU and pool for all).
     """
-    from ..sweep import sweep  # noqa: PLC0415  (sweep sits above the simulator)
-
     grid = {"policy": list(policies),
             "max_new_tokens": v.positive_int_array(max_new_tokens_grid, "max_new_tokens_grid").tolist()}
     table = sweep(workload, grid, fixed={"model": model, "gpu": gpu, **simulate_kw}, progress=False)

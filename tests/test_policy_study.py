@@ -1,11 +1,12 @@
-"""kvlab.sim.study: the helpers notebook 04 is built from, on hand-made inputs."""
+"""kvlab.studies.policy_study: the helpers notebook 04 is built from, on hand-made inputs."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from kvlab.sim import simulate, study
+from kvlab.sim import simulate
+from kvlab.studies import policy_study as study
 
 KW = dict(model="Llama-2-7B", gpu="A100-80GB-SXM")
 
