@@ -38,6 +38,7 @@ from .lengths import Profile, workload_sample
 from .pipeline import PipelineCostModel, pipeline_cost
 from .reservation import pool_pages as _pool_pages
 from .sim import SimResult, simulate
+from .trace_window import trace_window
 
 
 #: Columns of the trials table, in order.
@@ -212,7 +213,9 @@ def slo_metrics(result: SimResult) -> dict[str, float]:
 def trial_requests(workload: pd.DataFrame | str | Path | Profile, num_requests: int, seed: int = 0) -> pd.DataFrame:
     """The ``num_requests`` requests every trial of a search serves (``prompt_tokens``, ``output_tokens``).
 
-    ``workload`` as in :func:`capacity`: the first rows of a table or trace, or a profile sample.
+    ``workload`` as in :func:`capacity`: a table or trace file gives its first ``num_requests``
+    rows (:func:`kvlab.trace_window.trace_window`; the trial replaces their arrival times with
+    Poisson arrivals), a profile a seeded sample.
     """
     num_requests = v.positive_int(num_requests, "num_requests")
     if isinstance(workload, (str, Path)):
@@ -225,7 +228,7 @@ def trial_requests(workload: pd.DataFrame | str | Path | Profile, num_requests: 
     v.require_columns(workload, ("prompt_tokens", "output_tokens"), "workload")
     if len(workload) < num_requests:
         raise ValueError(f"workload has {len(workload)} requests, fewer than num_requests={num_requests}")
-    return workload[["prompt_tokens", "output_tokens"]].iloc[:num_requests].reset_index(drop=True)
+    return trace_window(workload, num_requests).requests[["prompt_tokens", "output_tokens"]]
 
 
 def serve(workload: pd.DataFrame, config: ServingConfig, qps: float, *, seed: int = 0,

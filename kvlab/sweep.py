@@ -42,6 +42,7 @@ from .backend import backend_name, get_xp
 from .lengths.profiles import list_profiles, profile
 from .policies import create_policy, policy_names
 from .sim import simulate
+from .trace_window import trace_window
 
 #: simulate() parameters a sweep does not take: the workload is the sweep's own argument, seeds
 #: come from ``seeds=`` (they may also draw the workload), and a sweep keeps summaries only.
@@ -84,9 +85,7 @@ class _Source:
 
 def _source(workload: pd.DataFrame | str, num_requests: int | None) -> _Source:
     if isinstance(workload, pd.DataFrame):
-        if num_requests is not None:
-            raise ValueError("num_requests is for a profile workload; with a table, sweep serves its rows as they are")
-        return _Source(table=workload)
+        return _Source(table=trace_window(workload, num_requests).requests)
     if isinstance(workload, str):
         v.choice(workload, "workload profile", list_profiles())
         if num_requests is None:
@@ -272,7 +271,9 @@ def sweep(workload: pd.DataFrame | str, grid: Mapping[str, Any] | Sequence[Mappi
         ...) and policy parameters (``cap_tokens``, ``watermark_frac``, ``quantile``, ...); see
         :func:`sweep_keys`. A list of mappings is the union of their grids.
     num_requests : int, optional
-        Requests sampled from a profile workload (required then; not allowed with a table).
+        Requests sampled from a profile workload (required then), or taken from a table: its
+        first ``num_requests`` rows at their own rate (:func:`kvlab.trace_window.trace_window`);
+        None serves the whole table.
     fixed : mapping, optional
         Parameters shared by every configuration (``model`` and ``gpu`` usually go here).
     seeds : sequence of int

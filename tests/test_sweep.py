@@ -90,6 +90,15 @@ def test_profile_workload_is_sampled_with_each_seed():
         assert row.num_requests == 30
 
 
+def test_num_requests_of_a_table_are_its_first_rows_at_their_rate():
+    # 30 requests arriving 0.1 s apart (10 requests/s); num_requests=12 serves rows 0-11 as they arrived.
+    table = pd.DataFrame({"prompt_tokens": np.arange(1, 31) * 7, "output_tokens": np.arange(1, 31) % 9 + 1,
+                          "arrival_s": np.arange(30) / 10.0})
+    row = kvlab.sweep(table, {"max_new_tokens": [16]}, num_requests=12, fixed=FIXED, progress=False).iloc[0]
+    direct = kvlab.simulate(table.iloc[:12], max_new_tokens=16, **FIXED).summary
+    assert row.num_requests == 12 and row.makespan_s == direct["makespan_s"]
+
+
 def test_list_of_grids_sweeps_policy_parameters(workload):
     grid = [{"policy": ["vllm"], "watermark_frac": [0.0, 0.5]}, {"policy": ["tgi"], "cap_tokens": [16, 64]}]
     table = kvlab.sweep(workload, grid, fixed={**FIXED, "max_new_tokens": 256}, progress=False)
@@ -128,7 +137,7 @@ def test_unknown_grid_key_lists_the_valid_ones(workload):
     ({"grid": {"block_size": [16]}, "seeds": [1, 1]}, "seeds must not repeat"),
     ({"grid": {"block_size": [16]}, "seeds": [-1]}, "seeds must be a non-negative integer"),
     ({"grid": {"block_size": [16]}, "executor": "proceses"}, "executor 'proceses' is unknown"),
-    ({"grid": {"block_size": [16]}, "num_requests": 10}, "num_requests is for a profile"),
+    ({"grid": {"block_size": [16]}, "num_requests": 41}, "more than the trace's 40 requests"),
     ({"grid": []}, "grid is empty"),
 ])
 def test_bad_sweep_arguments(workload, kwargs, match):

@@ -12,21 +12,24 @@ from .. import _validate as v
 from .. import claims as _claims
 from .. import traces
 from ..reservation import pages_for
+from ..trace_window import trace_window
 from .fit import fit_family, lengths_array
 from .profiles import list_profiles, profile
 
 BRIEF = "kvlab brief section 3 (claim, no primary source found)"
 
 
-def workload_sample(workload: str | Path, num_requests: int, seed: int = 0) -> tuple[pd.DataFrame, str]:
-    """Requests of a workload: a profile name (sampled) or a trace path (loaded whole).
+def workload_sample(workload: str | Path, num_requests: int | None, seed: int = 0) -> tuple[pd.DataFrame, str]:
+    """Requests of a workload: a profile name (sampled) or a trace path (N requests of it).
 
     Parameters
     ----------
     workload : str or Path
         A name from :func:`list_profiles`, or a trace file for :func:`kvlab.traces.load`.
-    num_requests : int
-        Requests to sample from a profile (ignored for a trace).
+    num_requests : int or None
+        Requests to sample from a profile (required), or to take from a trace: its first
+        ``num_requests`` rows at their own rate (:func:`kvlab.trace_window.trace_window`);
+        None takes the whole trace.
     seed : int
         Seed of the profile's sampler.
 
@@ -34,17 +37,24 @@ def workload_sample(workload: str | Path, num_requests: int, seed: int = 0) -> t
     -------
     (DataFrame, str)
         The length table (``prompt_tokens``, ``output_tokens``, ``censored``, ...) and a line
-        saying where it comes from.
+        saying where it comes from. A trace's table keeps the loader's ``attrs``.
     """
     if str(workload) in list_profiles():
+        if num_requests is None:
+            raise ValueError(f"num_requests must be given to sample the profile {str(workload)!r}")
         prof = profile(str(workload))
-        return prof.sample(num_requests, seed=seed), f"profile {prof.name}: {prof.source}"
+        return prof.sample(v.positive_int(num_requests, "num_requests"), seed=seed), f"profile {prof.name}: {prof.source}"
     path = Path(workload)
     if not path.exists():
         raise ValueError(f"workload {str(workload)!r} is neither a profile ({', '.join(list_profiles())}) "
                          f"nor an existing trace file")
     df = traces.load(path)
-    return df, f"trace {path} ({df.attrs['format']}, {len(df):,} requests)"
+    if num_requests is not None:
+        num_requests = min(v.positive_int(num_requests, "num_requests"), len(df))
+    window = trace_window(df, num_requests)
+    out = window.requests
+    out.attrs.update(df.attrs)
+    return out, f"trace {path} ({df.attrs['format']}): {window.describe()}"
 
 
 def censoring_bias(output_tokens: Any, max_new_tokens: int, *, censored: Any = None,
