@@ -32,12 +32,13 @@ import numpy as np
 import pandas as pd
 
 from . import _validate as v
+from ._intmath import ceil_div
 from .backend import array_namespace, get_xp
 from .calibrate import fit_host_link, fit_roofline, load_copies, load_profile
 from .preemption_cost import crossing_tokens, crossover
-from .swap import COPY_MODES, swap_model
 from .reservation import pages_for
 from .specs import GPUSpec, ModelSpec, gpu as _gpu, model as _model
+from .swap import COPY_MODES, swap_model
 
 COPY_BUFFER_BYTES = 1 << 30        # pinned host and device buffers for the copy measurements
 
@@ -183,17 +184,17 @@ class _Shapes:
 
     @classmethod
     def of(cls, m: ModelSpec, tp: int) -> "_Shapes":
-        inner = -(-m.intermediate_size // tp)
-        return cls(hidden=m.hidden_size, q_heads=-(-m.num_q_heads // tp), kv_heads=m.kv_heads_per_gpu(tp),
+        inner = ceil_div(m.intermediate_size, tp)
+        return cls(hidden=m.hidden_size, q_heads=ceil_div(m.num_q_heads, tp), kv_heads=m.kv_heads_per_gpu(tp),
                    head_dim=m.head_dim, mlp_cols=2 * inner if m.gated_mlp else inner, mlp_inner=inner,
-                   gated=m.gated_mlp, vocab=-(-m.vocab_size // tp))
+                   gated=m.gated_mlp, vocab=ceil_div(m.vocab_size, tp))
 
 
 def _random(cp: ModuleType, shape: tuple[int, ...], dtype: Any, rng: np.random.Generator) -> Any:
     """An array of ``shape`` filled from 2^20 host-drawn normals (values do not affect timing)."""
     base = cp.asarray(rng.standard_normal(1 << 20, dtype=np.float32) * 0.02)
     size = int(np.prod(shape))
-    return cp.tile(base, -(-size // base.size))[:size].reshape(shape).astype(dtype)
+    return cp.tile(base, ceil_div(size, base.size))[:size].reshape(shape).astype(dtype)
 
 
 def _layer(cp: ModuleType, w: dict[str, Any], x: Any, sh: _Shapes, kv: tuple[Any, Any] | None,

@@ -12,12 +12,13 @@ import numpy as np
 import pandas as pd
 
 from . import _validate as v
+from ._intmath import ceil_div
 from .specs import GIB, GPUSpec, ModelSpec, gpu as _gpu, model as _model
 
 
 def pages_for(tokens: np.ndarray | int, block_size: int) -> np.ndarray | int:
     """Pages needed to hold ``tokens`` tokens: ``ceil(tokens / block_size)`` (pages)."""
-    return -(-np.asarray(tokens, dtype=np.int64) // block_size)
+    return ceil_div(np.asarray(tokens, dtype=np.int64), block_size)
 
 
 def pool_pages(model: str | ModelSpec, gpu: str | GPUSpec, *, block_size: int = 16,

@@ -9,7 +9,6 @@ them, as vLLM does) and under pipeline parallelism layers / PP layers.
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, fields
 from functools import lru_cache
@@ -17,6 +16,7 @@ from functools import lru_cache
 import pandas as pd
 
 from . import _validate as v
+from ._intmath import ceil_div
 from ._paths import DATA_DIR
 
 MIB = 1024**2
@@ -59,14 +59,14 @@ class ModelSpec:
     def kv_heads_per_gpu(self, tp: int = 1) -> int:
         """KV heads held by one GPU under tensor parallelism ``tp`` (replicated when tp > heads)."""
         tp = v.positive_int(tp, "tp")
-        return max(1, math.ceil(self.num_kv_heads / tp))
+        return max(1, ceil_div(self.num_kv_heads, tp))
 
     def layers_per_gpu(self, pp: int = 1) -> int:
         """Layers held by one GPU (the largest pipeline stage) under pipeline parallelism ``pp``."""
         pp = v.positive_int(pp, "pp")
         if pp > self.num_layers:
             raise ValueError(f"pp={pp} exceeds the {self.num_layers} layers of {self.name}")
-        return math.ceil(self.num_layers / pp)
+        return ceil_div(self.num_layers, pp)
 
     def kv_bytes_per_token(self, *, tp: int = 1, pp: int = 1, dtype_bytes: int = 2) -> int:
         """KV-cache bytes one token occupies on one GPU (bytes/token)."""

@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from . import _validate as v
+from ._intmath import ceil_div
 from .backend import backend_name, get_xp
 from .lengths.profiles import list_profiles, profile
 from .policies import create_policy, policy_names
@@ -185,7 +186,7 @@ def _run_chunk_in_worker(tasks: list[tuple[int, dict[str, Any], int]]) -> list[t
 
 def _chunks(tasks: list, num_workers: int) -> list[list]:
     """About four chunks per worker: few enough to amortise task overhead, enough to balance load."""
-    size = max(1, -(-len(tasks) // (4 * num_workers)))
+    size = max(1, ceil_div(len(tasks), 4 * num_workers))
     return [tasks[i:i + size] for i in range(0, len(tasks), size)]
 
 

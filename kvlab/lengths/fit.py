@@ -21,6 +21,7 @@ import pandas as pd
 from scipy import optimize, stats
 
 from .. import _validate as v
+from .._intmath import quantile_tokens, round_tokens
 from .families import DEFAULT_FAMILIES, Family, family as _family
 
 #: Fewest uncensored lengths a fit accepts.
@@ -137,13 +138,13 @@ class FittedLength:
     def ppf(self, q: Any) -> np.ndarray:
         """Smallest integer length (tokens) whose :meth:`cdf` reaches ``q``."""
         x = self.dist.ppf(np.asarray(q, dtype=np.float64))
-        return np.maximum(np.ceil(x - 0.5), 1.0).astype(np.int64)
+        return quantile_tokens(x)
 
     def sample(self, n: int, seed: int = 0) -> np.ndarray:
         """``n`` integer lengths (tokens) drawn with ``numpy.random.default_rng(seed)``."""
         n = v.positive_int(n, "n")
         u = np.random.default_rng(seed).random(n)
-        return np.maximum(np.rint(self.dist.ppf(u)), 1.0).astype(np.int64)
+        return round_tokens(self.dist.ppf(u))
 
     def __str__(self) -> str:
         pars = ", ".join(f"{k}={val:.4g}" for k, val in self.params.items())

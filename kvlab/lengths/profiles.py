@@ -24,6 +24,7 @@ import yaml
 from scipy import optimize, stats
 
 from .. import _validate as v
+from .._intmath import round_tokens
 from .._paths import DATA_DIR
 from .families import family as _family
 
@@ -172,10 +173,10 @@ class Marginal:
         """
         upper = self.upper_tokens if upper_tokens is None else upper_tokens
         x = _quantiles(self.dist, u, upper)
-        tokens = np.maximum(np.rint(x), 1.0)
+        tokens = round_tokens(x)
         if upper is not None:
-            tokens = np.minimum(tokens, np.floor(upper))
-        return tokens.astype(np.int64)
+            tokens = np.minimum(tokens, np.floor(upper)).astype(np.int64)
+        return tokens
 
 
 @dataclass(frozen=True, kw_only=True)

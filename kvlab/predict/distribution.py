@@ -11,7 +11,7 @@ at ``max_new_tokens``, so what it generates is ``C = min(K, max_new_tokens)``.
 A log-t length has no finite mean (``E[exp(sigma T)]`` diverges for every ``nu``), so every
 expectation here is of the capped length ``C`` and needs ``max_new_tokens``.
 
-Everything is vectorised over requests with NumPy and :mod:`scipy.special` on the host: the
+Everything is vectorised over requests with NumPy and :mod:`kvlab.lengths.logt` on the host: the
 predictor runs once per request before admission, not in the simulator's per-step loop. Move
 results to the device with :func:`kvlab.backend.asarray` where a GPU simulator needs them.
 """
@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import special
 
 from .. import _validate as v
+from ..lengths import logt
+from .._intmath import quantile_tokens, round_tokens
 
 #: Composite Gauss-Legendre rule for the capped partial moment: panels x nodes per panel.
 _GL_PANELS = 32
@@ -112,7 +113,7 @@ class LogTPredictive:
         if k.size not in (1, len(self)):
             raise ValueError(f"tokens must be a scalar or hold one count per request ({len(self)}), "
                              f"got {k.size}")
-        return np.where(k >= 1, special.stdtr(self.nu, (np.log(k + 0.5) - self.mu) / self.sigma), 0.0)
+        return np.where(k >= 1, logt.cdf(k + 0.5, self.mu, self.sigma, self.nu), 0.0)
 
     def ppf(self, q: float) -> np.ndarray:
         """Per-request ``q``-quantile of the output length in tokens (what to reserve for ``q``).
@@ -131,17 +132,16 @@ class LogTPredictive:
             Tokens per request.
         """
         q = v.fraction(q, "q", high_closed=False)
-        x = np.exp(self.mu + self.sigma * special.stdtrit(self.nu, q))
+        x = logt.ppf(q, self.mu, self.sigma, self.nu)
         if np.any(x > _MAX_TOKENS):
             raise ValueError(f"q={q} puts some requests' quantile beyond 2**62 tokens "
                              f"(heavy log-t tail); use a smaller q")
-        return np.maximum(np.ceil(x - 0.5), 1).astype(np.int64)
+        return quantile_tokens(x)
 
     def sample(self, rng: np.random.Generator) -> np.ndarray:
         """One draw of the uncapped output length per request, in tokens >= 1 (int64, shape (n,))."""
-        t = rng.standard_t(self.nu, size=len(self))
-        x = np.minimum(np.exp(self.mu + self.sigma * t), _MAX_TOKENS)
-        return np.maximum(np.floor(x + 0.5), 1).astype(np.int64)
+        x = np.minimum(logt.draw(rng, self.mu, self.sigma, self.nu, len(self)), _MAX_TOKENS)
+        return round_tokens(x)
 
     def mean(self, max_new_tokens: int | None = None) -> np.ndarray:
         """Expected generated length ``E[min(K, max_new_tokens)]`` per request (tokens).
@@ -227,27 +227,26 @@ class LogTPredictive:
         mu, sigma = np.tile(self.mu, reps), np.tile(self.sigma, reps)
         nu = self.nu
         half_steps = np.arange(_EXACT_TOKENS) + 0.5
-        log_norm = special.gammaln((nu + 1) / 2) - special.gammaln(nu / 2) - 0.5 * np.log(nu * np.pi)
         out = np.zeros(caps.size)
         for start in range(0, caps.size, _CHUNK_ROWS):
             rows = slice(start, min(start + _CHUNK_ROWS, caps.size))
             m, s, c = mu[rows], sigma[rows], caps[rows]
-            survival = special.stdtr(nu, -(np.log(half_steps)[None, :] - m[:, None]) / s[:, None])
+            survival = logt.sf(half_steps[None, :], m[:, None], s[:, None], nu)
             survival[:, 0] = 1.0   # K >= 1
             exact = np.where(half_steps[None, :] < c[:, None], survival, 0.0).sum(axis=1)
             far = c > _EXACT_TOKENS
             if np.any(far):
                 m, s, c = m[far], s[far], c[far]
-                z_a = (np.log(_EXACT_TOKENS) - m) / s
-                z_c = (np.log(c) - m) / s
+                z_a = logt.standardize(_EXACT_TOKENS, m, s)
+                z_c = logt.standardize(c, m, s)
                 width = (z_c - z_a) / _GL_PANELS
                 # nodes: rows x panels x nodes, mapped from [-1, 1] into each panel
                 left = z_a[:, None] + width[:, None] * np.arange(_GL_PANELS)[None, :]
                 z = left[:, :, None] + (0.5 * width)[:, None, None] * (_GL_NODES + 1.0)[None, None, :]
-                log_f = log_norm - 0.5 * (nu + 1) * np.log1p(z * z / nu)
+                log_f = logt.t_logpdf(z, nu)
                 moment = (np.exp(log_f + s[:, None, None] * z + m[:, None, None]) * _GL_WEIGHTS
                           ).sum(axis=(1, 2)) * 0.5 * width
-                exact[far] += (moment + c * special.stdtr(nu, -z_c)
-                               - _EXACT_TOKENS * special.stdtr(nu, -z_a))
+                exact[far] += (moment + c * logt.sf(c, m, s, nu)
+                               - _EXACT_TOKENS * logt.sf(_EXACT_TOKENS, m, s, nu))
             out[rows] = exact
         return np.clip(out, 0.0, caps)   # the quadrature may stray by ~1e-3 tokens past 0 or the cap

@@ -20,6 +20,7 @@ import pandas as pd
 from scipy import optimize, special
 
 from .. import _validate as v
+from ..lengths import logt
 from .distribution import LogTPredictive
 
 #: Features every predictor uses, in this order after the intercept.
@@ -190,12 +191,11 @@ class _Likelihood:
         _, _, nu = self.split(theta)
         prob, a, b, s = self._terms(theta, nu)
         prob = np.maximum(prob, 1e-300)
-        log_norm = special.gammaln((nu + 1) / 2) - special.gammaln(nu / 2) - 0.5 * np.log(nu * np.pi)
 
         def pdf_and_zpdf(x):
             fin = np.isfinite(x)
             xf = np.where(fin, x, 0.0)
-            f = np.where(fin, np.exp(log_norm - 0.5 * (nu + 1) * np.log1p(xf * xf / nu)), 0.0)
+            f = np.where(fin, np.exp(logt.t_logpdf(xf, nu)), 0.0)
             return f, f * xf
 
         fa, afa = pdf_and_zpdf(a)

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from .. import _validate as v
+from .._intmath import round_tokens
 from .distribution import LogTPredictive
 
 
@@ -93,8 +94,7 @@ def synthetic_requests(num_requests: int, *, seed: int = 0, mu_mean: float = 3.3
     sigma = np.exp(rng.normal(log_sigma_mean, log_sigma_sd, num_requests))
     truth = LogTPredictive(mu=mu, sigma=sigma, nu=nu)
     output = truth.sample(rng)
-    prompt = np.maximum(1, np.round(prompt_median_tokens * np.exp(
-        rng.normal(0.0, prompt_log_sd, num_requests)))).astype(np.int64)
+    prompt = round_tokens(prompt_median_tokens * np.exp(rng.normal(0.0, prompt_log_sd, num_requests)))
     if max_new_tokens is None:
         censored = np.zeros(num_requests, dtype=bool)
     else:
