@@ -20,6 +20,9 @@ prefill that stalls the decodes shows in the tail. It is the simulator's own ``t
 Pipeline parallelism (``pp > 1``) follows :mod:`kvlab.pipeline`: the system is ``pp`` engines
 each serving ``1 / pp`` of the traffic with ``1 / pp`` of the KV pool and ``max_num_seqs`` per
 micro-batch; a trial simulates one engine at ``qps / pp`` and reports the system's ``qps``.
+With ``pipeline_bubbles`` (the default) a trial runs twice: once with equal micro-batches to
+learn the stage times of the micro-batches in flight, then with each iteration's cycle set by
+the slowest of them (:meth:`kvlab.pipeline.PipelineCostModel.with_peers`).
 """
 from __future__ import annotations
 
@@ -114,6 +117,12 @@ class ServingConfig:
         Overrides :func:`kvlab.pipeline.pipeline_cost` (``iteration_s`` is all that is called).
     engine : str, optional
         Simulator engine; the simulator's default when None.
+    stage_link : str
+        Link between pipeline stages (:func:`kvlab.pipeline.pipeline_cost`): ``"in-node"`` or a
+        network link of :data:`kvlab.pipeline.STAGE_LINKS` when the stages span nodes.
+    pipeline_bubbles : bool
+        Under PP, price the bubbles of uneven micro-batches (see the module note); False keeps
+        every micro-batch's cycle at ``pp x`` its own stage time.
     """
 
     model: str
@@ -131,6 +140,8 @@ class ServingConfig:
     preemption_mode: str = "recompute"
     cost_model: CostModel | PipelineCostModel | None = None
     engine: str | None = None
+    stage_link: str = "in-node"
+    pipeline_bubbles: bool = True
 
     def __post_init__(self) -> None:
         v.positive_int(self.tp, "config.tp")
@@ -139,7 +150,7 @@ class ServingConfig:
     def cost(self) -> CostModel | PipelineCostModel:
         """The cost model the trials run with."""
         return self.cost_model if self.cost_model is not None else pipeline_cost(self.model, self.gpu, tp=self.tp,
-                                                                                 pp=self.pp)
+                                                                                 pp=self.pp, link=self.stage_link)
 
     def engine_pool_pages(self) -> int:
         """KV pages of one of the ``pp`` engines (the whole pool when ``pp = 1``)."""
@@ -235,20 +246,43 @@ def serve(workload: pd.DataFrame, config: ServingConfig, qps: float, *, seed: in
           record_iterations: bool = False) -> SimResult:
     """Serve ``workload`` (prompt/output tokens) at a Poisson ``qps`` under ``config``.
 
-    Under PP this runs one of the ``pp`` engines at ``qps / pp`` (see the module note).
-    ``record_iterations`` keeps the per-iteration table (for
+    Under PP this runs one of the ``pp`` engines at ``qps / pp`` (see the module note), twice
+    when ``config.pipeline_bubbles``: the second run's cycles include the bubbles estimated from
+    the first run's stage times. ``record_iterations`` keeps the per-iteration table (for
     :func:`kvlab.sim.metrics.token_gaps_s`).
     """
     qps = v.positive_float(qps, "qps")
     extra: dict[str, Any] = dict(config.policy_params)
     if config.engine is not None:
         extra["engine"] = config.engine
-    return simulate(workload, config.policy, model=config.model, gpu=config.gpu,
-                    max_new_tokens=config.max_new_tokens, block_size=config.block_size,
-                    pool_pages=config.engine_pool_pages(), tp=config.tp, scheduler=config.scheduler,
-                    max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
-                    preemption_mode=config.preemption_mode, arrivals="poisson", qps=qps / config.pp, seed=seed,
-                    record_iterations=record_iterations, cost_model=config.cost(), **extra)
+    cost = config.cost()
+
+    def run(cost_model: Any, record: bool) -> SimResult:
+        return simulate(workload, config.policy, model=config.model, gpu=config.gpu,
+                        max_new_tokens=config.max_new_tokens, block_size=config.block_size,
+                        pool_pages=config.engine_pool_pages(), tp=config.tp, scheduler=config.scheduler,
+                        max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
+                        preemption_mode=config.preemption_mode, arrivals="poisson", qps=qps / config.pp,
+                        seed=seed, record_iterations=record, cost_model=cost_model, **extra)
+
+    if not (config.pipeline_bubbles and isinstance(cost, PipelineCostModel) and cost.peer_stage_s is None):
+        return run(cost, record_iterations)
+    return run(with_bubbles(cost, run(cost, True)), record_iterations)
+
+
+def with_bubbles(cost: PipelineCostModel, first: SimResult) -> PipelineCostModel:
+    """``cost`` with its peers' stage times taken from ``first``, a run under ``cost`` without peers.
+
+    Each iteration of ``first`` lasted ``pp x`` its stage time; the time the engine sat idle
+    (no work between arrivals) counts as rounds of empty micro-batches, one per mean cycle.
+    """
+    it = first.iterations
+    if it is None or not len(it):
+        raise ValueError("the first run must record its iterations (record_iterations=True) and have some")
+    dur = it["duration_s"].to_numpy(dtype=np.float64)
+    span_s = float((it["start_s"] + it["duration_s"]).max() - first.requests["arrival_s"].min())
+    idle_rounds = max(span_s - float(dur.sum()), 0.0) / float(dur.mean()) if dur.mean() > 0 else 0.0
+    return cost.with_peers(dur / cost.pp, idle_rounds=idle_rounds)
 
 
 def _verdict(m: Mapping[str, float], slo: SLO) -> str:
