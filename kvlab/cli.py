@@ -1,7 +1,8 @@
 """The ``kvlab`` command.
 
-``kvlab report [NOTEBOOK ...] [-p NAME VALUE ...] [-f PARAMS.yaml] [--out DIR]`` runs notebooks
-as papermill reports (see :mod:`kvlab.report`).
+``kvlab report [NOTEBOOK ...] [-p NAME VALUE ...] [-f PARAMS.yaml] [--out DIR] [--show-code]`` runs
+notebooks as papermill reports (see :mod:`kvlab.report`); ``kvlab report --list-params [NOTEBOOK ...]``
+lists their parameters.
 
 ``kvlab recommend TRACE --model M --gpu G --slo-p99-tbt SECONDS`` prints the output reservation,
 overflow policy and server flags that meet a latency SLO on a trace (see :mod:`kvlab.recommend`).
@@ -40,14 +41,27 @@ def _load_params_file(path: str) -> dict:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from .report import run_report  # noqa: PLC0415
+    import warnings  # noqa: PLC0415
 
+    from .report import ParameterWarning, format_parameters, resolve_notebooks, run_report  # noqa: PLC0415
+
+    if args.list_params:
+        print(format_parameters(resolve_notebooks(args.notebooks)))
+        return 0
     params: dict = {}
     for f in args.params_file or []:
         params.update(_load_params_file(f))
     for name, value in args.param or []:
         params[name] = _parse_value(value)
-    dest = run_report(args.notebooks, params, out=args.out, progress=not args.no_progress)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ParameterWarning)
+        dest = run_report(args.notebooks, params, out=args.out, progress=not args.no_progress,
+                          show_code=args.show_code)
+    for w in caught:
+        if issubclass(w.category, ParameterWarning):
+            print(f"kvlab report: warning: {w.message}", file=sys.stderr)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     print(f"report written to {dest}")
     print(f"open {dest / 'index.html'}")
     return 0
@@ -87,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="YAML file of parameters (name: value, or notebook: {name: value})")
     rep.add_argument("--out", help="output folder (default reports/run-<timestamp>); must not exist")
     rep.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    rep.add_argument("--show-code", action="store_true", help="keep code cells in the HTML pages")
+    rep.add_argument("--list-params", action="store_true",
+                     help="print each selected notebook's parameters (type, default, help) and exit")
     rep.set_defaults(func=_cmd_report)
     rec = sub.add_parser("recommend", help="output reservation, overflow policy and server flags for a trace and SLO")
     rec.add_argument("trace", help="trace file (.csv, .jsonl, .json, .parquet; any format kvlab.traces.load reads)")

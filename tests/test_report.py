@@ -113,3 +113,93 @@ def test_default_run_folder_under_reports(notebooks, tmp_path, monkeypatch):
     runs = list((tmp_path / "reports").iterdir())
     assert len(runs) == 1 and runs[0].name.startswith("run-")
     assert sorted(p.name for p in runs[0].iterdir()) == ["01_good.html", "01_good.ipynb", "01_good.json", "index.html"]
+
+
+def test_numbers_in_tables_are_formatted():
+    from kvlab.report.kernel import format_number
+
+    # four significant digits, thousands separators, no trailing zeros (hand-worked)
+    assert format_number(1166.6605) == "1,167"
+    assert format_number(123.456) == "123.5"
+    assert format_number(0.5) == "0.5"
+    assert format_number(2048.0) == "2,048"
+    assert format_number(1234567.8) == "1,234,568"
+    assert format_number(0.012345) == "0.01235"
+    assert format_number(-3.14159) == "-3.142"
+    assert format_number(3.2e-5) == "3.2e-05"
+    assert format_number(0.0) == "0"
+
+
+def test_verdicts_are_counted_by_their_first_word():
+    claims = [{"verdict": "holds"}, {"verdict": "differs: 2.1x, not 4.6x"}, {"verdict": "Holds exactly"},
+              {"verdict": "not reproducible here: no H200 measurements"}, {"claim": "no verdict key"}]
+    assert report.verdict_counts(claims) == {"holds": 2, "differs": 1, "not reproducible": 1, "no verdict": 1}
+    assert report.verdict_counts(None) == {}
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077])
+def test_report_files_follow_the_umask(notebooks, tmp_path, mask):
+    good, _ = notebooks
+    old = os.umask(mask)
+    try:
+        out = report.run_report([str(good)], out=tmp_path / "run", progress=False)
+    finally:
+        os.umask(old)
+    assert (out.stat().st_mode & 0o777) == 0o777 & ~mask
+    for f in out.iterdir():
+        assert (f.stat().st_mode & 0o777) == 0o666 & ~mask, f.name
+
+
+def test_parameter_reaching_only_some_notebooks_warns(notebooks, tmp_path, capsys):
+    good, _ = notebooks
+    other = tmp_path / "nbs" / "03_other.ipynb"
+    nb = new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [new_code_cell("y = 2  # another knob\nresults_path = 'r.json'", metadata={"tags": ["parameters"]}),
+                new_code_cell("import kvlab\nkvlab.report.write_results(results_path, {'y': y})")]
+    nbformat.write(nb, str(other))
+    with pytest.warns(report.ParameterWarning, match="parameter x is used only by 01_good; 03_other does not"):
+        per = report.split_parameters([good, other], {"x": 3})
+    assert per == {good: {"x": 3}, other: {}}
+    out = tmp_path / "run"
+    assert main(["report", str(good), str(other), "-p", "y", "5", "--out", str(out), "--no-progress"]) == 0
+    assert "warning: parameter y is used only by 03_other; 01_good does not declare it" in capsys.readouterr().err
+    assert json.loads((out / "03_other.json").read_text()) == {"y": 5}
+
+
+def _declared_in_cell(path):
+    """The names assigned in a notebook's parameters cell and their trailing comments, read with
+    Python's own parser (independently of papermill)."""
+    import ast
+    import io
+    import tokenize
+
+    nb = nbformat.read(str(path), as_version=4)
+    src = next(c.source for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    names = [t.id for node in ast.parse(src).body if isinstance(node, (ast.Assign, ast.AnnAssign))
+             for t in (node.targets if isinstance(node, ast.Assign) else [node.target])]
+    comments = [tok.string.lstrip("# ").strip() for tok in tokenize.generate_tokens(io.StringIO(src).readline)
+                if tok.type == tokenize.COMMENT and tok.line[:tok.start[1]].strip()]  # trailing comments
+    return names, comments
+
+
+def test_list_params_prints_every_parameter_of_every_notebook(capsys):
+    assert main(["report", "--list-params"]) == 0
+    text = capsys.readouterr().out
+    blocks = {b.splitlines()[0]: b for b in text.strip().split("\n\n")}
+    paths = report.list_notebooks()
+    assert sorted(blocks) == [p.stem for p in paths]
+    for path in paths:
+        names, comments = _declared_in_cell(path)
+        listed = [line.split()[0] for line in blocks[path.stem].splitlines()[2:]]
+        assert listed == names, path.stem
+        for comment in comments:
+            assert comment in blocks[path.stem], (path.stem, comment)
+
+
+def test_list_params_of_one_notebook(notebooks, capsys):
+    good, _ = notebooks
+    assert main(["report", "--list-params", str(good)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "01_good"
+    assert [ln.split()[:3] for ln in lines[2:]] == [["x", "int", "1"], ["results_path", "str", "'r.json'"]]
