@@ -5,10 +5,12 @@ context already cached before them) and one token per decoding sequence. Its tim
 
     max(compute, memory) + tensor-parallel all-reduce + fixed overhead
 
-* compute = (2 x params x tokens + 4 x layers x q_heads x head_dim x attention_pairs) / TP
-  / (peak dense BF16 FLOP/s x ``compute_efficiency``); ``attention_pairs`` counts (query, key)
-  pairs of causal attention: a decode at context L adds L, a prefill chunk of c tokens after k
-  cached tokens adds c k + c (c + 1) / 2 (quadratic in sequence length);
+* compute = (2 x active params x tokens + layers x FLOPs per pair x attention_pairs) / TP
+  / (peak dense BF16 FLOP/s x ``compute_efficiency``); active params are those one token passes
+  through (a mixture of experts counts its ``experts_per_token`` experts); FLOPs per pair are
+  ``2 q_heads (head_dim + v_head_dim)`` (``4 q_heads head_dim`` for ordinary attention);
+  ``attention_pairs`` counts (query, key) pairs of causal attention: a decode at context L adds
+  L, a prefill chunk of c tokens after k cached tokens adds c k + c (c + 1) / 2 (quadratic in sequence length);
 * memory = (weights per GPU + KV bytes per token per GPU x ``kv_tokens``) / (HBM bandwidth x
   ``bandwidth_efficiency``); ``kv_tokens`` sums each scheduled sequence's context after the
   iteration (the cache it reads plus the tokens it writes);
@@ -109,8 +111,8 @@ def roofline(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int
     ring = 2.0 * (tp - 1) / tp
     return CostModel(
         model_name=m.name, gpu_name=g.name, tp=tp, pp=pp,
-        linear_flops_per_token=2.0 * m.num_params / (tp * pp),
-        attention_flops_per_pair=4.0 * layers * m.num_q_heads * m.head_dim / tp,
+        linear_flops_per_token=2.0 * m.num_active_params / (tp * pp),
+        attention_flops_per_pair=layers * m.attention_flops_per_pair_per_layer / tp,
         weight_bytes=m.weight_bytes_per_gpu(tp=tp, pp=pp, dtype_bytes=dtype_bytes),
         kv_bytes_per_token=float(m.kv_bytes_per_token(tp=tp, pp=pp, dtype_bytes=dtype_bytes)),
         effective_flops_per_s=g.bf16_flops_per_s * compute_efficiency,

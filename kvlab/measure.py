@@ -90,8 +90,9 @@ def page_copy_bytes(model: str | ModelSpec, block_size: int, copy_mode: str, *, 
     m = _model(model)
     block_size = v.positive_int(block_size, "block_size")
     v.choice(copy_mode, "copy_mode", ("per_layer_page", "per_page"))
-    per_layer = block_size * m.kv_heads_per_gpu(tp) * m.head_dim * dtype_bytes
-    return per_layer if copy_mode == "per_layer_page" else per_layer * 2 * m.num_layers
+    # One copy moves one cache tensor (K, V, or MLA's latent) of one layer, or the whole page.
+    per_tensor = block_size * m.kv_bytes_per_token_per_layer(tp=tp, dtype_bytes=dtype_bytes) // m.kv_tensors_per_layer
+    return per_tensor if copy_mode == "per_layer_page" else per_tensor * m.kv_tensors_per_layer * m.num_layers
 
 
 def measure_copies(model: str | ModelSpec, *, block_sizes: Sequence[int] = (8, 16, 32, 64, 128), tp: int = 1,
@@ -332,7 +333,7 @@ def measured_crossover(profile: pd.DataFrame, copies: pd.DataFrame, model: str |
         if set(per_copy.index) != {"d2h", "h2d"}:
             raise ValueError(f"copy table has no d2h and h2d rows of {size} bytes ({copy_mode} at "
                              f"block_size {block_size} for {m.name})")
-        copies_per_page = 2 * m.num_layers if copy_mode == "per_layer_page" else 1
+        copies_per_page = m.kv_tensors_per_layer * m.num_layers if copy_mode == "per_layer_page" else 1
         swap_s = pages * copies_per_page * (per_copy["d2h"] + per_copy["h2d"])
     rec = pre["seconds"].to_numpy(dtype=np.float64)
     at, n = crossing_tokens(seq, rec, swap_s)

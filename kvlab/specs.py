@@ -1,23 +1,41 @@
 """Model and GPU specifications: the numbers every memory and time estimate in kvlab starts from.
 
-Shipped as ``data/models.csv`` and ``data/gpus.csv``, one row per model or GPU with its source.
+Shipped as ``data/models.csv`` and ``data/gpus.csv``, one row per model or GPU with its source;
+:func:`model_from_config` builds a :class:`ModelSpec` from any Hugging Face ``config.json``.
 Names are matched ignoring case, spaces, hyphens and underscores ("Llama-3-8B" == "llama3_8b").
 
-KV bytes per token = 2 (K and V) x layers x kv_heads x head_dim x dtype_bytes; under tensor
-parallelism each GPU holds kv_heads / TP heads (at least one: heads are replicated when TP exceeds
-them, as vLLM does) and under pipeline parallelism layers / PP layers.
+KV bytes per token, per layer:
+
+* grouped-query / multi-head attention: 2 (K and V) x kv_heads x head_dim x dtype_bytes; under
+  tensor parallelism each GPU holds kv_heads / TP heads (at least one: heads are replicated
+  when TP exceeds them, as vLLM does);
+* multi-head latent attention (MLA, DeepSeek-V2/V3): one compressed latent of ``kv_lora_rank``
+  elements plus the shared rope key of ``qk_rope_head_dim`` elements, x dtype_bytes, not
+  heads x head_dim; the latent has no head axis, so every tensor-parallel GPU holds all of it
+  (as vLLM's MLA cache does).
+
+Under pipeline parallelism ``layers / PP`` layers sit on one GPU (the largest stage).
+Sliding-window layers (Mistral-7B-v0.1, Gemma-2, Phi-3) are counted like full-attention layers in
+:meth:`ModelSpec.kv_bytes_per_token`: the paged pool keeps every token of a sequence in every
+layer, which is exact up to the window and an upper bound beyond it (vLLM without its hybrid
+allocator); :meth:`ModelSpec.kv_bytes` gives the bytes when windowed layers keep only the window.
+Weights count total parameters (every expert is stored); FLOPs count active parameters (a
+mixture-of-experts token passes through ``experts_per_token`` experts).
 """
 from __future__ import annotations
 
+import os
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any, Mapping
 
 import pandas as pd
 
 from . import _validate as v
 from ._intmath import ceil_div
 from ._paths import DATA_DIR
+from .hf_config import spec_fields
 
 MIB = 1024**2
 GIB = 1024**3
@@ -34,13 +52,32 @@ class ModelSpec:
     Parameters
     ----------
     num_layers, num_q_heads, num_kv_heads, head_dim, hidden_size, intermediate_size : int
-        Architecture (heads and dims in elements).
+        Architecture (heads and dims in elements). ``head_dim`` is the query/key head dim
+        (MLA: ``qk_nope_head_dim + qk_rope_head_dim``); ``intermediate_size`` the dense MLP width.
     gated_mlp : bool
-        SwiGLU-style MLP with three matrices (Llama) rather than two (Falcon).
+        SwiGLU-style MLP with three matrices (Llama) rather than two (Falcon, OPT, GPT-J).
     num_params : int
-        Parameter count (weights), for weight bytes and linear-layer FLOPs.
+        Total parameter count (every expert), for weight bytes.
+    vocab_size : int
+        Vocabulary (tokens).
     max_context_tokens : int
         Longest sequence the model accepts (prompt + output), tokens.
+    num_active_params : int, optional
+        Parameters one token passes through (mixture of experts: ``experts_per_token`` of the
+        routed experts), for linear-layer FLOPs; default ``num_params`` (dense).
+    num_experts, experts_per_token, moe_intermediate_size : int
+        Routed experts per MoE layer, experts each token uses, width of one expert's MLP; 0 for
+        a dense model (``moe_intermediate_size`` 0 means ``intermediate_size``).
+    sliding_window_tokens : int, optional
+        Attention window of the windowed layers (tokens); None when every layer is global.
+    num_sliding_layers : int
+        Layers that attend within the window (Gemma-2: every other layer).
+    kv_lora_rank, qk_rope_head_dim : int
+        MLA's compressed KV rank and rope key dim (elements); 0 for grouped-query attention.
+    v_head_dim : int
+        Value head dim when it differs from ``head_dim`` (MLA); 0 means ``head_dim``.
+    source : str
+        Where the numbers come from.
     """
 
     name: str
@@ -55,6 +92,67 @@ class ModelSpec:
     vocab_size: int
     max_context_tokens: int
     source: str = ""
+    num_active_params: int = 0
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    sliding_window_tokens: int | None = None
+    num_sliding_layers: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+
+    def __post_init__(self) -> None:
+        for f in _INT_FIELDS:
+            v.positive_int(getattr(self, f), f"{self.name}: {f}")
+        for f in _ZERO_INT_FIELDS:
+            v.nonnegative_int(getattr(self, f), f"{self.name}: {f}")
+        if self.num_active_params == 0:
+            object.__setattr__(self, "num_active_params", self.num_params)
+        if self.v_head_dim == 0:
+            object.__setattr__(self, "v_head_dim", self.head_dim)
+        if self.num_active_params > self.num_params:
+            raise ValueError(f"{self.name}: num_active_params {self.num_active_params} exceeds num_params "
+                             f"{self.num_params}")
+        if self.num_experts and not 0 < self.experts_per_token <= self.num_experts:
+            raise ValueError(f"{self.name}: experts_per_token must be in 1..num_experts ({self.num_experts}), "
+                             f"got {self.experts_per_token}")
+        if self.num_sliding_layers > self.num_layers:
+            raise ValueError(f"{self.name}: num_sliding_layers {self.num_sliding_layers} exceeds the "
+                             f"{self.num_layers} layers")
+        if (self.sliding_window_tokens is None) != (self.num_sliding_layers == 0):
+            raise ValueError(f"{self.name}: sliding_window_tokens and num_sliding_layers go together "
+                             f"(got {self.sliding_window_tokens!r} and {self.num_sliding_layers})")
+        if self.sliding_window_tokens is not None:
+            v.positive_int(self.sliding_window_tokens, f"{self.name}: sliding_window_tokens")
+        if bool(self.kv_lora_rank) != bool(self.qk_rope_head_dim):
+            raise ValueError(f"{self.name}: MLA needs both kv_lora_rank and qk_rope_head_dim "
+                             f"(got {self.kv_lora_rank} and {self.qk_rope_head_dim})")
+
+    @property
+    def is_mla(self) -> bool:
+        """True for multi-head latent attention (a compressed KV latent per layer)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def is_moe(self) -> bool:
+        """True for a mixture-of-experts model."""
+        return self.num_experts > 0
+
+    @property
+    def kv_tensors_per_layer(self) -> int:
+        """Cache tensors per layer: 2 (K and V) for grouped-query attention, 1 latent for MLA."""
+        return 1 if self.is_mla else 2
+
+    @property
+    def attention_flops_per_pair_per_layer(self) -> float:
+        """FLOPs of one (query, key) pair in one layer, all heads: ``2 q (head_dim + v_head_dim)``.
+
+        Scores (``2 head_dim`` per head) plus the weighted sum of values (``2 v_head_dim``);
+        ``4 q head_dim`` for ordinary attention. MLA is counted with its keys and values
+        decompressed (how prefill runs; decode on the latent costs more FLOPs, fewer bytes).
+        """
+        return 2.0 * self.num_q_heads * (self.head_dim + self.v_head_dim)
 
     def kv_heads_per_gpu(self, tp: int = 1) -> int:
         """KV heads held by one GPU under tensor parallelism ``tp`` (replicated when tp > heads)."""
@@ -68,17 +166,53 @@ class ModelSpec:
             raise ValueError(f"pp={pp} exceeds the {self.num_layers} layers of {self.name}")
         return ceil_div(self.num_layers, pp)
 
-    def kv_bytes_per_token(self, *, tp: int = 1, pp: int = 1, dtype_bytes: int = 2) -> int:
-        """KV-cache bytes one token occupies on one GPU (bytes/token)."""
+    def kv_bytes_per_token_per_layer(self, *, tp: int = 1, dtype_bytes: int = 2) -> int:
+        """KV-cache bytes one token occupies in one layer on one GPU (bytes/token).
+
+        ``2 x kv_heads_per_gpu(tp) x head_dim x dtype_bytes``, or for MLA
+        ``(kv_lora_rank + qk_rope_head_dim) x dtype_bytes`` on every GPU.
+        """
         dtype_bytes = v.positive_int(dtype_bytes, "dtype_bytes")
-        return 2 * self.layers_per_gpu(pp) * self.kv_heads_per_gpu(tp) * self.head_dim * dtype_bytes
+        tp = v.positive_int(tp, "tp")
+        if self.is_mla:
+            return (self.kv_lora_rank + self.qk_rope_head_dim) * dtype_bytes
+        return 2 * self.kv_heads_per_gpu(tp) * self.head_dim * dtype_bytes
+
+    def kv_bytes_per_token(self, *, tp: int = 1, pp: int = 1, dtype_bytes: int = 2) -> int:
+        """KV-cache bytes one token occupies on one GPU (bytes/token), every layer holding it.
+
+        What the paged pool reserves per token (see the module docstring for sliding windows).
+        """
+        per_layer = self.kv_bytes_per_token_per_layer(tp=tp, dtype_bytes=dtype_bytes)
+        return self.layers_per_gpu(pp) * per_layer
+
+    def kv_bytes(self, context_tokens: int, *, tp: int = 1, pp: int = 1, dtype_bytes: int = 2) -> int:
+        """KV-cache bytes of one sequence of ``context_tokens`` on one GPU when windowed layers
+        keep only their last ``sliding_window_tokens`` tokens (bytes).
+
+        Under pipeline parallelism, the largest stage with as many full-attention layers as it
+        can hold (an upper bound over stages).
+        """
+        context_tokens = v.nonnegative_int(context_tokens, "context_tokens")
+        per_layer = self.kv_bytes_per_token_per_layer(tp=tp, dtype_bytes=dtype_bytes)
+        layers = self.layers_per_gpu(pp)
+        full = min(layers, self.num_layers - self.num_sliding_layers)
+        window = context_tokens if self.sliding_window_tokens is None else min(context_tokens,
+                                                                               self.sliding_window_tokens)
+        return per_layer * (full * context_tokens + (layers - full) * window)
 
     def weight_bytes_per_gpu(self, *, tp: int = 1, pp: int = 1, dtype_bytes: int = 2) -> float:
-        """Weight bytes held by one GPU, parameters split evenly over tp x pp GPUs (bytes)."""
+        """Weight bytes held by one GPU, all ``num_params`` split evenly over tp x pp GPUs (bytes)."""
         tp = v.positive_int(tp, "tp")
         pp = v.positive_int(pp, "pp")
         dtype_bytes = v.positive_int(dtype_bytes, "dtype_bytes")
         return self.num_params * dtype_bytes / (tp * pp)
+
+
+_INT_FIELDS = ("num_layers", "num_q_heads", "num_kv_heads", "head_dim", "hidden_size", "intermediate_size",
+               "num_params", "vocab_size", "max_context_tokens")
+_ZERO_INT_FIELDS = ("num_active_params", "num_experts", "experts_per_token", "moe_intermediate_size",
+                    "num_sliding_layers", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,7 +230,14 @@ class GPUSpec:
     host_link_bytes_per_s : float
         GPU <-> host bandwidth per direction (bytes/s), e.g. PCIe Gen4 x16 = 31.5e9.
     interconnect_bytes_per_s : float
-        GPU <-> GPU bandwidth per direction used by tensor-parallel all-reduce (bytes/s).
+        GPU <-> GPU bandwidth per direction inside a node, used by tensor-parallel all-reduce
+        (bytes/s).
+    internode_bytes_per_s : float
+        Bandwidth per direction one GPU gets to a GPU in another node (bytes/s): the link of a
+        pipeline stage boundary that crosses nodes, e.g. one 200 Gb/s InfiniBand HDR adapter
+        per GPU = 25e9.
+    internode_link : str
+        That link in words (the node type it assumes).
     """
 
     name: str
@@ -106,6 +247,8 @@ class GPUSpec:
     host_link_bytes_per_s: float
     host_link: str
     interconnect_bytes_per_s: float
+    internode_bytes_per_s: float
+    internode_link: str
     source: str = ""
 
 
@@ -137,17 +280,51 @@ def _lookup(table: pd.DataFrame, name: str, what: str) -> pd.Series:
     return hit.iloc[0]
 
 
+def _optional_int(value: object) -> int | None:
+    return None if pd.isna(value) else int(value)
+
+
 def model(name: str | ModelSpec) -> ModelSpec:
     """The :class:`ModelSpec` called ``name`` (a ``ModelSpec`` is passed through)."""
     if isinstance(name, ModelSpec):
         return name
     row = _lookup(_model_table(), name, "model")
-    kw = {f.name: row[f.name] for f in fields(ModelSpec)}
-    ints = {"num_layers", "num_q_heads", "num_kv_heads", "head_dim", "hidden_size",
-            "intermediate_size", "num_params", "vocab_size", "max_context_tokens"}
-    kw = {k: (int(x) if k in ints else x) for k, x in kw.items()}
-    kw["gated_mlp"] = bool(row["gated_mlp"])
+    kw: dict = {"name": str(row["name"]), "source": str(row["source"]), "gated_mlp": bool(row["gated_mlp"]),
+                "sliding_window_tokens": _optional_int(row["sliding_window_tokens"])}
+    kw.update({f: int(row[f]) for f in _INT_FIELDS})
+    kw.update({f: _optional_int(row[f]) or 0 for f in _ZERO_INT_FIELDS})
     return ModelSpec(**kw)
+
+
+def model_from_config(path_or_dict: str | os.PathLike | Mapping[str, Any], name: str | None = None) -> ModelSpec:
+    """A :class:`ModelSpec` from a Hugging Face ``config.json`` (path, folder holding it, or dict).
+
+    Reads ``model_type`` llama, mistral, qwen2, gemma2, phi3 (dense, grouped-query), mixtral
+    (mixture of experts), deepseek_v3 (MLA + mixture of experts), opt, falcon and gptj, and
+    counts total and active parameters from the shapes (formula in :mod:`kvlab.hf_config`;
+    tied embeddings counted once). The result works wherever kvlab takes a model name.
+
+    Parameters
+    ----------
+    path_or_dict : path or mapping
+        The config.
+    name : str, optional
+        The spec's name; default the config's ``_name_or_path``, else ``<model_type>-<size>B``.
+
+    Raises
+    ------
+    ValueError
+        Unreadable file, unsupported ``model_type``, or a missing or malformed key (named).
+
+    Examples
+    --------
+    >>> cfg = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+    ...        "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 256}
+    >>> m = model_from_config(cfg, name="toy")
+    >>> m.kv_bytes_per_token()  # 2 (K, V) x 2 layers x 2 KV heads x 16 head dim x 2 bytes
+    256
+    """
+    return ModelSpec(**spec_fields(path_or_dict, name))
 
 
 def gpu(name: str | GPUSpec) -> GPUSpec:
@@ -163,5 +340,7 @@ def gpu(name: str | GPUSpec) -> GPUSpec:
         host_link_bytes_per_s=float(row["host_link_gbps"]) * 1e9,
         host_link=str(row["host_link"]),
         interconnect_bytes_per_s=float(row["interconnect_gbps"]) * 1e9,
+        internode_bytes_per_s=float(row["internode_gbps"]) * 1e9,
+        internode_link=str(row["internode_link"]),
         source=str(row["source"]),
     )

@@ -121,7 +121,7 @@ def swap_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, dtype
     return SwapModel(
         model_name=m.name, gpu_name=g.name, tp=tp, copy_mode=copy_mode,
         kv_bytes_per_token=float(m.kv_bytes_per_token(tp=tp, dtype_bytes=dtype_bytes)),
-        copies_per_page=2 * m.num_layers if copy_mode == "per_layer_page" else 1,
+        copies_per_page=m.kv_tensors_per_layer * m.num_layers if copy_mode == "per_layer_page" else 1,
         batched=copy_mode == "batched", link_bytes_per_s=link, copy_latency_s=copy_latency_s)
 
 

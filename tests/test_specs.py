@@ -1,6 +1,10 @@
+import dataclasses
+
 import pytest
+import yaml
 
 from kvlab import specs
+from kvlab._paths import DATA_DIR
 
 
 @pytest.mark.parametrize("name, expected", [
@@ -68,3 +72,75 @@ def test_bad_parallelism_raises_naming_parameter(kw):
 def test_pipeline_stages_beyond_layers_raise():
     with pytest.raises(ValueError, match="pp=64 exceeds the 32 layers"):
         specs.model("Llama-3-8B").kv_bytes_per_token(pp=64)
+
+
+# --- catalogue rows against their configs and published parameter counts ---------------------
+
+def test_every_catalogue_row_is_its_config_through_model_from_config():
+    configs = yaml.safe_load((DATA_DIR / "model_configs.yaml").read_text())
+    table = specs.models()
+    assert set(table["name"]) == set(configs)
+    for name, entry in configs.items():
+        want = specs.model_from_config(entry["config"], name=name)
+        got = specs.model(name)
+        assert dataclasses.replace(got, source="") == dataclasses.replace(want, source=""), name
+        assert got.source == entry["source"]
+
+
+@pytest.mark.parametrize("name, published, rtol", [
+    # Exact counts from the checkpoints' safetensors metadata / model cards.
+    ("Llama-2-7B", 6_738_415_616, 0), ("Llama-3-8B", 8_030_261_248, 0), ("Mistral-7B", 7_241_732_096, 0),
+    ("Mixtral-8x7B", 46_702_792_704, 0), ("OPT-13B", 12_853_473_280, 0),
+    # GPT-J model card: 6,053,381,344 (its count differs by 0.04%: the card's figure includes
+    # something the config's shapes do not show).
+    ("GPT-J-6B", 6_053_381_344, 5e-4),
+    # Rounded figures of papers and model cards, to their rounding.
+    ("Qwen2.5-7B", 7.61e9, 1e-3), ("Qwen2.5-72B", 72.7e9, 1e-3), ("Llama-3.1-405B", 405e9, 3e-3),
+    ("DeepSeek-V3", 671e9, 1e-3), ("OPT-175B", 175e9, 3e-3), ("Gemma-2-9B", 9.24e9, 1e-3),
+    ("Phi-3-mini-4k", 3.8e9, 1e-2), ("Falcon-180B", 180e9, 1e-2),
+])
+def test_parameter_counts_match_published_figures(name, published, rtol):
+    assert specs.model(name).num_params == pytest.approx(published, rel=rtol, abs=0)
+
+
+def test_active_parameters_of_the_mixtures_of_experts():
+    assert specs.model("Mixtral-8x7B").num_active_params == pytest.approx(12.9e9, rel=2e-3)  # Mixtral paper: 12.9B
+    assert specs.model("DeepSeek-V3").num_active_params == pytest.approx(37e9, rel=2e-2)    # DeepSeek-V3: 37B
+    assert specs.model("Llama-3-8B").num_active_params == specs.model("Llama-3-8B").num_params
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("OPT-13B", 2 * 40 * 5120 * 2),            # 800 KB per token, as the vLLM paper states
+    ("GPT-J-6B", 2 * 28 * 16 * 256 * 2),
+    ("Qwen2.5-7B", 2 * 28 * 4 * 128 * 2),
+    ("Gemma-2-9B", 2 * 42 * 8 * 256 * 2),
+    ("DeepSeek-V3", 61 * (512 + 64) * 2),      # MLA: latent + rope key per layer, no head axis
+])
+def test_kv_bytes_per_token_of_new_rows(name, expected):
+    assert specs.model(name).kv_bytes_per_token() == expected
+
+
+def test_mla_latent_is_replicated_under_tensor_parallelism_and_split_by_pipeline():
+    m = specs.model("DeepSeek-V3")
+    assert m.kv_bytes_per_token(tp=8) == 61 * 576 * 2
+    assert m.kv_bytes_per_token(pp=2) == 31 * 576 * 2
+    assert m.kv_tensors_per_layer == 1 and specs.model("Llama-3-8B").kv_tensors_per_layer == 2
+
+
+def test_sliding_window_bytes_keep_the_window_only_in_windowed_layers():
+    g = specs.model("Gemma-2-9B")  # 42 layers, 21 of them windowed at 4096; 8,192 bytes per token per layer
+    per_layer = 2 * 8 * 256 * 2
+    assert g.kv_bytes(1000) == 42 * 1000 * per_layer == 1000 * g.kv_bytes_per_token()
+    assert g.kv_bytes(8192) == (21 * 8192 + 21 * 4096) * per_layer
+    # Two stages of 21 layers: the worst stage holds the 21 global layers.
+    assert g.kv_bytes(8192, pp=2) == 21 * 8192 * per_layer
+    assert specs.model("Llama-3-8B").kv_bytes(5000) == 5000 * 131_072
+
+
+def test_new_gpu_rows_and_links():
+    for name in ["A40", "A100-40GB-PCIe", "B200", "A10G", "MI300X"]:
+        assert specs.gpu(name).source
+    a100 = specs.gpu("A100-80GB-SXM")
+    assert a100.internode_bytes_per_s == 25e9  # 200 Gb/s HDR InfiniBand per GPU
+    assert a100.internode_bytes_per_s < a100.interconnect_bytes_per_s
+    assert specs.gpu("B200").bf16_flops_per_s == 36e15 / 8 / 2  # HGX B200: 36 PFLOP/s sparse for 8 GPUs
