@@ -36,9 +36,9 @@ import numpy as np
 import pandas as pd
 
 from . import _validate as v
-from .costmodel import CostModel
+from .costmodel import describe as _describe_cost, resolve as _resolve_cost
 from .lengths import Profile, workload_sample
-from .pipeline import PipelineCostModel, pipeline_cost
+from .pipeline import PipelineCostModel
 from .reservation import pool_pages as _pool_pages
 from .sim import SimResult, simulate
 from .trace_window import trace_window
@@ -113,8 +113,10 @@ class ServingConfig:
         KV pages per GPU for the whole system; default ``kvlab.pool_pages(model, gpu, tp, pp)``.
     preemption_mode : {"recompute", "swap", "reject"}
         What a preempted request goes through.
-    cost_model : CostModel or PipelineCostModel, optional
-        Overrides :func:`kvlab.pipeline.pipeline_cost` (``iteration_s`` is all that is called).
+    cost_model : {"measured", "roofline"}, cost model object or None
+        The iteration-time model (:func:`kvlab.costmodel.resolve` with this TP and PP): ``None``
+        is the measured model where the GPU has measurements, else the roofline; an object
+        (``iteration_s`` is all that is called) is used as is.
     engine : str, optional
         Simulator engine; the simulator's default when None.
     stage_link : str
@@ -138,7 +140,7 @@ class ServingConfig:
     block_size: int = 16
     pool_pages: int | None = None
     preemption_mode: str = "recompute"
-    cost_model: CostModel | PipelineCostModel | None = None
+    cost_model: Any = None
     engine: str | None = None
     stage_link: str = "in-node"
     pipeline_bubbles: bool = True
@@ -147,10 +149,13 @@ class ServingConfig:
         v.positive_int(self.tp, "config.tp")
         v.positive_int(self.pp, "config.pp")
 
-    def cost(self) -> CostModel | PipelineCostModel:
+    def cost(self) -> Any:
         """The cost model the trials run with."""
-        return self.cost_model if self.cost_model is not None else pipeline_cost(self.model, self.gpu, tp=self.tp,
-                                                                                 pp=self.pp, link=self.stage_link)
+        return _resolve_cost(self.cost_model, self.model, self.gpu, tp=self.tp, pp=self.pp, link=self.stage_link)
+
+    def cost_label(self) -> str:
+        """The readable name of :meth:`cost` (recorded with every capacity result)."""
+        return _describe_cost(self.cost())
 
     def engine_pool_pages(self) -> int:
         """KV pages of one of the ``pp`` engines (the whole pool when ``pp = 1``)."""
@@ -195,7 +200,7 @@ class CapacityResult:
     def __str__(self) -> str:
         c = self.config
         return (f"CapacityResult({c.model} on {c.tp * c.pp} x {c.gpu} (TP{c.tp}-PP{c.pp}), {c.scheduler}, "
-                f"policy {c.policy}, {self.slo}): {self.capacity_qps:.3f} requests/s after "
+                f"policy {c.policy}, {self.slo}, cost model {c.cost_label()}): {self.capacity_qps:.3f} requests/s after "
                 f"{len(self.trials)} trials of {self.num_requests} requests; {self.reason}")
 
 
@@ -465,5 +470,5 @@ def capacity_table(found: Mapping[Any, CapacityResult], *, key_names: Sequence[s
                      "scheduler": c.scheduler, "token_budget_tokens": c.max_num_batched_tokens, "policy": c.policy,
                      "max_new_tokens": c.max_new_tokens, "tbt_slo_s": r.slo.tbt_p99_s,
                      "scheduling_delay_slo_s": r.slo.scheduling_delay_p50_s, "capacity_qps": r.capacity_qps,
-                     "num_trials": len(r.trials), "binding": r.binding()})
+                     "num_trials": len(r.trials), "binding": r.binding(), "cost_model": c.cost_label()})
     return pd.DataFrame(rows)

@@ -88,18 +88,35 @@ class PipelineCostModel:
         """Time to send one micro-batch's activations to the next stage (seconds)."""
         return self.send_latency_s + self.activation_bytes_per_token * num_tokens / self.link_bytes_per_s
 
-    def stage_s(self, num_tokens: Any, attention_pairs: Any, kv_tokens: Any) -> Any:
-        """One stage's time for a micro-batch with this work: compute + send (seconds)."""
-        return self.stage.iteration_s(num_tokens, attention_pairs, kv_tokens) + self.send_s(num_tokens)
+    @property
+    def label(self) -> str:
+        """The stage model's name, with the pipeline (recorded by results)."""
+        return f"{getattr(self.stage, 'label', type(self.stage).__name__)}, PP{self.pp} pipeline ({self.link})"
 
-    def iteration_s(self, num_tokens: Any, attention_pairs: Any, kv_tokens: Any) -> Any:
+    @property
+    def model_name(self) -> str:
+        return self.stage.model_name
+
+    @property
+    def gpu_name(self) -> str:
+        return self.stage.gpu_name
+
+    @property
+    def tp(self) -> int:
+        return self.stage.tp
+
+    def stage_s(self, num_tokens: Any, attention_pairs: Any, kv_tokens: Any, num_seqs: Any = 1) -> Any:
+        """One stage's time for a micro-batch with this work: compute + send (seconds)."""
+        return self.stage.iteration_s(num_tokens, attention_pairs, kv_tokens, num_seqs) + self.send_s(num_tokens)
+
+    def iteration_s(self, num_tokens: Any, attention_pairs: Any, kv_tokens: Any, num_seqs: Any = 1) -> Any:
         """Cycle time of a micro-batch with this work (seconds).
 
         ``pp x stage time`` without peers; ``pp x E[max(stage time, pp - 1 peer draws)]`` with
         them (:meth:`with_peers`). Arguments as :meth:`kvlab.costmodel.CostModel.iteration_s`
         (whole-model token counts; the stage model already holds one stage's share of the layers).
         """
-        own = self.stage_s(num_tokens, attention_pairs, kv_tokens)
+        own = self.stage_s(num_tokens, attention_pairs, kv_tokens, num_seqs)
         if self.peer_stage_s is None or self.pp == 1:
             return self.pp * own
         return self.pp * expected_max_s(own, self.peer_stage_s, self.pp - 1)

@@ -37,7 +37,7 @@ import pandas as pd
 
 from . import _validate as v
 from . import claims as _claims
-from .costmodel import CostModel, prefill_attention_pairs, roofline
+from .costmodel import CostModel, describe as _describe_cost, prefill_attention_pairs, resolve as _resolve_cost
 from .reservation import pool_pages
 from .specs import GPUSpec, ModelSpec, gpu as _gpu, model as _model, models as _models, gpus as _gpus
 from .swap import COPY_MODES, DEFAULT_COPY_LATENCY_S, SwapModel, swap_model
@@ -45,15 +45,19 @@ from .swap import COPY_MODES, DEFAULT_COPY_LATENCY_S, SwapModel, swap_model
 TP_CHOICES = (1, 2, 4, 8)
 
 
-def piggyback(cost: CostModel) -> CostModel:
-    """The roofline of prefill work riding iterations that run anyway (marginal cost).
+def piggyback(cost: Any) -> Any:
+    """The cost model of prefill work riding iterations that run anyway (marginal cost).
 
     Under continuous batching a recomputed sequence's chunks usually join other requests'
     decode iterations, which read the weights and pay the fixed overhead whatever joins them.
     The chunk then adds its own FLOPs and KV bytes only: this is ``cost`` with no weight bytes,
     no fixed overhead and no per-iteration all-reduce latency. It is the marginal cost in a
     compute-bound batch; in a memory-bound one the chunk can hide partly under the weight reads.
+    A measured model gives its own marginal model
+    (:meth:`kvlab.costmodel.MeasuredCostModel.marginal`).
     """
+    if callable(getattr(cost, "marginal", None)):
+        return cost.marginal()
     return replace(cost, weight_bytes=0.0, iteration_overhead_s=0.0, allreduce_latency_s_per_iteration=0.0)
 
 
@@ -133,11 +137,11 @@ def _check_context(seq: np.ndarray, m: ModelSpec, allow_beyond_context: bool) ->
                          f"allow_beyond_context=True to price it anyway")
 
 
-def _models_for(model: str | ModelSpec, gpu: str | GPUSpec, tp: int, cost_model: CostModel | None,
+def _models_for(model: str | ModelSpec, gpu: str | GPUSpec, tp: int, cost_model: Any,
                 swap: SwapModel | None) -> tuple[ModelSpec, GPUSpec, CostModel, SwapModel]:
     m, g = _model(model), _gpu(gpu)
     tp = v.positive_int(tp, "tp")
-    cost = roofline(m, g, tp=tp) if cost_model is None else cost_model
+    cost = _resolve_cost(cost_model, m, g, tp=tp)
     sw = swap_model(m, g, tp=tp) if swap is None else swap
     for what, obj in (("cost_model", cost), ("swap", sw)):
         if (obj.model_name, obj.gpu_name, obj.tp) != (m.name, g.name, tp):
@@ -147,7 +151,7 @@ def _models_for(model: str | ModelSpec, gpu: str | GPUSpec, tp: int, cost_model:
 
 
 def preemption_costs(model: str | ModelSpec, gpu: str | GPUSpec, seq_tokens: Any, *, block_size: int = 16,
-                     tp: int = 1, chunk_tokens: int | None = None, cost_model: CostModel | None = None,
+                     tp: int = 1, chunk_tokens: int | None = None, cost_model: Any = None,
                      swap: SwapModel | None = None, allow_beyond_context: bool = False) -> pd.DataFrame:
     """Recompute and swap cost of one preemption at each sequence length, per GPU.
 
@@ -163,9 +167,11 @@ def preemption_costs(model: str | ModelSpec, gpu: str | GPUSpec, seq_tokens: Any
         Tensor-parallel GPUs.
     chunk_tokens : int or None
         Prefill chunk size used for the recompute (tokens); ``None``: one iteration.
-    cost_model, swap : CostModel, SwapModel or None
-        Overrides (calibrated, other link or copy mode); default :func:`roofline` and
-        :func:`swap_model` of ``model`` on ``gpu``.
+    cost_model : {"measured", "roofline"}, cost model object or None
+        Iteration-time model (:func:`kvlab.costmodel.resolve`); ``None``: measured where the GPU
+        has measurements, else the roofline.
+    swap : SwapModel or None
+        Overrides the link or copy mode; default :func:`swap_model` of ``model`` on ``gpu``.
     allow_beyond_context : bool
         Price lengths beyond the model's context instead of raising ``ValueError``.
 
@@ -202,7 +208,8 @@ class Crossover:
     can change more than once (``num_crossings``), typically within the first page or two;
     ``first_crossover_tokens`` is the first change. Ties go to recompute.
     ``recompute_over_swap_min``/``_max`` bound the cost ratio over 1..``max_seq_tokens``.
-    ``curves`` holds both costs on a log-spaced grid (from :func:`preemption_costs`).
+    ``curves`` holds both costs on a log-spaced grid (from :func:`preemption_costs`);
+    ``cost_model`` names the iteration-time model recompute was priced with.
     """
 
     model_name: str
@@ -220,10 +227,12 @@ class Crossover:
     recompute_over_swap_min: float
     recompute_over_swap_max: float
     curves: pd.DataFrame
+    cost_model: str = ""
 
     def summary(self) -> str:
         """One sentence saying which method wins where."""
-        head = f"{self.model_name} on {self.gpu_name} (tp={self.tp}, block_size={self.block_size})"
+        head = f"{self.model_name} on {self.gpu_name} (tp={self.tp}, block_size={self.block_size}, " \
+            f"cost model {self.cost_model or 'unnamed'})"
         if self.crossover_tokens is None:
             return (f"{head}: {self.winner_below} wins at every length up to {self.max_seq_tokens} tokens "
                     f"(recompute/swap between {self.recompute_over_swap_min:.3g} and "
@@ -286,7 +295,7 @@ def _curve_grid(max_seq: int, num_points: int) -> np.ndarray:
 
 
 def crossover(model: str | ModelSpec, gpu: str | GPUSpec, block_size: int = 16, *, tp: int = 1,
-              chunk_tokens: int | None = None, cost_model: CostModel | None = None,
+              chunk_tokens: int | None = None, cost_model: Any = None,
               swap: SwapModel | None = None, max_seq_tokens: int | None = None,
               allow_beyond_context: bool = False, num_curve_points: int = 200) -> Crossover:
     """The sequence length where recompute and swap of one preemption cost the same.
@@ -323,7 +332,7 @@ def crossover(model: str | ModelSpec, gpu: str | GPUSpec, block_size: int = 16, 
                               chunk_tokens=chunk_tokens, cost_model=cost, swap=sw, allow_beyond_context=True)
     return Crossover(model_name=m.name, gpu_name=g.name, tp=sw.tp, block_size=block_size,
                      chunk_tokens=chunk_tokens, copy_mode=sw.copy_mode, max_seq_tokens=max_seq,
-                     curves=curves, **found)
+                     curves=curves, cost_model=_describe_cost(cost), **found)
 
 
 def smallest_tp(model: str | ModelSpec, gpu: str | GPUSpec, *, block_size: int = 16) -> int | None:
@@ -345,7 +354,7 @@ def crossover_table(models: Sequence[str] | None = None, gpus: Sequence[str] | N
                     piggybacked: bool = False,
                     copy_mode: str = "per_page", link_bytes_per_s: float | None = None,
                     copy_latency_s: float = DEFAULT_COPY_LATENCY_S,
-                    reference_tokens: int = 4000) -> pd.DataFrame:
+                    reference_tokens: int = 4000, cost_model: str | None = None) -> pd.DataFrame:
     """:func:`crossover` over the spec catalogue: models x GPUs x block sizes.
 
     Each model runs on each GPU with the smallest TP in 1, 2, 4, 8 that fits it
@@ -366,6 +375,9 @@ def crossover_table(models: Sequence[str] | None = None, gpus: Sequence[str] | N
         The brief's crossover (~4,000 tokens): ``recompute_over_swap_at_ref`` is the ratio there
         and ``brief_claim`` says whether recompute wins below a crossover within a factor of 2
         of it and swap above (``holds``) or not (``differs``, with what kvlab finds).
+    cost_model : {"measured", "roofline"} or None
+        Iteration-time model of every row (:func:`kvlab.costmodel.cost_model`; ``None``: measured
+        where the GPU has measurements); the ``cost_model`` column names the one each row ran.
 
     Returns
     -------
@@ -392,7 +404,8 @@ def crossover_table(models: Sequence[str] | None = None, gpus: Sequence[str] | N
             tp = smallest_tp(m, g)
             if tp is None:
                 continue
-            cost = piggyback(roofline(m, g, tp=tp)) if piggybacked else roofline(m, g, tp=tp)
+            alone = _resolve_cost(cost_model, m, g, tp=tp)
+            cost = piggyback(alone) if piggybacked else alone
             sw = swap_model(m, g, tp=tp, copy_mode=copy_mode, link_bytes_per_s=link_bytes_per_s,
                             copy_latency_s=copy_latency_s)
             rec = _recompute_s(cost, seq, chunk_tokens)
@@ -400,6 +413,7 @@ def crossover_table(models: Sequence[str] | None = None, gpus: Sequence[str] | N
                 swp = sw._swap_s(seq, bs)
                 rows.append({"model": m.name, "gpu": g.name, "host_link": g.host_link, "tp": tp,
                              "block_size": bs, "max_seq_tokens": m.max_context_tokens,
+                             "cost_model": _describe_cost(alone),
                              **_dense_crossover(seq, rec, swp),
                              "recompute_over_swap_at_ref": float(rec[ref - 1] / swp[ref - 1]),
                              "reference_tokens": ref,
@@ -424,7 +438,7 @@ def _brief_verdict(row: dict[str, Any], reference_tokens: int) -> str:
 
 def preemption_claims(model: str | ModelSpec, gpu: str | GPUSpec, *, catalogue: pd.DataFrame,
                       tp: int | None = None, chunk_tokens: int | None = None,
-                      swap: SwapModel | None = None, cost_model: CostModel | None = None, min_seq_tokens: int = 64,
+                      swap: SwapModel | None = None, cost_model: Any = None, min_seq_tokens: int = 64,
                       block_sizes: Sequence[int] = (8, 16, 32, 64, 128),
                       comparable_factor: float = 2.0) -> pd.DataFrame:
     """The brief's and the vLLM paper's recompute-vs-swap claims, checked by kvlab.

@@ -59,6 +59,8 @@ class Recommendation:
         The SLO: 99th percentile of the time between output tokens, over every gap (seconds).
     flags : DataFrame
         How to apply it on vLLM, TGI, TensorRT-LLM and SGLang (:func:`server_flags`).
+    cost_model : str
+        The iteration-time model the simulations ran with (:func:`kvlab.costmodel.describe`).
     """
 
     percentiles: dict[str, int]
@@ -70,6 +72,7 @@ class Recommendation:
     max_new_tokens: int
     slo_p99_tbt_s: float
     flags: pd.DataFrame
+    cost_model: str = ""
 
     def __str__(self) -> str:
         row = self.table[(self.table["setting"] == self.setting) & (self.table["overflow"] == self.overflow)].iloc[0]
@@ -108,7 +111,7 @@ def _row(setting: str, reserve_tokens: int, overflow: str, res: Any, slo_s: floa
 def recommend(trace: pd.DataFrame, *, model: str, gpu: str, slo_p99_tbt_s: float,
               percentiles: Sequence[float] = (50, 90, 95, 99), modes: Sequence[str] = OVERFLOW_MODES,
               max_new_tokens: int | None = None, max_rejected_frac: float = 0.0, num_requests: int | None = 1000,
-              seed: int = 0, **simulate_kw: Any) -> Recommendation:
+              seed: int = 0, cost_model: Any = None, **simulate_kw: Any) -> Recommendation:
     """Simulate each reservation percentile with each overflow mode and pick the best that meets the SLO.
 
     Parameters
@@ -135,6 +138,9 @@ def recommend(trace: pd.DataFrame, *, model: str, gpu: str, slo_p99_tbt_s: float
         Simulate a seeded random sample of this many requests (kept in trace order); None for all.
     seed : int
         Seed of the sample and of simulated arrivals.
+    cost_model : {"measured", "roofline"}, cost model object or None
+        Iteration-time model of every simulation (:func:`kvlab.simulate`); ``None``: measured
+        where the GPU has measurements, else the roofline.
     **simulate_kw
         Passed to :func:`kvlab.simulate` (``block_size``, ``arrivals``, ``qps``, ``pool_pages``...).
 
@@ -163,9 +169,10 @@ def recommend(trace: pd.DataFrame, *, model: str, gpu: str, slo_p99_tbt_s: float
     pct = output_percentiles(work["output_tokens"].to_numpy(), percentiles)
     cap = (int(work["output_tokens"].max()) if max_new_tokens is None
            else v.positive_int(max_new_tokens, "max_new_tokens"))
-    kw = dict(model=model, gpu=gpu, max_new_tokens=cap, seed=seed, **simulate_kw)
+    kw = dict(model=model, gpu=gpu, max_new_tokens=cap, seed=seed, cost_model=cost_model, **simulate_kw)
 
-    rows_out = [_row(RESERVE_MAX, cap, "none", simulate(work, "reserve_max", **kw), slo_s, max_rejected_frac)]
+    first = simulate(work, "reserve_max", **kw)
+    rows_out = [_row(RESERVE_MAX, cap, "none", first, slo_s, max_rejected_frac)]
     for label, tokens in pct.items():
         reserve = min(tokens, cap)
         for mode in modes:
@@ -181,7 +188,7 @@ def recommend(trace: pd.DataFrame, *, model: str, gpu: str, slo_p99_tbt_s: float
     max_prompt = int(work["prompt_tokens"].max())
     return Recommendation(percentiles=pct, table=table, setting=str(best["setting"]), overflow=str(best["overflow"]),
                           reserve_tokens=int(best["reserve_tokens"]), meets_slo=bool(len(ok)),
-                          max_new_tokens=cap, slo_p99_tbt_s=slo_s,
+                          max_new_tokens=cap, slo_p99_tbt_s=slo_s, cost_model=str(first.params["cost_model"]),
                           flags=server_flags(int(best["reserve_tokens"]), str(best["overflow"]),
                                              max_new_tokens=cap, max_prompt_tokens=max_prompt))
 

@@ -106,7 +106,7 @@ def test_expected_max_over_the_peers_by_hand():
 class _Affine:
     """A stage that takes 1 s plus 10 ms per token computed."""
 
-    def iteration_s(self, num_tokens, attention_pairs, kv_tokens):
+    def iteration_s(self, num_tokens, attention_pairs, kv_tokens, num_seqs=1):
         return 1.0 + 0.01 * num_tokens
 
 

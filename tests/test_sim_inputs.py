@@ -27,7 +27,8 @@ KW = dict(model="Llama-2-7B", gpu="A100-80GB-SXM", pool_pages=100)
     ({"watermark_frac": 2.0}, "watermark_frac"),
     ({"seed": 1.5}, "seed must be a non-negative integer"),
     ({"seed": -1}, "seed must be a non-negative integer"),
-    ({"cost_model": "roofline"}, "cost_model must be a kvlab.costmodel.CostModel"),
+    ({"cost_model": "rooflin"}, "cost_model must be one of measured, roofline"),
+    ({"cost_model": 3}, "cost_model must be 'measured', 'roofline', None or a kvlab.costmodel model"),
 ])
 def test_bad_arguments(kwargs, match):
     args = {**KW, **kwargs}

@@ -13,7 +13,7 @@ import pandas as pd
 from .. import _validate as v
 from ..arrivals import KINDS as ARRIVAL_KINDS, arrival_times
 from ..backend import get_xp
-from ..costmodel import CostModel, roofline
+from ..costmodel import describe as _describe_cost, resolve as _resolve_cost
 from ..policies import create_policy
 from ..swap import DEFAULT_COPY_LATENCY_S, swap_model
 from ..reservation import pool_pages as _pool_pages
@@ -87,7 +87,7 @@ def simulate(workload: pd.DataFrame, policy: str = "vllm", *, model: str | Model
              preemption_mode: str = "recompute", arrivals: str = "auto", qps: float | None = None,
              burst_cv: float = 1.0, cpu_pool_pages: int | None = None, copy_latency_s: float = DEFAULT_COPY_LATENCY_S,
              seed: int = 0, record_iterations: bool = False, engine: str = "fast",
-             cost_model: CostModel | None = None, **policy_params: Any) -> SimResult:
+             cost_model: Any = None, **policy_params: Any) -> SimResult:
     """Serve ``workload`` under one reservation policy and return per-request and summary figures.
 
     Parameters
@@ -100,7 +100,7 @@ def simulate(workload: pd.DataFrame, policy: str = "vllm", *, model: str | Model
         (e.g. ``watermark_frac=0.01`` for ``vllm``, ``cap_tokens`` for ``tgi``, ``quantile``
         for ``predicted``).
     model, gpu : str or spec
-        Model and GPU (``kvlab.specs``), for the pool size and the roofline cost model.
+        Model and GPU (``kvlab.specs``), for the pool size and the cost model.
     max_new_tokens : int
         The server's output cap (tokens).
     block_size : int
@@ -139,8 +139,10 @@ def simulate(workload: pd.DataFrame, policy: str = "vllm", *, model: str | Model
         ``fast`` (:mod:`kvlab.sim.fast`: arrays on the ``kvlab.backend`` array module, decode-only
         stretches in one step) or ``reference`` (:mod:`kvlab.sim.reference`, one object per
         request); both give the same integers and times.
-    cost_model : CostModel, optional
-        Overrides ``kvlab.costmodel.roofline(model, gpu, tp=tp)``.
+    cost_model : {"measured", "roofline"}, cost model object or None
+        The iteration-time model (:func:`kvlab.costmodel.resolve`): ``None`` (default) is the
+        measured model where ``gpu`` has measurements, else the spec-sheet roofline;
+        ``params["cost_model"]`` of the result names the one that ran.
 
     Returns
     -------
@@ -171,10 +173,7 @@ def simulate(workload: pd.DataFrame, policy: str = "vllm", *, model: str | Model
                         else v.nonnegative_int(cpu_pool_pages, "cpu_pool_pages")),
         page_copy_s=swap_model(m, g, tp=tp, copy_latency_s=copy_latency_s).page_copy_s(block_size))
     arrival_s = _arrivals(arrivals, len(prompt), trace_arrival, qps=qps, burst_cv=burst_cv, seed=seed)
-    if cost_model is not None and not callable(getattr(cost_model, "iteration_s", None)):
-        raise ValueError(f"cost_model must be a kvlab.costmodel.CostModel (anything with iteration_s), "
-                         f"got {type(cost_model).__name__}")
-    cost = roofline(m, g, tp=tp) if cost_model is None else cost_model
+    cost = _resolve_cost(cost_model, m, g, tp=tp)
     pol = create_policy(policy, **policy_params)
     pol.bind(output_tokens=output, max_new_tokens=max_new_tokens, block_size=block_size, num_pages=num_pages,
              seed=seed)
@@ -193,7 +192,7 @@ def simulate(workload: pd.DataFrame, policy: str = "vllm", *, model: str | Model
               "pool_pages": num_pages, "scheduler": kind.value, "max_num_seqs": sched.max_num_seqs,
               "max_num_batched_tokens": max_num_batched_tokens, "preemption_mode": mode.value,
               "cpu_pool_pages": swap.cpu_pool_pages, "page_copy_s": swap.page_copy_s, "model": m.name,
-              "gpu": g.name, "tp": tp, "engine": engine}
+              "gpu": g.name, "tp": tp, "engine": engine, "cost_model": _describe_cost(cost)}
     return SimResult(requests=req_table, iterations=it_table if record_iterations else None,
                      summary=summarize(req_table, it_table, num_pages=num_pages), params=params)
 

@@ -7,8 +7,9 @@ NOTE (the model; a fast engine must reproduce every integer below exactly)
   before it is scheduled; a policy that ``orders_queue`` then has the waiting queue sorted by
   ``policy.queue_rank(req)`` (a distinct integer per request; preempted requests included), so
   its "front" below is the lowest rank. If nothing is running, waiting or swapped, the clock
-  jumps to the next arrival. Iteration k lasts ``cost_model.iteration_s(tokens, attention_pairs, kv_tokens)`` (0
-  when it computes no token) plus ``page_copy_s`` per page swapped out or in.
+  jumps to the next arrival. Iteration k lasts
+  ``cost_model.iteration_s(tokens, attention_pairs, kv_tokens, num_seqs)`` (0 when it computes no
+  token; ``num_seqs`` counts the sequences scheduled) plus ``page_copy_s`` per page swapped out or in.
 * Tokens: a request caches ``computed_tokens`` of context; the iteration in which that reaches
   ``prompt + generated`` produces its next output token (prefill and decode are one rule). After
   ``min(output_tokens, max_new_tokens)`` tokens it finishes (LENGTH_CAPPED if output_tokens >
@@ -265,7 +266,7 @@ class ReferenceEngine:
         if num_tokens:
             pairs = sum(int(prefill_attention_pairs(c, r.computed_tokens)) for r, c in step.chunks.items())
             kv_tokens = sum(r.computed_tokens + c for r, c in step.chunks.items())
-            duration_s += float(self.cost.iteration_s(num_tokens, pairs, kv_tokens))
+            duration_s += float(self.cost.iteration_s(num_tokens, pairs, kv_tokens, len(step.chunks)))
         end_s = step.start_s + duration_s
         decode_tokens = sum(1 for r in step.chunks if r.is_decoding)
         pages_used, pages_reserved = self.pool.num_used_pages, self.pool.num_committed_pages

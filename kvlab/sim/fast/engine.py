@@ -399,7 +399,7 @@ class FastEngine:
             sums = to_numpy(xp.stack([ch.sum(), (ch * c + ch * (ch + 1) // 2).sum(), c1.sum(),
                                       dec.astype(xp.int64).sum()]))
             num_tokens, pairs, kv_tokens, decode_tokens = (int(x) for x in sums)
-            duration_s += float(self.cost.iteration_s(num_tokens, pairs, kv_tokens))
+            duration_s += float(self.cost.iteration_s(num_tokens, pairs, kv_tokens, st.num_scheduled))
             end_s = st.start_s + duration_s
             self.comp[ids] = c1
             made = c1 == p + g
@@ -482,7 +482,7 @@ class FastEngine:
         if length < 2:
             return False
         kv = int(c_h.sum()) + n * np.arange(1, length + 1)
-        duration_s = np.asarray(self.cost.iteration_s(n, kv, kv), dtype=np.float64)
+        duration_s = np.asarray(self.cost.iteration_s(n, kv, kv, n), dtype=np.float64)
         starts = np.cumsum(np.concatenate([[self.now_s], duration_s]))  # sequential, as now += duration
         if arrivals_matter and self.arrived < self.n:
             next_s = self.sorted_arrival_h[self.arrived]

@@ -207,11 +207,11 @@ class LazyRun:
             pages_used, pages_reserved = num_used, committed
             decode_tokens = n_dec + len(p_dec) if decode else 0
             if timed:
-                duration_s = float(iteration_s(tokens, pairs, kv))
+                duration_s = float(iteration_s(tokens, pairs, kv, num_sched))
                 end = now + duration_s
             else:
                 duration_s = end = nan
-                costs += (tokens, pairs, kv)
+                costs += (tokens, pairs, kv, num_sched)
             # ---- execute: finishing decoders, then completed prefills
             if decode:
                 for r in fin_at.pop(v, ()):
@@ -362,8 +362,8 @@ class LazyRun:
         untimed = np.flatnonzero(np.isnan(duration))
         if untimed.size:
             i0 = int(untimed[0])
-            cost = np.asarray(self.costs, dtype=np.int64).reshape(-1, 3)  # the untimed iterations
-            duration[i0:] = e.cost.iteration_s(cost[:, 0], cost[:, 1], cost[:, 2])
+            cost = np.asarray(self.costs, dtype=np.int64).reshape(-1, 4)  # the untimed iterations
+            duration[i0:] = e.cost.iteration_s(cost[:, 0], cost[:, 1], cost[:, 2], cost[:, 3])
             starts = np.cumsum(np.concatenate([[start[i0]], duration[i0:]]))  # sequential, as now += duration
             start[i0:] = starts[:-1]
             e.now_s = float(starts[-1])

@@ -1,4 +1,4 @@
-"""Iteration latency from model and GPU specs: a roofline over one serving iteration.
+"""The spec-sheet roofline: iteration latency from model and GPU data sheets alone.
 
 One iteration runs a forward pass over every token scheduled in it: prefill chunks (with the
 context already cached before them) and one token per decoding sequence. Its time is
@@ -25,16 +25,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from . import _validate as v
-from .backend import array_namespace
-from .specs import GPUSpec, ModelSpec, gpu as _gpu, model as _model
+from .. import _validate as v
+from ..backend import array_namespace
+from ..specs import GPUSpec, ModelSpec, gpu as _gpu, model as _model
 
 
 @dataclass(frozen=True, kw_only=True)
 class CostModel:
     """Per-GPU roofline constants of one model on one GPU configuration.
 
-    Build it with :func:`roofline`. All fields are per GPU, in FLOPs, bytes and seconds.
+    Build it with :func:`roofline`. All fields are per GPU, in FLOPs, bytes and seconds;
+    ``label`` names where the constants come from (shown in every result that ran with it).
     """
 
     model_name: str
@@ -51,8 +52,9 @@ class CostModel:
     allreduce_latency_s_per_iteration: float
     interconnect_bytes_per_s: float
     iteration_overhead_s: float
+    label: str = "roofline (spec sheet)"
 
-    def iteration_s(self, num_tokens: Any, attention_pairs: Any, kv_tokens: Any) -> Any:
+    def iteration_s(self, num_tokens: Any, attention_pairs: Any, kv_tokens: Any, num_seqs: Any = 1) -> Any:
         """Latency of iterations with the given work (seconds).
 
         Parameters
@@ -63,6 +65,9 @@ class CostModel:
             Causal (query, key) pairs attended, summed over the batch.
         kv_tokens : int or array
             Sum over scheduled sequences of their context length after the iteration (tokens).
+        num_seqs : int or array
+            Sequences scheduled in the iteration (prefill chunks + decodes); the roofline has no
+            per-sequence term and ignores it (measured models use it).
         """
         compute = (self.linear_flops_per_token * num_tokens
                    + self.attention_flops_per_pair * attention_pairs) / self.effective_flops_per_s
@@ -85,7 +90,8 @@ def prefill_attention_pairs(chunk_tokens: Any, context_tokens: Any) -> Any:
 
 def roofline(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 1, dtype_bytes: int = 2,
              compute_efficiency: float = 0.6, bandwidth_efficiency: float = 0.8,
-             iteration_overhead_s: float = 0.002, allreduce_latency_s: float = 10e-6) -> CostModel:
+             iteration_overhead_s: float = 0.002, allreduce_latency_s: float = 10e-6,
+             label: str = "roofline (spec sheet)") -> CostModel:
     """The roofline :class:`CostModel` of ``model`` on ``gpu`` with TP x PP GPUs.
 
     Parameters
@@ -98,6 +104,8 @@ def roofline(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int
         Fixed per-iteration cost: scheduling, kernel launches, sampling (seconds).
     allreduce_latency_s : float
         Latency of one all-reduce under TP > 1 (seconds); two per layer.
+    label : str
+        Readable name recorded by results (say where non-default constants come from).
 
     Under pipeline parallelism ``pp`` the constants describe one stage (layers / PP).
     """
@@ -120,5 +128,5 @@ def roofline(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int
         allreduce_bytes_per_token=2 * layers * ring * m.hidden_size * dtype_bytes,
         allreduce_latency_s_per_iteration=(2 * layers * allreduce_latency_s) if tp > 1 else 0.0,
         interconnect_bytes_per_s=g.interconnect_bytes_per_s,
-        iteration_overhead_s=iteration_overhead_s,
+        iteration_overhead_s=iteration_overhead_s, label=str(label),
     )

@@ -1,0 +1,105 @@
+"""Iteration-time models: what one serving iteration costs on a GPU.
+
+Two named models share one interface, ``iteration_s(num_tokens, attention_pairs, kv_tokens,
+num_seqs=1)`` (aggregates over the batch, NumPy or CuPy arrays):
+
+* :func:`roofline` (:mod:`.roofline`): spec-sheet peak FLOP/s and HBM bandwidth with assumed
+  efficiencies; any GPU of the catalogue;
+* :func:`measured` (:mod:`.measured`): curves fitted (:mod:`.fit`) to public GPU measurements
+  (Vidur's per-operation profiles and collective curves, Sarathi-Serve's measured batches); the
+  GPUs of :func:`measured_gpus` only.
+
+:func:`cost_model` picks one by name (default: measured where the GPU has measurements, else the
+roofline) and wraps it for pipeline parallelism; :func:`resolve` turns what a user passes as
+``cost_model=`` ("measured", "roofline", a model object or None) into a model; :func:`describe`
+gives the readable name every result records.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from .. import _validate as v
+from ..specs import GPUSpec, ModelSpec, gpu as _gpu, model as _model
+from .measured import MeasuredCostModel, has_measurements, measured, measured_gpus, send_recv
+from .roofline import CostModel, prefill_attention_pairs, roofline
+
+SOURCES = ("measured", "roofline")
+
+
+def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 1,
+               source: str | None = None, stack: str = "sarathi-serve", link: str = "in-node") -> Any:
+    """The iteration-time model of ``model`` on ``tp x pp`` GPUs of type ``gpu``.
+
+    Parameters
+    ----------
+    model, gpu : str or spec
+        Model and GPU (:mod:`kvlab.specs`).
+    tp, pp : int
+        Tensor-parallel GPUs per stage and pipeline stages. ``pp > 1`` returns a
+        :class:`kvlab.pipeline.PipelineCostModel` around one stage's model
+        (:func:`kvlab.pipeline.pipeline_cost`); in-node sends are priced by the same source: the
+        measured send/recv curve, or the interconnect's spec bandwidth.
+    source : {"measured", "roofline"} or None
+        ``None`` (default): measured where ``gpu`` has measurements, else the roofline. A GPU
+        without measurements asked for ``"measured"`` gets the roofline, and its ``label`` says so.
+    stack : str
+        Serving stack whose CPU overheads the measured model adds (:func:`measured`).
+    link : str
+        Stage link under PP (:func:`kvlab.pipeline.pipeline_cost`).
+
+    Returns
+    -------
+    object with ``iteration_s`` and ``label``
+
+    Examples
+    --------
+    >>> cost_model("Llama-3-8B", "H200", source="roofline").label
+    'roofline (spec sheet)'
+    """
+    m, g = _model(model), _gpu(gpu)
+    tp, pp = v.positive_int(tp, "tp"), v.positive_int(pp, "pp")
+    if source is not None:
+        v.choice(source, "source", SOURCES)
+    use_measured = source in (None, "measured") and has_measurements(g)
+    if use_measured:
+        stage = measured(m, g, tp=tp, pp=pp, stack=stack)
+    else:
+        label = "roofline (spec sheet)" if source == "roofline" else \
+            f"roofline (spec sheet; no GPU measurements for {g.name})"
+        stage = roofline(m, g, tp=tp, pp=pp, label=label)
+    if pp == 1:
+        return stage
+    from ..pipeline import pipeline_cost  # the pipeline wraps this package's models
+    if use_measured and link == "in-node":
+        latency_s, bytes_per_s = send_recv(g)
+        return replace(pipeline_cost(m, g, tp=tp, pp=pp, stage_cost=stage, link=link),
+                       send_latency_s=latency_s, link_bytes_per_s=bytes_per_s)
+    return pipeline_cost(m, g, tp=tp, pp=pp, stage_cost=stage, link=link)
+
+
+def resolve(cost: Any, model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 1,
+            link: str = "in-node") -> Any:
+    """The model a ``cost_model=`` argument names: ``None``, ``"measured"``, ``"roofline"`` or an object.
+
+    ``None`` is :func:`cost_model`'s default (measured where the GPU has measurements); an object
+    must have ``iteration_s`` and is returned as is.
+    """
+    if cost is None or isinstance(cost, str):
+        if isinstance(cost, str) and cost not in SOURCES:
+            raise ValueError(f"cost_model must be one of {', '.join(SOURCES)}, a cost model object or None, "
+                             f"got {cost!r}")
+        return cost_model(model, gpu, tp=tp, pp=pp, source=cost, link=link)
+    if not callable(getattr(cost, "iteration_s", None)):
+        raise ValueError(f"cost_model must be 'measured', 'roofline', None or a kvlab.costmodel model "
+                         f"(anything with iteration_s), got {type(cost).__name__}")
+    return cost
+
+
+def describe(cost: Any) -> str:
+    """The readable name of a cost model, as results record it (its ``label``, else its type)."""
+    return str(getattr(cost, "label", None) or type(cost).__name__)
+
+
+__all__ = ["CostModel", "MeasuredCostModel", "SOURCES", "cost_model", "describe", "has_measurements", "measured",
+           "measured_gpus", "prefill_attention_pairs", "resolve", "roofline", "send_recv"]
