@@ -10,6 +10,8 @@ overflow policy and server flags that meet a latency SLO on a trace (see :mod:`k
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -17,27 +19,54 @@ from typing import Sequence
 import yaml
 
 
-def _parse_value(text: str):
+class _Loader(yaml.SafeLoader):
+    """YAML as kvlab reads parameters: no timestamps (``2024-01-01`` stays a string)."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _plain(value, where: str):
+    """``value`` if it is made of strings, numbers, booleans, null, lists and mappings (what a
+    notebook parameter can hold), else ``ValueError`` naming ``where``."""
+    if isinstance(value, _PLAIN):
+        return value
+    if isinstance(value, list):
+        return [_plain(v, where) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v, f"{where}.{k}") for k, v in value.items()}
+    raise ValueError(f"parameter {where} is a YAML {type(value).__name__}; a notebook parameter "
+                     "must be a string, number, boolean, null, list or mapping")
+
+
+def _parse_value(text: str, name: str = "given with -p"):
     """A command-line parameter value typed as YAML would type it (``32`` -> int,
-    ``[128, 512]`` -> list, ``true`` -> bool); anything else stays a string."""
+    ``[128, 512]`` -> list, ``true`` -> bool); anything else, dates included, stays a string."""
     try:
-        return yaml.safe_load(text)
+        value = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError:
         return text
+    return _plain(value, name)
 
 
 def _load_params_file(path: str) -> dict:
     p = Path(path)
-    if not p.exists():
-        raise ValueError(f"parameter file {path} does not exist")
+    if not p.is_file():
+        raise ValueError(f"parameter file {path} {'is not a file' if p.exists() else 'does not exist'}")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ValueError(f"parameter file {path} is not valid YAML: {exc}") from None
+        data = yaml.load(p.read_text(encoding="utf-8"), Loader=_Loader) or {}  # noqa: S506
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ValueError(f"parameter file {path} is not valid UTF-8 YAML: {' '.join(str(exc).split())}") from None
+    except OSError as exc:
+        raise ValueError(f"parameter file {path} cannot be read: {exc.strerror}") from None
     if not isinstance(data, dict):
         raise ValueError(f"parameter file {path} must hold a mapping of name: value "
                          f"(or notebook: {{name: value}}), got {type(data).__name__}")
-    return data
+    return {str(k): _plain(v, f"{k} in {path}") for k, v in data.items()}
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -130,16 +159,51 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(exc: BaseException) -> str:
+    """An exception as one line: an ``OSError`` names its file and reason, never its errno."""
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror or exc}"
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``kvlab`` command; return its exit status.
+
+    Every anticipated failure is one line on stderr: exit status 2 for bad input (``ValueError``:
+    a parameter, trace or output folder), 1 for a run that failed (a notebook, the file system,
+    memory), 128 + the signal number for a run stopped by SIGINT or SIGTERM (what a shell
+    reports for a process the signal ended). Anything else is a bug in kvlab: it is reported in
+    one line too, and ``KVLAB_TRACEBACK=1`` shows where it happened.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
+    from ._staging import Interrupted  # noqa: PLC0415
     from .report import NotebookError  # noqa: PLC0415
+
+    def fail(message: str, status: int) -> int:
+        print(f"kvlab {args.command}: {message}", file=sys.stderr)
+        return status
 
     try:
         return args.func(args)
-    except (ValueError, NotebookError) as exc:
-        print(f"kvlab {args.command}: error: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, ValueError) else 1
+    except Interrupted as exc:
+        return fail(f"{exc}; nothing was written", 128 + exc.signum)
+    except KeyboardInterrupt:
+        return fail("interrupted", 128 + signal.SIGINT)
+    except ValueError as exc:
+        return fail(f"error: {_one_line(exc)}", 2)
+    except NotebookError as exc:
+        return fail(f"error: {_one_line(exc)}", 1)
+    except OSError as exc:
+        return fail(f"error: {_one_line(exc)}", 1)
+    except MemoryError:
+        return fail("error: ran out of memory; try a smaller --num-requests or trace", 1)
+    except Exception as exc:  # a bug: still one line, the traceback on request
+        if os.environ.get("KVLAB_TRACEBACK"):
+            raise
+        return fail(f"internal error: {type(exc).__name__}: {_one_line(exc)} "
+                    "(a bug in kvlab; set KVLAB_TRACEBACK=1 to see where)", 1)
 
 
 if __name__ == "__main__":  # pragma: no cover

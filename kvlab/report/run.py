@@ -12,15 +12,14 @@ import datetime as _dt
 import json
 import os
 import shlex
-import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .._paths import ROOT
+from .._staging import staged_folder
 from ._files import public_dir
 from .execute import execute_notebook
 from .notebooks import notebook_parameters, resolve_notebooks, split_parameters
@@ -149,7 +148,9 @@ def run_report(selectors: Iterable[str] | None = None, parameters: Mapping[str, 
 
     The run is written to a temporary folder beside the destination and renamed into place only
     when every notebook succeeded; on failure the temporary folder is removed and
-    :class:`NotebookError` names the notebook and cell.
+    :class:`NotebookError` names the notebook and cell. A lock on ``out`` makes a second
+    concurrent run into it fail at once (``ValueError``); SIGINT and SIGTERM remove the
+    temporary folder and the notebook kernels and raise :class:`kvlab._staging.Interrupted`.
     """
     selectors = list(selectors or [])
     paths = resolve_notebooks(selectors)
@@ -158,37 +159,32 @@ def run_report(selectors: Iterable[str] | None = None, parameters: Mapping[str, 
     declared = {p: notebook_parameters(p) for p in paths}
     started = _dt.datetime.now(_dt.timezone.utc)
     dest = Path(out) if out is not None else Path(reports_dir) / f"run-{started.astimezone():%Y%m%d-%H%M%S}"
-    if dest.exists():
-        raise ValueError(f"output folder {dest} already exists; choose another --out")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = public_dir(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
     entries = []
     bar = _Progress(len(paths), progress)
     t_run = time.monotonic()
     try:
-        for path in paths:
-            stem = path.stem
-            bar.start(stem)
-            t0 = time.monotonic()
-            execute_notebook(path, tmp / f"{stem}.ipynb", per[path], results_path=tmp / f"{stem}.json",
-                             on_stderr=bar.stderr)
-            effective = {k: per[path].get(k, _literal(v)) for k, v in declared[path].items() if k != "results_path"}
-            export_html(tmp / f"{stem}.ipynb", tmp / f"{stem}.html", show_code=show_code, parameters=effective)
-            results = read_results(tmp / f"{stem}.json") if (tmp / f"{stem}.json").exists() else {}
-            title, question = notebook_title(tmp / f"{stem}.ipynb")
-            entries.append({"stem": stem, "title": title, "question": question, "html": f"{stem}.html",
-                            "ipynb": f"{stem}.ipynb", "json": f"{stem}.json", "results": results,
-                            "verdicts": verdict_counts(results.get("claims")),
-                            "runtime_s": time.monotonic() - t0})
-            bar.done()
-        run = {"name": dest.name, "date": f"{started:%Y-%m-%d %H:%M} UTC", "runtime_s": time.monotonic() - t_run,
-               "version": _version(), "inputs": _inputs(paths, declared, per),
-               "command": _command(paths, given, not selectors)}
-        (tmp / "index.html").write_text(index_html(run, entries), encoding="utf-8")
-        os.replace(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        with staged_folder(dest) as tmp:  # locked; removed on failure, SIGINT or SIGTERM
+            public_dir(tmp)
+            for path in paths:
+                stem = path.stem
+                bar.start(stem)
+                t0 = time.monotonic()
+                execute_notebook(path, tmp / f"{stem}.ipynb", per[path], results_path=tmp / f"{stem}.json",
+                                 on_stderr=bar.stderr)
+                effective = {k: per[path].get(k, _literal(v)) for k, v in declared[path].items()
+                             if k != "results_path"}
+                export_html(tmp / f"{stem}.ipynb", tmp / f"{stem}.html", show_code=show_code, parameters=effective)
+                results = read_results(tmp / f"{stem}.json") if (tmp / f"{stem}.json").exists() else {}
+                title, question = notebook_title(tmp / f"{stem}.ipynb")
+                entries.append({"stem": stem, "title": title, "question": question, "html": f"{stem}.html",
+                                "ipynb": f"{stem}.ipynb", "json": f"{stem}.json", "results": results,
+                                "verdicts": verdict_counts(results.get("claims")),
+                                "runtime_s": time.monotonic() - t0})
+                bar.done()
+            run = {"name": dest.name, "date": f"{started:%Y-%m-%d %H:%M} UTC",
+                   "runtime_s": time.monotonic() - t_run, "version": _version(),
+                   "inputs": _inputs(paths, declared, per), "command": _command(paths, given, not selectors)}
+            (tmp / "index.html").write_text(index_html(run, entries), encoding="utf-8")
     finally:
         bar.close()
     return dest
