@@ -10,9 +10,9 @@ from .. import _validate as v
 from ..predict import LogTPredictive, oracle_predictive
 from .base import Policy, PolicyName, RequestView, register
 
-#: Waiting-queue orders: first come first served, shortest predicted median first, and the TIE
-#: score (smallest ``E[C] + beta x CVaR_0.9[C]`` first).
-QUEUE_ORDERS = ("fcfs", "shortest_predicted", "tie")
+#: Waiting-queue orders: first come first served, shortest predicted median first, the TIE
+#: score (smallest ``E[C] + beta x CVaR_0.9[C]`` first), and a learning-to-rank score (lowest first).
+QUEUE_ORDERS = ("fcfs", "shortest_predicted", "tie", "ltr")
 
 #: Smallest predictive scale (log tokens) of :func:`realized_length_predictive` (at R^2 = 1).
 _MIN_SIGMA = 1e-6
@@ -71,7 +71,9 @@ class PredictedPolicy(Policy):
     The waiting queue (``queue_order``) is FCFS, or ordered by a score fixed per request before
     it runs: ``shortest_predicted`` (the predicted median, a point predictor's shortest-job-first,
     standing in for the learning-to-rank and SSJF schedulers) or ``tie`` (TIE's tail-inflated
-    expectation ``E[C] + beta x CVaR_0.9[C]``, ``C`` the length capped at max_new_tokens).
+    expectation ``E[C] + beta x CVaR_0.9[C]``, ``C`` the length capped at max_new_tokens) or
+    ``ltr`` (a learning-to-rank score, ``prediction.rank_score()``, e.g. a
+    :class:`kvlab.predict.RankedPrediction`).
     Ordered queues give each request a distinct integer rank (score, then row) and the
     simulator keeps waiting requests sorted by it, preempted ones included.
 
@@ -84,7 +86,7 @@ class PredictedPolicy(Policy):
         :class:`kvlab.predict.LogTPredictive` (``tie`` needs one, or an object with
         ``tail_inflated_expectation(beta, max_new_tokens)``). Default:
         :func:`realized_length_predictive` with ``r2_mu`` and the run's seed.
-    queue_order : {"fcfs", "shortest_predicted", "tie"}
+    queue_order : {"fcfs", "shortest_predicted", "tie", "ltr"}
         Order of the waiting queue; default FCFS.
     tie_beta : float
         Weight of the tail term in the TIE score, >= 0; default 1.0.
@@ -106,6 +108,9 @@ class PredictedPolicy(Policy):
                 and not callable(getattr(prediction, "tail_inflated_expectation", None))):
             raise ValueError(f"queue_order='tie' needs a prediction with tail_inflated_expectation(beta, "
                              f"max_new_tokens) (a kvlab.predict.LogTPredictive), got {type(prediction).__name__}")
+        if self.queue_order == "ltr" and not callable(getattr(prediction, "rank_score", None)):
+            raise ValueError(f"queue_order='ltr' needs a prediction with rank_score() (a kvlab.predict.RankedPrediction), "
+                             f"got {type(prediction).__name__}")
         self.prediction = prediction
         self.tie_beta = v.nonnegative_float(tie_beta, "tie_beta")
         self.r2_mu = v.fraction(r2_mu, "r2_mu", low_open=False)
@@ -129,6 +134,8 @@ class PredictedPolicy(Policy):
             return
         if self.queue_order == "shortest_predicted":
             score = self._per_request(dist.ppf(0.5), "prediction.ppf(0.5)", output_tokens.size)
+        elif self.queue_order == "ltr":
+            score = self._per_request(dist.rank_score(), "prediction.rank_score()", output_tokens.size)
         else:
             score = self._per_request(dist.tail_inflated_expectation(self.tie_beta, max_new_tokens),
                                       "prediction.tail_inflated_expectation", output_tokens.size)
