@@ -162,7 +162,7 @@ def test_crossover_table_covers_the_catalogue():
 def test_claims_table_rows():
     cat = pc.crossover_table(models=["Llama-3-8B"], gpus=["H200"])
     claims = pc.preemption_claims("Llama-3-8B", "H200", catalogue=cat)
-    assert list(claims.columns) == ["claim", "source", "claimed", "kvlab_value", "verdict"]
+    assert list(claims.columns) == list(kvlab.claims.Claim.__dataclass_fields__)
     assert len(claims) == 4
     assert claims["verdict"].str.match(r"^(holds|differs)").all()
     # Llama-3-8B's context (8,192) is far below where attention passes the linear layers.
