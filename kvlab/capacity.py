@@ -119,9 +119,9 @@ class ServingConfig:
         (``iteration_s`` is all that is called) is used as is.
     engine : str, optional
         Simulator engine; the simulator's default when None.
-    stage_link : str
-        Link between pipeline stages (:func:`kvlab.pipeline.pipeline_cost`): ``"in-node"`` or a
-        network link of :data:`kvlab.pipeline.STAGE_LINKS` when the stages span nodes.
+    stage_link : {"in-node", "internode"}
+        Link between pipeline stages (:func:`kvlab.pipeline.pipeline_cost`): the GPU
+        interconnect, or the node's network when the stages span nodes.
     pipeline_bubbles : bool
         Under PP, price the bubbles of uneven micro-batches (see the module note); False keeps
         every micro-batch's cycle at ``pp x`` its own stage time.

@@ -8,7 +8,7 @@ Model (the level Sarathi-Serve's Falcon-180B TP4-PP2 set-up needs; stated, not h
 * A stage's time for a micro-batch is its compute plus the send of the micro-batch's
   activations (``tokens x hidden x dtype bytes``) to the next stage over the stage link: the GPU
   interconnect when the stages share a node, a network link when they do not (the Falcon-180B
-  set-up spans two nodes; :data:`STAGE_LINKS`).
+  set-up spans two nodes: the catalogue's ``internode`` link of the GPU, :data:`STAGE_LINKS`).
 * The scheduler keeps ``pp`` micro-batches in flight (vLLM's virtual engines, Sarathi-Serve's
   pipeline scheduler), each with its own requests, visited round-robin by every stage. With
   stage times ``t_1 .. t_pp`` the steady-state cycle of every micro-batch is
@@ -31,7 +31,7 @@ Model (the level Sarathi-Serve's Falcon-180B TP4-PP2 set-up needs; stated, not h
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -40,13 +40,11 @@ from .backend import array_namespace
 from .costmodel import roofline
 from .specs import GPUSpec, ModelSpec, gpu as _gpu, model as _model
 
-#: Network links between pipeline stages on different nodes: (bytes/s, latency s, source).
-STAGE_LINKS: Mapping[str, tuple[float, float, str]] = {
-    "azure-nc-a100-v4-80gbps": (80e9 / 8, 30e-6,
-                                "Azure NC96ads A100 v4 (the Sarathi-Serve Falcon-180B nodes, "
-                                "osdi-experiments/figure-5-6/README.md): 80,000 Mbps accelerated networking "
-                                "per VM (Azure's NC A100 v4 size table); the 30 us latency is assumed"),
-}
+#: Stage links: ``"in-node"`` (the GPU interconnect) or ``"internode"`` (the GPU's share of its
+#: node's network, :attr:`kvlab.specs.GPUSpec.internode_bytes_per_s`), with a latency per send
+#: (seconds; assumed: 10 us over NVLink/PCIe, 30 us over a network).
+STAGE_LINKS = ("in-node", "internode")
+SEND_LATENCY_S = {"in-node": 10e-6, "internode": 30e-6}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,7 +68,7 @@ class PipelineCostModel:
     link_bytes_per_s : float
         Bandwidth of a stage-to-stage send (bytes/s).
     link : str
-        Name of the stage link ("in-node" or a key of :data:`STAGE_LINKS`).
+        Name of the stage link (one of :data:`STAGE_LINKS`).
     peer_stage_s : ndarray, optional
         Sorted stage times (seconds) the other micro-batches in flight are drawn from; None:
         they equal this one's (no bubble). Set with :meth:`with_peers`.
@@ -218,9 +216,10 @@ def pipeline_cost(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp
     stage_cost : cost model, optional
         One stage's cost model (``iteration_s``); default :func:`kvlab.costmodel.roofline` with
         ``tp``, ``pp`` and ``roofline_kw``.
-    link : str
-        Stage link: ``"in-node"`` (the GPU interconnect, 10 us per send) or a key of
-        :data:`STAGE_LINKS` (stages on different nodes).
+    link : {"in-node", "internode"}
+        Stage link: the GPU interconnect, or the GPU's share of the node's network when the
+        stages are on different nodes (:attr:`kvlab.specs.GPUSpec.internode_bytes_per_s`);
+        latency per send from :data:`SEND_LATENCY_S`.
     send_latency_s : float, optional
         Overrides the link's latency per send (seconds).
     **roofline_kw
@@ -239,10 +238,9 @@ def pipeline_cost(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp
         raise ValueError(f"stage_cost must be a cost model with iteration_s, got {type(stage_cost).__name__}")
     if pp == 1:
         return stage
-    if link == "in-node":
-        link_bytes_per_s, latency_s = g.interconnect_bytes_per_s, 10e-6
-    else:
-        link_bytes_per_s, latency_s, _ = STAGE_LINKS[v.choice(link, "link", ["in-node", *STAGE_LINKS])]
+    link = v.choice(link, "link", STAGE_LINKS)
+    link_bytes_per_s = g.interconnect_bytes_per_s if link == "in-node" else g.internode_bytes_per_s
+    latency_s = SEND_LATENCY_S[link]
     if send_latency_s is not None:
         latency_s = v.nonnegative_float(send_latency_s, "send_latency_s")
     return PipelineCostModel(stage=stage, pp=pp, link=link,

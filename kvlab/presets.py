@@ -51,7 +51,7 @@ class Preset:
         Sarathi-Serve's capacity over vLLM's as the paper reports it ("up to").
     source : str
     stage_link : str
-        Link between pipeline stages (:data:`kvlab.pipeline.STAGE_LINKS` or ``"in-node"``).
+        Link between pipeline stages (one of :data:`kvlab.pipeline.STAGE_LINKS`).
     """
 
     name: str
