@@ -5,7 +5,7 @@ from . import predict
 from . import swap, preemption_cost
 from .preemption_cost import crossover, crossover_table, preemption_costs
 from . import arrivals, paged, policies, sim
-from .policies import PolicyName, create_policy, policy_names
+from .policies import create_policy, policy_names
 from .sim import SimResult, simulate
 from .reservation import pool_pages, real_pool_table, reservation_table, reservation_waste
 from .sweep import sweep
@@ -21,7 +21,7 @@ __all__ = [
     "lengths", "traces",
     "predict",
     "swap", "preemption_cost", "crossover", "crossover_table", "preemption_costs",
-    "arrivals", "paged", "policies", "sim", "PolicyName", "create_policy", "policy_names", "SimResult", "simulate",
+    "arrivals", "paged", "policies", "sim", "create_policy", "policy_names", "SimResult", "simulate",
     "pool_pages", "real_pool_table", "reservation_table", "reservation_waste",
     "sweep",
     "pipeline", "presets", "SLO", "CapacityResult", "ServingConfig", "capacities", "capacity", "capacity_table", "pipeline_cost",

@@ -8,6 +8,8 @@ integer column and to 1e-9 relative on every time, and so must the per-iteration
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import math
 
 import numpy as np
 import pandas as pd
@@ -15,12 +17,12 @@ import pytest
 
 import kvlab.sim.fast as fast
 from kvlab.costmodel import roofline
-from kvlab.policies import create_policy
+from kvlab.policies import create_policy, policy_names
 from kvlab.sim import simulate
 from kvlab.sim.config import PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind, SwapConfig
 
 COST = dataclasses.replace(roofline("Llama-2-7B", "A100-80GB-SXM"), iteration_overhead_s=0.01)
-POLICIES = ("reserve_max", "orca_oracle", "orca_pow2", "orca_max", "tgi", "vllm", "sglang", "predicted")
+POLICIES = tuple(policy_names())
 NUM_CASES = 240
 
 
@@ -99,7 +101,8 @@ def test_random_cases_exercise_every_path(monkeypatch):
     monkeypatch.setattr(fast.FastEngine, "_admit_waiting_loop",
                         counting("admit_loop", fast.FastEngine._admit_waiting_loop))
     outcomes = []
-    for seed in range(0, NUM_CASES, 4):
+    step = next(s for s in itertools.count(3) if math.gcd(s, len(POLICIES)) == 1)  # reaches every policy
+    for seed in range(0, NUM_CASES, step):
         w, policy, kw = random_case(seed)
         res = run(w, policy, "fast", **kw)
         if not isinstance(res, str):

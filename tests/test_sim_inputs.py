@@ -13,7 +13,7 @@ KW = dict(model="Llama-2-7B", gpu="A100-80GB-SXM", pool_pages=100)
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    ({"policy": "fifo"}, "policy 'fifo' is unknown: expected one of reserve_max"),
+    ({"policy": "fifo"}, "policy 'fifo' is unknown: expected one of orca_oracle"),
     ({"preemption_mode": "evict"}, "preemption_mode 'evict' is unknown: expected one of recompute, swap, reject"),
     ({"scheduler": "fast"}, "scheduler 'fast' is unknown"),
     ({"engine": "gpu"}, "engine 'gpu' is unknown"),

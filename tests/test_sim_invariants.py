@@ -9,6 +9,7 @@ import pandas as pd
 from hypothesis import given, settings, strategies as st
 
 from kvlab.costmodel import roofline
+from kvlab.policies import policy_names
 from kvlab.reservation import pages_for
 from kvlab.sim import RequestStatus, simulate
 from kvlab.sim.reference import ReferenceEngine
@@ -43,8 +44,7 @@ def _checked_execute(self, step):
 
 
 configs = st.fixed_dictionaries({
-    "policy": st.sampled_from(["reserve_max", "orca_oracle", "orca_pow2", "orca_max", "tgi", "vllm",
-                               "sglang", "predicted"]),
+    "policy": st.sampled_from(policy_names()),
     "preemption_mode": st.sampled_from(["recompute", "swap", "reject"]),
     "scheduler": st.sampled_from(["chunked", "prefill_first"]),
     "block_size": st.sampled_from([1, 2, 4, 8]),

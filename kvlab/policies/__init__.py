@@ -1,10 +1,19 @@
 """Admission and reservation policies, one module per system they model.
 
-``create_policy(name, **params)`` builds one by name; ``policy_names()`` lists them.
+``create_policy(name, **params)`` builds one by name; ``policy_names()`` lists them. Every module
+of this package is imported here in name order (so policies register in that order): a new
+module's ``@register``-ed policy is known without further edits.
 """
-from . import orca, predicted, sglang, tensorrt_llm, tgi, vllm  # noqa: F401  (registers them)
-from .base import Policy, PolicyName, RequestView, create_policy, policy_names, register
-from .predicted import QUEUE_ORDERS, realized_length_predictive
+import importlib
+import pkgutil
 
-__all__ = ["Policy", "PolicyName", "RequestView", "QUEUE_ORDERS", "create_policy", "policy_names",
+from .base import Policy, Requests, create_policy, policy_class, policy_names, register
+
+_MODULES = {name: importlib.import_module(f"{__name__}.{name}")
+            for name in sorted(m.name for m in pkgutil.iter_modules(__path__))
+            if name != "base" and not name.startswith("_")}
+QUEUE_ORDERS = _MODULES["predicted"].QUEUE_ORDERS
+realized_length_predictive = _MODULES["predicted"].realized_length_predictive
+
+__all__ = ["Policy", "Requests", "QUEUE_ORDERS", "create_policy", "policy_class", "policy_names",
            "realized_length_predictive", "register"]

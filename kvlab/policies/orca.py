@@ -7,23 +7,36 @@ of them ever needs more than it reserved, so they never preempt.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from .. import _validate as v
-from .base import Policy, PolicyName, RequestView, register
+from .base import Policy, Requests, register
 
 
-def _final_tokens(policy: Policy, req: RequestView) -> int:
-    """Prompt + the tokens the request will really generate (capped by max_new_tokens)."""
-    return req.prompt_tokens + min(req.output_tokens, policy.max_new_tokens)
+def _final_tokens(policy: Policy, reqs: Requests) -> Any:
+    """Prompt + the tokens each request will really generate (capped by max_new_tokens)."""
+    return reqs.prompt_tokens + reqs.xp.minimum(reqs.output_tokens, policy.max_new_tokens)
+
+
+def next_power_of_two(x: Any) -> Any:
+    """The smallest power of two >= ``x`` (ints >= 1, below 2**62), exactly, on ints or int64 arrays.
+
+    ``x - 1`` with every bit below its highest set bit switched on, plus one (operators only).
+    """
+    y = x - 1
+    for shift in (1, 2, 4, 8, 16, 32):
+        y = y | (y >> shift)
+    return y + 1
 
 
 @register
 class OrcaOraclePolicy(Policy):
     """Orca (Oracle): reserve exactly the true final length, prompt + min(output, max_new_tokens)."""
 
-    name = PolicyName.ORCA_ORACLE
+    name = "orca_oracle"
 
-    def reservation_tokens(self, req: RequestView) -> int:
-        return _final_tokens(self, req)
+    def reservation_tokens(self, reqs: Requests) -> Any:
+        return _final_tokens(self, reqs)
 
 
 @register
@@ -33,11 +46,10 @@ class OrcaPow2Policy(Policy):
     Capped at prompt + max_new_tokens (the most the request could ever hold).
     """
 
-    name = PolicyName.ORCA_POW2
+    name = "orca_pow2"
 
-    def reservation_tokens(self, req: RequestView) -> int:
-        final = _final_tokens(self, req)
-        return min(1 << (final - 1).bit_length(), req.prompt_tokens + self.max_new_tokens)
+    def reservation_tokens(self, reqs: Requests) -> Any:
+        return reqs.xp.minimum(next_power_of_two(_final_tokens(self, reqs)), reqs.prompt_tokens + self.max_new_tokens)
 
 
 @register
@@ -56,11 +68,11 @@ class OrcaMaxPolicy(Policy):
         its own final length (prompt + min(output, max_new_tokens)) so that it can finish.
     """
 
-    name = PolicyName.ORCA_MAX
+    name = "orca_max"
 
     def __init__(self, *, max_model_len: int = 2048) -> None:
         super().__init__()
         self.max_model_len = v.positive_int(max_model_len, "max_model_len")
 
-    def reservation_tokens(self, req: RequestView) -> int:
-        return max(self.max_model_len, _final_tokens(self, req))
+    def reservation_tokens(self, reqs: Requests) -> Any:
+        return reqs.xp.maximum(self.max_model_len, _final_tokens(self, reqs))

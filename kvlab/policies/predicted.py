@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import _validate as v
 from ..predict import LogTPredictive, oracle_predictive
-from .base import Policy, PolicyName, RequestView, register
+from .base import Policy, Requests, register
 
 #: Waiting-queue orders: first come first served, shortest predicted median first, the TIE
 #: score (smallest ``E[C] + beta x CVaR_0.9[C]`` first), and a learning-to-rank score (lowest first).
@@ -94,7 +94,7 @@ class PredictedPolicy(Policy):
         Quality of the default predictor, in [0, 1]; default 0.82.
     """
 
-    name = PolicyName.PREDICTED
+    name = "predicted"
     on_demand = True
 
     def __init__(self, *, quantile: float = 0.9, prediction: Any = None, queue_order: str = "fcfs",
@@ -131,6 +131,7 @@ class PredictedPolicy(Policy):
         self.predicted_tokens = np.clip(np.ceil(np.nan_to_num(q, posinf=max_new_tokens)), 1,
                                         max_new_tokens).astype(np.int64)
         if self.queue_order == "fcfs":
+            self.ranks = np.arange(output_tokens.size, dtype=np.int64)
             return
         if self.queue_order == "shortest_predicted":
             score = self._per_request(dist.ppf(0.5), "prediction.ppf(0.5)", output_tokens.size)
@@ -152,9 +153,9 @@ class PredictedPolicy(Policy):
             raise ValueError(f"{what} returned NaN for request {int(np.flatnonzero(np.isnan(arr))[0])}")
         return arr
 
-    def reservation_tokens(self, req: RequestView) -> int:
-        predicted = int(self.predicted_tokens[req.index])
-        return req.prompt_tokens + max(predicted, req.generated_tokens)
+    def reservation_tokens(self, reqs: Requests) -> Any:
+        predicted = self.per_request("predicted_tokens", reqs.xp)[reqs.index]
+        return reqs.prompt_tokens + reqs.xp.maximum(predicted, reqs.generated_tokens)
 
-    def queue_rank(self, req: RequestView) -> int:
-        return int(self.ranks[req.index])
+    def queue_rank(self, reqs: Requests) -> Any:
+        return self.per_request("ranks", reqs.xp)[reqs.index]

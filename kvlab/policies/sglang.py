@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Sequence
+from typing import Any
 
 from .. import _validate as v
-from ..reservation import pages_for
-from .base import Policy, PolicyName, RequestView, register
+from .base import Policy, Requests, register
 
 
 @register
@@ -24,7 +23,9 @@ class SGLangPolicy(Policy):
     their total max_new_tokens)`` as in ``ScheduleBatch.retract_decode``. Decode pages are
     allocated on demand.
 
-    The ratio is an exact fraction, so admission never depends on floating-point rounding.
+    The ratio is an exact fraction, so admission never depends on floating-point rounding. A
+    request could ever run when its context alone fits the pool (the estimate of future tokens
+    only delays admission).
 
     Parameters
     ----------
@@ -40,7 +41,7 @@ class SGLangPolicy(Policy):
         Decode steps credited per remaining request when the ratio is raised; default 20.
     """
 
-    name = PolicyName.SGLANG
+    name = "sglang"
     on_demand = True
 
     def __init__(self, *, init_ratio: float = 0.7, min_ratio_factor: float = 0.14, decay_steps: int = 600,
@@ -53,25 +54,24 @@ class SGLangPolicy(Policy):
         self.retract_steps = v.nonnegative_int(retract_steps, "retract_steps")
         self.ratio = self.init_ratio
 
-    def reservation_tokens(self, req: RequestView) -> int:
-        return req.prompt_tokens + req.generated_tokens
+    def reservation_tokens(self, reqs: Requests) -> Any:
+        return reqs.prompt_tokens + reqs.generated_tokens
 
-    def _remaining(self, req: RequestView) -> int:
-        return min(self.max_new_tokens - req.generated_tokens, self.clip_tokens)
+    def _remaining(self, reqs: Requests) -> Any:
+        """Each request's estimated future tokens before the ratio (tokens)."""
+        return reqs.xp.minimum(self.max_new_tokens - reqs.generated_tokens, self.clip_tokens)
 
-    def can_admit(self, req: RequestView, *, free_pages: int, running: Sequence[RequestView]) -> bool:
-        future = self._remaining(req) + sum(self._remaining(r) for r in running)
+    def can_admit(self, reqs: Requests, *, free_pages: Any, running: Requests | None) -> Any:
+        future = self._remaining(reqs)
+        if running is not None and running.size:
+            future = future + int(running.xp.sum(self._remaining(running)))
         charge = -(-future * self.ratio.numerator // self.ratio.denominator)  # ceil, exact
-        return self.reservation_tokens(req) + charge <= free_pages * self.block_size
+        return self.reservation_tokens(reqs) + charge <= free_pages * self.block_size
 
-    def fits_empty_pool(self, req: RequestView) -> bool:
-        """The context alone must fit: the estimate of future tokens only delays admission."""
-        return int(pages_for(self.reservation_tokens(req), self.block_size)) <= self.num_pages
-
-    def end_schedule(self, *, num_preempted: int, running: Sequence[RequestView]) -> None:
-        if num_preempted and running:
-            decoded = sum(r.generated_tokens for r in running)
-            raised = Fraction(decoded + self.retract_steps * len(running), self.max_new_tokens * len(running))
+    def end_schedule(self, *, num_preempted: int, running: Requests, num_iterations: int = 1) -> None:
+        if num_preempted and running.size:
+            decoded = int(running.xp.sum(running.generated_tokens))
+            raised = Fraction(decoded + self.retract_steps * running.size, self.max_new_tokens * running.size)
             self.ratio = min(Fraction(1), raised)
         else:
-            self.ratio = max(self.min_ratio, self.ratio - self.decay_per_step)
+            self.ratio = max(self.min_ratio, self.ratio - num_iterations * self.decay_per_step)

@@ -1,7 +1,9 @@
 """TensorRT-LLM's default capacity policy, ``GUARANTEED_NO_EVICT``."""
 from __future__ import annotations
 
-from .base import Policy, PolicyName, RequestView, register
+from typing import Any
+
+from .base import Policy, Requests, register
 
 
 @register
@@ -16,7 +18,7 @@ class ReserveMaxPolicy(Policy):
     preempts.
     """
 
-    name = PolicyName.RESERVE_MAX
+    name = "reserve_max"
 
-    def reservation_tokens(self, req: RequestView) -> int:
-        return req.prompt_tokens + self.max_new_tokens
+    def reservation_tokens(self, reqs: Requests) -> Any:
+        return reqs.prompt_tokens + self.max_new_tokens

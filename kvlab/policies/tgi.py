@@ -1,8 +1,10 @@
 """Hugging Face Text Generation Inference: capped reservation and re-queueing."""
 from __future__ import annotations
 
+from typing import Any
+
 from .. import _validate as v
-from .base import Policy, PolicyName, RequestView, register
+from .base import Policy, Requests, register
 
 
 @register
@@ -21,12 +23,12 @@ class TGIPolicy(Policy):
         Largest output reservation (tokens), default 1024.
     """
 
-    name = PolicyName.TGI
+    name = "tgi"
 
     def __init__(self, *, cap_tokens: int = 1024) -> None:
         super().__init__()
         self.cap_tokens = v.positive_int(cap_tokens, "cap_tokens")
 
-    def reservation_tokens(self, req: RequestView) -> int:
-        remaining = self.max_new_tokens - req.generated_tokens
-        return req.prompt_tokens + req.generated_tokens + min(remaining, self.cap_tokens)
+    def reservation_tokens(self, reqs: Requests) -> Any:
+        g = reqs.generated_tokens
+        return reqs.prompt_tokens + g + reqs.xp.minimum(self.max_new_tokens - g, self.cap_tokens)

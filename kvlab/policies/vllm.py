@@ -1,11 +1,10 @@
 """vLLM: admit on the prompt's pages, allocate decode pages on demand, preempt the newest."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any
 
 from .. import _validate as v
-from ..reservation import pages_for
-from .base import Policy, PolicyName, RequestView, register
+from .base import Policy, Requests, register
 
 
 @register
@@ -25,7 +24,7 @@ class VLLMPolicy(Policy):
         Share of the pool kept free at admission, in [0, 1); default 0.01 (v0's 1%).
     """
 
-    name = PolicyName.VLLM
+    name = "vllm"
     on_demand = True
 
     def __init__(self, *, watermark_frac: float = 0.01) -> None:
@@ -37,8 +36,8 @@ class VLLMPolicy(Policy):
         """Pages admission must leave free: ``int(watermark_frac x num_pages)``."""
         return int(self.watermark_frac * self.num_pages)
 
-    def reservation_tokens(self, req: RequestView) -> int:
-        return req.prompt_tokens + req.generated_tokens
+    def reservation_tokens(self, reqs: Requests) -> Any:
+        return reqs.prompt_tokens + reqs.generated_tokens
 
-    def can_admit(self, req: RequestView, *, free_pages: int, running: Sequence[RequestView]) -> bool:
-        return free_pages - int(pages_for(self.reservation_tokens(req), self.block_size)) >= self.watermark_pages
+    def admission_headroom_pages(self, reqs: Requests) -> Any:
+        return self.watermark_pages

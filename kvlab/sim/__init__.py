@@ -14,7 +14,7 @@ from .. import _validate as v
 from ..arrivals import KINDS as ARRIVAL_KINDS, arrival_times
 from ..backend import get_xp
 from ..costmodel import describe as _describe_cost, resolve as _resolve_cost
-from ..policies import create_policy
+from ..policies import Policy, create_policy
 from ..swap import DEFAULT_COPY_LATENCY_S, swap_model
 from ..reservation import pool_pages as _pool_pages
 from ..specs import GIB, GPUSpec, ModelSpec, gpu as _gpu, model as _model
@@ -80,7 +80,7 @@ def _workload_columns(workload: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, n
     return prompt, output, arrival, ids
 
 
-def simulate(workload: pd.DataFrame, policy: str = "vllm", *, model: str | ModelSpec, gpu: str | GPUSpec,
+def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: str | ModelSpec, gpu: str | GPUSpec,
              max_new_tokens: int = 2048, block_size: int = 16, pool_pages: int | None = None,
              gpu_memory_utilization: float = 0.9, tp: int = 1, scheduler: str = "chunked",
              max_num_seqs: int = 256, max_num_batched_tokens: int | None = None,
@@ -95,10 +95,11 @@ def simulate(workload: pd.DataFrame, policy: str = "vllm", *, model: str | Model
     workload : DataFrame
         Int columns ``prompt_tokens`` and ``output_tokens`` (the true length the model would
         generate), optional float ``arrival_s`` (seconds) and ``request_id``.
-    policy : str
+    policy : str or Policy
         One of ``kvlab.policies.policy_names()``; its parameters are passed as extra keywords
         (e.g. ``watermark_frac=0.01`` for ``vllm``, ``cap_tokens`` for ``tgi``, ``quantile``
-        for ``predicted``).
+        for ``predicted``). Or a new, unbound :class:`kvlab.policies.Policy` instance (then
+        no extra keywords), e.g. of a policy class not in the registry.
     model, gpu : str or spec
         Model and GPU (``kvlab.specs``), for the pool size and the cost model.
     max_new_tokens : int
@@ -174,7 +175,13 @@ def simulate(workload: pd.DataFrame, policy: str = "vllm", *, model: str | Model
         page_copy_s=swap_model(m, g, tp=tp, copy_latency_s=copy_latency_s).page_copy_s(block_size))
     arrival_s = _arrivals(arrivals, len(prompt), trace_arrival, qps=qps, burst_cv=burst_cv, seed=seed)
     cost = _resolve_cost(cost_model, m, g, tp=tp)
-    pol = create_policy(policy, **policy_params)
+    if isinstance(policy, Policy):
+        if policy_params:
+            raise ValueError(f"policy parameters {sorted(policy_params)} were given with a Policy instance; "
+                             f"pass them to its constructor instead")
+        pol = policy
+    else:
+        pol = create_policy(policy, **policy_params)
     pol.bind(output_tokens=output, max_new_tokens=max_new_tokens, block_size=block_size, num_pages=num_pages,
              seed=seed)
     pool = PoolConfig(num_pages=num_pages, block_size=block_size)
@@ -188,7 +195,7 @@ def simulate(workload: pd.DataFrame, policy: str = "vllm", *, model: str | Model
         done, rows = ReferenceEngine(requests, policy=pol, pool=pool, scheduler=sched, swap=swap,
                                      cost_model=cost).run()
         req_table, it_table = request_table(done, ids), iteration_table(rows)
-    params = {"policy": pol.name.value, "max_new_tokens": max_new_tokens, "block_size": block_size,
+    params = {"policy": pol.name, "max_new_tokens": max_new_tokens, "block_size": block_size,
               "pool_pages": num_pages, "scheduler": kind.value, "max_num_seqs": sched.max_num_seqs,
               "max_num_batched_tokens": max_num_batched_tokens, "preemption_mode": mode.value,
               "cpu_pool_pages": swap.cpu_pool_pages, "page_copy_s": swap.page_copy_s, "model": m.name,

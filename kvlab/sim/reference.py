@@ -5,7 +5,7 @@ NOTE (the model; a fast engine must reproduce every integer below exactly)
 * Time is iteration-indexed. Iteration k starts at ``start_s``; requests with
   ``arrival_s <= start_s`` join the back of the waiting queue (in arrival order, ties by row)
   before it is scheduled; a policy that ``orders_queue`` then has the waiting queue sorted by
-  ``policy.queue_rank(req)`` (a distinct integer per request; preempted requests included), so
+  ``policy.queue_rank`` (a distinct integer per request; preempted requests included), so
   its "front" below is the lowest rank. If nothing is running, waiting or swapped, the clock
   jumps to the next arrival. Iteration k lasts
   ``cost_model.iteration_s(tokens, attention_pairs, kv_tokens, num_seqs)`` (0 when it computes no
@@ -50,9 +50,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._intmath import ceil_div
 from ..costmodel import CostModel, prefill_attention_pairs
 from ..paged import BlockPool
-from ..policies import Policy
+from ..policies import Policy, Requests
 from .config import PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind, SwapConfig
 from .request import Request, RequestStatus
 
@@ -109,7 +110,7 @@ class ReferenceEngine:
             while self.pending and self.pending[0].arrival_s <= self.now_s:
                 self.waiting.append(self.pending.popleft())
             if self.policy.orders_queue:
-                self.waiting = deque(sorted(self.waiting, key=self.policy.queue_rank))
+                self.waiting = deque(sorted(self.waiting, key=lambda r: int(self.policy.queue_rank(r.view()))))
             if not (self.waiting or self.running or self.swapped):
                 self.now_s = self.pending[0].arrival_s
                 continue
@@ -128,7 +129,8 @@ class ReferenceEngine:
                 self._resume_swapped(step)
                 if not self.swapped and self.cfg.kind == SchedulerKind.CHUNKED:
                     self._admit_waiting(step, whole=False)
-        self.policy.end_schedule(num_preempted=step.num_preempted, running=self.running)
+        if self.policy.keeps_state:
+            self.policy.end_schedule(num_preempted=step.num_preempted, running=self._batch(self.running))
         return step
 
     def _schedule_running(self, step: _Step) -> None:
@@ -146,13 +148,12 @@ class ReferenceEngine:
     def _resume_swapped(self, step: _Step) -> None:
         while self.swapped and len(self.running) < self.cfg.max_num_seqs and step.budget_tokens > 0:
             req = self.swapped[0]
-            if not self.policy.fits_empty_pool(req):
+            if not self.policy.fits_empty_pool(req.view()):
                 self.swapped.popleft()
                 self.cpu_pages_used -= req.cpu_pages
                 self._abort(req, "exceeds_pool", step, preempted=False)
                 continue
-            if self.running and not self.policy.can_admit(req, free_pages=self.pool.num_uncommitted_pages,
-                                                          running=self.running):
+            if self.running and not self._can_admit(req):
                 break
             self.swapped.popleft()
             self.cpu_pages_used -= req.cpu_pages
@@ -167,7 +168,7 @@ class ReferenceEngine:
     def _admit_waiting(self, step: _Step, *, whole: bool) -> None:
         while self.waiting and len(self.running) < self.cfg.max_num_seqs and step.budget_tokens > 0:
             req = self.waiting[0]
-            if not self.policy.fits_empty_pool(req):
+            if not self.policy.fits_empty_pool(req.view()):
                 self.waiting.popleft()
                 self._abort(req, "exceeds_pool", step, preempted=False)
                 continue
@@ -177,8 +178,7 @@ class ReferenceEngine:
                 continue
             if whole and req.remaining_tokens > step.budget_tokens:
                 break
-            if self.running and not self.policy.can_admit(req, free_pages=self.pool.num_uncommitted_pages,
-                                                          running=self.running):
+            if self.running and not self._can_admit(req):
                 break
             self.waiting.popleft()
             req.admit(iteration=step.k, seq=self._next_seq(), start_s=step.start_s)
@@ -196,7 +196,7 @@ class ReferenceEngine:
             self._preempt(req, step)
             return False
         while beyond > self.pool.num_uncommitted_pages:
-            victim = self.policy.choose_victim(self.running)
+            victim = self.running[self.policy.choose_victim(self._batch(self.running))]
             if victim is req and len(self.running) == 1:
                 self.running.remove(req)
                 self._abort(req, "kv_exceeds_pool", step, preempted=False)
@@ -207,17 +207,29 @@ class ReferenceEngine:
         self.pool.reserve(req.index, need)
         return True
 
+    # ------------------------------------------------------------------ asking the policy
+    def _can_admit(self, req: Request) -> bool:
+        running = None if self.policy.admits_on_own_pages else self._batch(self.running)
+        return bool(self.policy.can_admit(req.view(), free_pages=self.pool.num_uncommitted_pages, running=running))
+
+    @staticmethod
+    def _batch(reqs: list[Request]) -> Requests:
+        """The policy's view of ``reqs`` (length-``len(reqs)`` NumPy arrays, in order)."""
+        cols = np.array([(r.index, r.prompt_tokens, r.output_tokens, r.generated_tokens) for r in reqs],
+                        dtype=np.int64).reshape(-1, 4).T
+        return Requests(*cols, xp=np)
+
     # ------------------------------------------------------------------ state changes
     def _pages(self, tokens: int) -> int:
-        """``kvlab.reservation.pages_for`` on one Python int, without NumPy's per-call overhead."""
-        return -(-tokens // self.block_size)
+        """Pages holding ``tokens`` tokens (one Python int; ``pages_for`` without NumPy's per-call overhead)."""
+        return ceil_div(tokens, self.block_size)
 
     def _next_seq(self) -> int:
         self.admit_count += 1
         return self.admit_count
 
     def _reserve(self, req: Request) -> None:
-        pages = self._pages(self.policy.reservation_tokens(req))
+        pages = self._pages(int(self.policy.reservation_tokens(req.view())))
         self.pool.reserve(req.index, pages)
         req.max_reserved_pages = max(req.max_reserved_pages, pages)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 import enum
 import math
 
+from ..policies import Requests
+
 
 class RequestStatus(enum.IntEnum):
     """Where a request is. Every finished status is greater than ``SWAPPED`` (pinned by a test)."""
@@ -67,6 +69,10 @@ class Request:
     def __repr__(self) -> str:
         return (f"Request({self.index}, {self.status.name}, prompt={self.prompt_tokens}, "
                 f"generated={self.generated_tokens}/{self.target_tokens}, computed={self.computed_tokens})")
+
+    def view(self) -> Requests:
+        """What a policy reads of this request (its Python ints)."""
+        return Requests.one(self.index, self.prompt_tokens, self.output_tokens, self.generated_tokens)
 
     @property
     def remaining_tokens(self) -> int:

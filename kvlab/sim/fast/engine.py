@@ -8,16 +8,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..._intmath import ceil_div
 from ...backend import to_numpy
 from ...costmodel import CostModel
 from ...policies import Policy
-from ...policies.sglang import SGLangPolicy
 from ..config import PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind, SwapConfig
 from ..reference import ITERATION_COLUMNS
 from ..request import FINISH_REASON, RequestStatus
-from .lazy import LAZY_POLICIES, LazyRun
+from .lazy import LazyRun
 from .queue import Waiting
-from .state import ABORT_REASONS, ABORTED, CAPPED, PREEMPTED, RUNNING, STOPPED, SWAPPED, WAITING, Rules, pages_of
+from .state import ABORT_REASONS, ABORTED, CAPPED, PREEMPTED, RUNNING, STOPPED, SWAPPED, WAITING, Rules
 
 # Array iterations to run before trying a lazy run again after one could not start.
 LAZY_RETRY_ITERATIONS = 16
@@ -85,7 +85,7 @@ class FastEngine:
     # ------------------------------------------------------------------ main loop
     def run_all(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Serve every request; return (per-request columns, per-iteration table)."""
-        lazy = LazyRun(self) if self.rules.kind in LAZY_POLICIES else None
+        lazy = LazyRun(self) if LazyRun.supports(self.rules) else None
         wait_iterations = 0  # array iterations before the next try of a lazy run
         while self.arrived < self.n or len(self.waiting) or self.run_ids.shape[0] or self.swapped:
             hi = int(np.searchsorted(self.sorted_arrival_h, self.now_s, side="right"))
@@ -151,12 +151,12 @@ class FastEngine:
             self.admitted_iter[r], self.admitted_s[r] = st.k, st.start_s
 
     def _reserve_on_admit(self, r: int) -> None:
-        pages = int(pages_of(self.rules.reservation_tokens(self.xp.asarray([r]))[0], self.bs))
+        pages = int(ceil_div(self.rules.reservation_tokens(self.xp.asarray([r]))[0], self.bs))
         self._reserve(r, pages)
         self.max_res[r] = max(int(self.max_res[r]), pages)
 
     def _allocate(self, r: int, chunk: int, st: Step) -> None:
-        extra = int(pages_of(int(self.comp[r]) + chunk, self.bs)) - int(self.used[r])
+        extra = int(ceil_div(int(self.comp[r]) + chunk, self.bs)) - int(self.used[r])
         if extra > 0:
             self._grow(r, extra)
         self.max_used[r] = max(int(self.max_used[r]), int(self.used[r]))
@@ -187,7 +187,7 @@ class FastEngine:
         before = xp.cumsum(rem) - rem
         chunk = xp.minimum(rem, xp.maximum(st.budget_tokens - before, 0))
         sched = chunk > 0
-        need = pages_of(c + chunk, self.bs)
+        need = ceil_div(c + chunk, self.bs)
         res, used = self.res[ids], self.used[ids]
         beyond = xp.where(sched, need - xp.maximum(res, used), 0)
         grow = beyond > 0
@@ -221,7 +221,7 @@ class FastEngine:
                 break
             chunk = min(self._rem(r), st.budget_tokens)
             if self._preempt_until_fits(r, chunk, st, running):
-                extra = int(pages_of(int(self.comp[r]) + chunk, self.bs)) - int(self.used[r])
+                extra = int(ceil_div(int(self.comp[r]) + chunk, self.bs)) - int(self.used[r])
                 if extra > 0:
                     self._grow(r, extra)
                 self.max_used[r] = max(int(self.max_used[r]), int(self.used[r]))
@@ -236,7 +236,7 @@ class FastEngine:
             st.num_scheduled += len(scheduled)
 
     def _preempt_until_fits(self, r: int, chunk: int, st: Step, running: list[int]) -> bool:
-        need = int(pages_of(int(self.comp[r]) + chunk, self.bs))
+        need = int(ceil_div(int(self.comp[r]) + chunk, self.bs))
         beyond = need - max(int(self.res[r]), int(self.used[r]))
         if beyond <= 0:
             return True
@@ -265,7 +265,7 @@ class FastEngine:
         if mode == PreemptionMode.REJECT:
             self._abort(v, "preempted_rejected", st, preempted=True)
             return
-        kv_pages = int(pages_of(int(self.comp[v]), self.bs))
+        kv_pages = int(ceil_div(int(self.comp[v]), self.bs))
         self._release(v)
         self.num_preemptions[v] += 1
         if mode == PreemptionMode.SWAP and kv_pages <= self.swap_cfg.cpu_pool_pages - self.cpu_used:
@@ -285,8 +285,7 @@ class FastEngine:
         while self.swapped and self.run_ids.shape[0] < self.cfg.max_num_seqs and st.budget_tokens > 0:
             r = self.swapped[0]
             ids = self.xp.asarray([r], dtype=self.xp.int64)
-            res_pages = pages_of(self.rules.reservation_tokens(ids), self.bs)
-            if not bool(self.rules.fits_empty_pool(ids, res_pages)[0]):
+            if not bool(self.rules.fits_empty_pool(ids)[0]):
                 self.swapped.popleft()
                 self.cpu_used -= int(self.cpu[r])
                 self._abort(r, "exceeds_pool", st, preempted=False)
@@ -305,11 +304,15 @@ class FastEngine:
             self._allocate(r, min(self._rem(r), st.budget_tokens), st)
 
     def _admit_waiting(self, st: Step, *, whole: bool) -> None:
-        if self.rules.kind is None or self.rules.kind is SGLangPolicy or not self._admit_prefix(st, whole=whole):
+        if not self.rules.own_pages or not self._admit_prefix(st, whole=whole):
             self._admit_waiting_loop(st, whole=whole)
 
     def _admit_prefix(self, st: Step, *, whole: bool) -> bool:
-        """Admit the queue's longest admissible prefix at once; False when the loop must run (an abort)."""
+        """Admit the queue's longest admissible prefix at once; False when the loop must run (an abort).
+
+        For a policy that admits on its own pages: request i of the queue is admitted when its
+        admission pages fit the unpromised pages less the reservations of those before it.
+        """
         xp = self.xp
         n_run = int(self.run_ids.shape[0])
         m = min(self.cfg.max_num_seqs - n_run, len(self.waiting))
@@ -317,12 +320,12 @@ class FastEngine:
             return True
         ids = self.waiting.first(m, xp)
         rem = self.prompt[ids] + self.gen[ids] - self.comp[ids]
-        pages = pages_of(self.rules.reservation_tokens(ids), self.bs)
+        pages = ceil_div(self.rules.reservation_tokens(ids), self.bs)
         before_tokens = xp.cumsum(rem) - rem
         before_pages = xp.cumsum(pages) - pages
         loop_on = before_tokens < st.budget_tokens
-        abort = ~self.rules.fits_empty_pool(ids, pages)
-        blocked = ~self.rules.can_admit_vec(pages, self.uncommitted - before_pages)
+        abort = ~self.rules.fits_empty_pool(ids)
+        blocked = ~self.rules.can_admit(ids, self.uncommitted - before_pages)
         if n_run == 0:
             blocked[0] = False
         if whole:
@@ -336,7 +339,7 @@ class FastEngine:
             return True
         ids, rem, pages = ids[:s], rem[:s], pages[:s]
         chunk = xp.minimum(rem, st.budget_tokens - before_tokens[:s])
-        used = pages_of(chunk, self.bs)  # the admitted hold no pages yet; chunk <= reservation
+        used = ceil_div(chunk, self.bs)  # the admitted hold no pages yet; chunk <= reservation
         totals = to_numpy(xp.stack([pages.sum(), used.sum(), chunk.sum()]))
         self.waiting.pop(s)
         self.status[ids] = RUNNING
@@ -358,8 +361,7 @@ class FastEngine:
         while len(self.waiting) and self.run_ids.shape[0] < self.cfg.max_num_seqs and st.budget_tokens > 0:
             r = self.waiting.head()
             ids = xp.asarray([r], dtype=xp.int64)
-            res_pages = pages_of(self.rules.reservation_tokens(ids), self.bs)
-            if not bool(self.rules.fits_empty_pool(ids, res_pages)[0]):
+            if not bool(self.rules.fits_empty_pool(ids)[0]):
                 self.waiting.pop()
                 self._abort(r, "exceeds_pool", st, preempted=False)
                 continue
@@ -442,17 +444,16 @@ class FastEngine:
         if not self.rules.monotone:
             return 0
         ids = self.xp.asarray([r], dtype=self.xp.int64)
-        pages = pages_of(self.rules.reservation_tokens(ids), self.bs)
-        if not bool(self.rules.fits_empty_pool(ids, pages)[0]):
+        if not bool(self.rules.fits_empty_pool(ids)[0]):
             return 0  # it will be aborted: an event
         if whole and self._rem(r) > self.cfg.max_num_batched_tokens:
             return 0
-        return 0 if bool(self.rules.can_admit_vec(pages, self.uncommitted)[0]) else 2
+        return 0 if bool(self.rules.can_admit(ids, self.uncommitted)[0]) else 2
 
     def _stretch(self) -> bool:
         """Run the next iterations at once if they only decode; False when the next one is not such."""
         xp, n, mnbt = self.xp, int(self.run_ids.shape[0]), self.cfg.max_num_batched_tokens
-        if n == 0 or n > mnbt or self.rules.kind is None:
+        if n == 0 or n > mnbt:
             return False
         if self.swapped:
             if not self._blocked(self.swapped[0], mnbt - n, whole=False, num_running=n):
@@ -496,9 +497,10 @@ class FastEngine:
         if length < 2:
             return False
         L = length
+        self.rules.end_schedule(0, L)  # the running requests as the first of the L iterations sees them
         self._record_stretch(n, L, starts, duration_s, demand[:L], np.cumsum(crossings(used_h * bs - c_h, bs, L)),
                              int((left_h == L).sum()))
-        need = pages_of(c_h + L, bs)
+        need = ceil_div(c_h + L, bs)
         new_used = np.maximum(used_h, need)
         new_res = np.where(need > commit_h, need, res_h) if self.rules.on_demand else res_h
         self.num_used += int((new_used - used_h).sum())
@@ -526,7 +528,6 @@ class FastEngine:
             self.res[done] = 0
             self.used[done] = 0
             self.run_ids = ids[~fin]
-        self.rules.end_schedule(0, L)
         self.k += L
         self.now_s = float(starts[L])
         self.idle_before = False

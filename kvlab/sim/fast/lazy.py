@@ -6,20 +6,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..._intmath import ceil_div
 from ...backend import to_numpy
-from ...policies.orca import OrcaMaxPolicy, OrcaOraclePolicy, OrcaPow2Policy
-from ...policies.predicted import PredictedPolicy
-from ...policies.tensorrt_llm import ReserveMaxPolicy
-from ...policies.tgi import TGIPolicy
-from ...policies.vllm import VLLMPolicy
-from .state import CAPPED, RUNNING, STOPPED, pages_of
+from .state import CAPPED, RUNNING, STOPPED, Rules
 
 if TYPE_CHECKING:
     from .engine import FastEngine
 
-
-LAZY_POLICIES = (VLLMPolicy, PredictedPolicy, ReserveMaxPolicy, OrcaOraclePolicy, OrcaPow2Policy, OrcaMaxPolicy,
-                 TGIPolicy)
 
 
 class LazyRun:
@@ -35,7 +28,8 @@ class LazyRun:
     and per page phase the decoders and those whose commitment grows. Their outcome columns
     (times, token-gap maxima) are written when the run hands the state back to the arrays.
 
-    Valid for FCFS queues with nothing swapped, under the policies of ``LAZY_POLICIES``. The
+    Valid for FCFS queues with nothing swapped, under a policy whose admission depends only on the
+    request's own pages and which keeps no per-iteration state (:meth:`supports`). The
     run hands back before any iteration whose page growth would preempt (on demand: the new
     commitments exceed the unpromised pages; TGI and the reserving policies: a decoder reaches
     its reservation), whose decodes overflow the token budget, or whose admissions could reach
@@ -52,23 +46,27 @@ class LazyRun:
         self.prompt = to_numpy(e.prompt).tolist()
         self.target = to_numpy(e.target).tolist()
         all_ids = e.xp.arange(e.n)
-        pages = pages_of(e.rules.reservation_tokens(all_ids), e.bs)  # requests not yet run: generated = 0
+        pages = ceil_div(e.rules.reservation_tokens(all_ids), e.bs)  # requests not yet run: generated = 0
         self.fresh_pages = to_numpy(pages).tolist()
-        fits = to_numpy(e.rules.fits_empty_pool(all_ids, pages))
+        self.admit_pages = to_numpy(e.rules.admission_pages(all_ids)).tolist()
+        fits = to_numpy(e.rules.fits_empty_pool(all_ids))
         self.prefill_first = e.prefill_first
         if self.prefill_first:  # a whole prompt above the token budget is aborted too
             fits &= np.asarray(self.prompt) <= e.cfg.max_num_batched_tokens
         self.unfit_pos = np.flatnonzero(~fits[e.waiting.order_h]).tolist() + [e.n]  # arrival positions
         self.on_demand = e.rules.on_demand
-        self.vllm = e.rules.kind is VLLMPolicy
-        self.watermark = e.rules.policy.watermark_pages if self.vllm else 0
         self.arrivals = e.sorted_arrival_h.tolist()
         self.order = e.waiting.order_h.tolist()
 
     @staticmethod
+    def supports(rules: Rules) -> bool:
+        """Whether the policy allows lazy runs: FCFS, admission on a request's own pages, no state."""
+        return rules.monotone and not rules.ordered
+
+    @staticmethod
     def applies(eng: "FastEngine") -> bool:
-        return (eng.rules.kind in LAZY_POLICIES and not eng.swapped and not eng.waiting.front
-                and not eng.rules.ordered)
+        """Whether a lazy run can start now: nothing swapped, no preempted request waiting."""
+        return not eng.swapped and not eng.waiting.front
 
     def run(self) -> int:
         """Run iterations until one needs the array engine; return how many ran."""
@@ -76,13 +74,12 @@ class LazyRun:
         k0 = k = e.k
         if not self._load():
             return 0
-        prompt, target, fresh_pages, order, arrivals = self.prompt, self.target, self.fresh_pages, self.order, \
-            self.arrivals
+        prompt, target, fresh_pages, admit_pages, order, arrivals = self.prompt, self.target, self.fresh_pages, \
+            self.admit_pages, self.order, self.arrivals
         D, P, fin_at, phase_cnt, commit_cnt, act_at = self.D, self.P, self.fin_at, self.phase_cnt, self.commit_cnt, \
             self.act_at
         mnbt, max_seqs, num_pages, n = e.cfg.max_num_batched_tokens, e.cfg.max_num_seqs, e.num_pages, e.n
-        on_demand, vllm, watermark, waiting, pf = self.on_demand, self.vllm, self.watermark, e.waiting, \
-            self.prefill_first
+        on_demand, waiting, pf = self.on_demand, e.waiting, self.prefill_first
         w_lo, w_hi = waiting.lo, waiting.hi  # the FCFS queue is order[w_lo:w_hi]
         unfit_next = self.unfit_pos[bisect.bisect_left(self.unfit_pos, w_lo)]
         iteration_s = e.cost.iteration_s
@@ -114,10 +111,10 @@ class LazyRun:
                     if unfit_next == i:
                         break
                     r = order[i]
-                    rem, p = prompt[r], fresh_pages[r]
-                    if rem > budget or (n_run and not (free - p >= watermark if vllm else p <= free)):
+                    rem = prompt[r]
+                    if rem > budget or (n_run and admit_pages[r] > free):
                         break
-                    free -= p
+                    free -= fresh_pages[r]
                     budget -= rem
                     n_run += 1
                     i += 1
@@ -180,8 +177,7 @@ class LazyRun:
             while (n_whole if pf else n_wait and n_run < max_seqs and budget > 0):
                 r = order[w_lo]
                 p = fresh_pages[r]
-                free = num_pages - committed
-                if n_run and not (free - p >= watermark if vllm else p <= free):
+                if n_run and admit_pages[r] > num_pages - committed:
                     break
                 w_lo += 1
                 n_wait -= 1
@@ -413,7 +409,7 @@ class LazyRun:
             last = np.where(last_k >= 0, end[np.maximum(last_k - k0, 0)], last)
             segments.append((ids, v0, np.full(ids.size, v_end - 1), last))
             comp = off + v_end
-            used = pages_of(comp, bs)
+            used = ceil_div(comp, bs)
             res = np.where(used > commit0, used, res0) if self.on_demand else res0
             ids_x = xp.asarray(ids)
             e.comp[ids_x] = xp.asarray(comp)

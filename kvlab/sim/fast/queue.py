@@ -29,9 +29,10 @@ class Waiting:
 
     def arrive(self, hi: int) -> None:
         """Requests ``order[self.hi:hi]`` join the back (or the heap)."""
-        if self.heap is not None:
-            for r in self.order_h[self.hi:hi].tolist():
-                heapq.heappush(self.heap, (self.rules.queue_rank(r), r))
+        if self.heap is not None and hi > self.hi:
+            ranks = self.rules.queue_ranks(self.order[self.hi:hi])
+            for rank, r in zip(ranks, self.order_h[self.hi:hi].tolist()):
+                heapq.heappush(self.heap, (rank, r))
             self.lo = hi
         self.hi = hi
 
@@ -62,6 +63,6 @@ class Waiting:
 
     def push_front(self, r: int) -> None:
         if self.heap is not None:
-            heapq.heappush(self.heap, (self.rules.queue_rank(r), r))
+            heapq.heappush(self.heap, (self.rules.queue_ranks(self.rules.eng.xp.asarray([r]))[0], r))
         else:
             self.front.appendleft(r)
