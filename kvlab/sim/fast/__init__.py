@@ -25,9 +25,10 @@ changes is how they are executed:
   and the first arrival that could change the queue's head. The stretch's iteration latencies
   are one vector; its start times are a sequential cumulative sum on the host (bit-equal to
   the reference's ``now += duration``, which a parallel GPU scan would not be).
-* A lazy run (:mod:`.lazy`) goes further while no preemption happens (vLLM, TensorRT-LLM,
-  the Orca baselines, TGI, FCFS prediction-based reservation; either scheduler; nothing
-  swapped): a decoding request's state is affine in the number of decode iterations, so an
+* A lazy run (:mod:`.lazy`) goes further while no preemption happens (a policy whose admission
+  depends only on the request's own pages and which keeps no per-iteration state, FCFS; either
+  scheduler; nothing swapped): a decoding request's state is affine in the number of decode
+  iterations, so an
   iteration only touches the requests that are admitted, prefilling or finishing, plus a few
   totals (decoders, the sum of their contexts, decoders per page phase). Iteration latencies are computed as
   they run while arrivals remain (an arrival is compared with the clock), otherwise as one
@@ -37,9 +38,15 @@ changes is how they are executed:
 * Scheduling decisions read a few scalars per iteration (sums and flags) back to the host; no
   loop runs over requests except the fallbacks.
 
-Modules: :mod:`.state` (status codes, page arithmetic, a policy's rules on arrays),
-:mod:`.queue` (the waiting queue), :mod:`.engine` (the array engine and its stretches),
-:mod:`.lazy` (lazy runs).
+* The policy is asked, never named: every rule is the policy's own method called on arrays of
+  requests (:class:`kvlab.policies.Requests`), and the paths above are chosen by its traits
+  (``on_demand``, ``admits_on_own_pages``, ``keeps_state``, ``orders_queue``). A policy class
+  kvlab does not ship takes the same paths at the same speed.
+
+Modules: :mod:`.state` (status codes, the policy asked about requests by id), :mod:`.queue`
+(the waiting queue), :mod:`.engine` (the array engine and its stretches), :mod:`.lazy` (lazy
+runs, which see the engine only through :class:`.lazy.LazyHost`: its clock, its running
+requests, and the outcome columns they write).
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from ...policies import Policy
 from ..config import PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind, SwapConfig
 from ..reference import ITERATION_COLUMNS
 from ..request import FINISH_REASON, RequestStatus
-from .lazy import LazyRun
+from .lazy import Clock, LazyFacts, LazyRun, Running
 from .queue import Waiting
 from .state import ABORT_REASONS, ABORTED, CAPPED, PREEMPTED, RUNNING, STOPPED, SWAPPED, WAITING, Rules
 
@@ -85,7 +85,7 @@ class FastEngine:
     # ------------------------------------------------------------------ main loop
     def run_all(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Serve every request; return (per-request columns, per-iteration table)."""
-        lazy = LazyRun(self) if LazyRun.supports(self.rules) else None
+        lazy = LazyRun(self._lazy_facts(), self) if self.rules.monotone and not self.rules.ordered else None
         wait_iterations = 0  # array iterations before the next try of a lazy run
         while self.arrived < self.n or len(self.waiting) or self.run_ids.shape[0] or self.swapped:
             hi = int(np.searchsorted(self.sorted_arrival_h, self.now_s, side="right"))
@@ -95,7 +95,7 @@ class FastEngine:
             if not (len(self.waiting) or self.run_ids.shape[0] or self.swapped):
                 self.now_s = float(self.sorted_arrival_h[self.arrived])
                 continue
-            if lazy is not None and wait_iterations == 0 and LazyRun.applies(self):
+            if lazy is not None and wait_iterations == 0 and not self.swapped and not self.waiting.front:
                 if lazy.run():
                     continue
                 wait_iterations = LAZY_RETRY_ITERATIONS
@@ -545,6 +545,92 @@ class FastEngine:
                              running, waiting.astype(np.int64), full * len(self.swapped), full * 0,
                              self.num_used + used_growth, reserved, self.num_pages - reserved, full * self.cpu_used,
                              full * 0])
+
+    # ------------------------------------------------------------------ the lazy-run interface (.lazy.LazyHost)
+    def _lazy_facts(self) -> LazyFacts:
+        """What a lazy run reads once; first admissions only (``generated = 0``)."""
+        all_ids = self.xp.arange(self.n)
+        prompt = to_numpy(self.prompt)
+        fits = to_numpy(self.rules.fits_empty_pool(all_ids))
+        if self.prefill_first:  # a whole prompt above the token budget is aborted too
+            fits = fits & (prompt <= self.cfg.max_num_batched_tokens)
+        order_h = self.waiting.order_h
+        return LazyFacts(
+            block_size=self.bs, num_pages=self.num_pages, max_num_batched_tokens=self.cfg.max_num_batched_tokens,
+            max_num_seqs=self.cfg.max_num_seqs, prefill_first=self.prefill_first, on_demand=self.rules.on_demand,
+            prompt_tokens=prompt.tolist(), target_tokens=to_numpy(self.target).tolist(),
+            fresh_pages=to_numpy(ceil_div(self.rules.reservation_tokens(all_ids), self.bs)).tolist(),
+            admission_pages=to_numpy(self.rules.admission_pages(all_ids)).tolist(), order=order_h.tolist(),
+            arrival_s=self.sorted_arrival_h.tolist(), unfit_positions=np.flatnonzero(~fits[order_h]).tolist() + [self.n],
+            cost=self.cost)
+
+    def clock(self) -> Clock:
+        return Clock(k=self.k, now_s=self.now_s, arrived=self.arrived, queue_lo=self.waiting.lo,
+                     committed_pages=self.committed, used_pages=self.num_used, cpu_pages=self.cpu_used)
+
+    def set_clock(self, clock: Clock) -> None:
+        """After iterations that each computed tokens."""
+        self.k, self.now_s, self.committed, self.num_used = clock.k, clock.now_s, clock.committed_pages, clock.used_pages
+        self.arrived = self.waiting.hi = clock.arrived
+        self.waiting.lo = clock.queue_lo
+        self.idle_before = False
+
+    def running(self) -> Running:
+        run = self.run_ids
+        ints = to_numpy(self.xp.stack([run, self.comp[run], self.gen[run], self.res[run], self.used[run],
+                                       self.max_used[run], self.max_res[run]]))
+        return Running(ids=ints[0], computed=ints[1], generated=ints[2], reserved=ints[3], used=ints[4],
+                       max_used=ints[5], max_reserved=ints[6], last_token_s=to_numpy(self.last_token_s[run]))
+
+    def set_running(self, running: Running) -> None:
+        xp = self.xp
+        ids = xp.asarray(running.ids, dtype=xp.int64)
+        self.run_ids = ids
+        for name, col in (("comp", running.computed), ("gen", running.generated), ("res", running.reserved),
+                          ("used", running.used), ("max_used", running.max_used), ("max_res", running.max_reserved),
+                          ("last_token_s", running.last_token_s)):
+            getattr(self, name)[ids] = xp.asarray(col)
+
+    def record_admitted(self, ids: np.ndarray, iterations: np.ndarray, start_s: np.ndarray) -> None:
+        """First admissions: RUNNING, with their admission iteration and time."""
+        xp, ids_x = self.xp, self.xp.asarray(ids)
+        self.status[ids_x] = RUNNING
+        self.admitted_iter[ids_x] = xp.asarray(iterations)
+        self.admitted_s[ids_x] = xp.asarray(start_s)
+
+    def record_first_tokens(self, ids: np.ndarray, iterations: np.ndarray, end_s: np.ndarray) -> None:
+        xp, ids_x = self.xp, self.xp.asarray(ids)
+        self.first_token_iter[ids_x] = xp.asarray(iterations)
+        self.first_token_s[ids_x] = xp.asarray(end_s)
+
+    def record_finished(self, ids: np.ndarray, iterations: np.ndarray, end_s: np.ndarray, computed: np.ndarray,
+                        max_used: np.ndarray, max_reserved: np.ndarray) -> None:
+        """Requests that produced their last token in iteration ``iterations`` ending at ``end_s``; pages freed."""
+        xp, ids_x = self.xp, self.xp.asarray(ids)
+        out, tgt = self.output[ids_x], self.target[ids_x]
+        self.status[ids_x] = xp.where(out > tgt, CAPPED, STOPPED).astype(xp.int8)
+        self.finish_iter[ids_x] = xp.asarray(iterations)
+        self.finish_s[ids_x] = xp.asarray(end_s)
+        self.last_token_s[ids_x] = xp.asarray(end_s)
+        self.gen[ids_x] = tgt
+        self.comp[ids_x] = xp.asarray(computed)
+        self.res[ids_x] = 0
+        self.used[ids_x] = 0
+        self.max_used[ids_x] = xp.asarray(max_used)
+        self.max_res[ids_x] = xp.asarray(max_reserved)
+
+    def fold_token_gaps(self, ids: np.ndarray, gaps_s: np.ndarray) -> None:
+        """``max_tbt_s = fmax(max_tbt_s, gap)`` for each (id, gap); an id may repeat."""
+        xp = self.xp
+        uniq, inv = np.unique(ids, return_inverse=True)
+        current = to_numpy(self.max_tbt_s[xp.asarray(uniq)]).copy()
+        np.fmax.at(current, inv, gaps_s)
+        self.max_tbt_s[xp.asarray(uniq)] = xp.asarray(current)
+
+    def append_iterations(self, columns: dict[str, Any]) -> None:
+        """Iteration rows as columns (``ITERATION_COLUMNS``, host arrays of equal length)."""
+        self._flush_rows()
+        self._blocks.append([columns[name] for name in ITERATION_COLUMNS])
 
     # ------------------------------------------------------------------ results
     def _flush_rows(self) -> None:

@@ -2,17 +2,90 @@
 from __future__ import annotations
 
 import bisect
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..._intmath import ceil_div
-from ...backend import to_numpy
-from .state import CAPPED, RUNNING, STOPPED, Rules
+from ...costmodel import CostModel
 
-if TYPE_CHECKING:
-    from .engine import FastEngine
 
+@dataclass(frozen=True, kw_only=True)
+class LazyFacts:
+    """What a lazy run reads once: the run's limits and each request's fixed answers (host lists).
+
+    Indexed by request row unless said otherwise; pages in pages, tokens in tokens.
+    """
+
+    block_size: int
+    num_pages: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    prefill_first: bool
+    on_demand: bool  # the policy grows reservations on demand (else a page beyond one is a preemption)
+    prompt_tokens: list[int]
+    target_tokens: list[int]  # min(output, max_new_tokens)
+    fresh_pages: list[int]  # pages reserved on a first admission
+    admission_pages: list[int]  # unpromised pages a first admission needs
+    order: list[int]  # rows in arrival order
+    arrival_s: list[float]  # arrival times in arrival order (seconds)
+    unfit_positions: list[int]  # arrival positions of requests admission would abort, then len(order)
+    cost: CostModel
+
+
+@dataclass(kw_only=True)
+class Clock:
+    """The engine's scalars a lazy run advances: the next iteration, its start (s), arrivals seen,
+    the FCFS queue's first arrival position, promised and used pages, CPU pages in use."""
+
+    k: int
+    now_s: float
+    arrived: int
+    queue_lo: int
+    committed_pages: int
+    used_pages: int
+    cpu_pages: int
+
+
+@dataclass(kw_only=True)
+class Running:
+    """The running requests in admission order (host arrays): tokens, pages, the last token's time (s)."""
+
+    ids: np.ndarray
+    computed: np.ndarray
+    generated: np.ndarray
+    reserved: np.ndarray
+    used: np.ndarray
+    max_used: np.ndarray
+    max_reserved: np.ndarray
+    last_token_s: np.ndarray
+
+
+class LazyHost(Protocol):
+    """What a lazy run needs of the engine: its clock, its running requests, and where outcomes go.
+
+    Ids, iterations and times are host arrays; each ``record_*`` writes the named request columns.
+    """
+
+    def clock(self) -> Clock: ...
+
+    def set_clock(self, clock: Clock) -> None: ...
+
+    def running(self) -> Running: ...
+
+    def set_running(self, running: Running) -> None: ...
+
+    def record_admitted(self, ids: np.ndarray, iterations: np.ndarray, start_s: np.ndarray) -> None: ...
+
+    def record_first_tokens(self, ids: np.ndarray, iterations: np.ndarray, end_s: np.ndarray) -> None: ...
+
+    def record_finished(self, ids: np.ndarray, iterations: np.ndarray, end_s: np.ndarray, computed: np.ndarray,
+                        max_used: np.ndarray, max_reserved: np.ndarray) -> None: ...
+
+    def fold_token_gaps(self, ids: np.ndarray, gaps_s: np.ndarray) -> None: ...
+
+    def append_iterations(self, columns: dict[str, Any]) -> None: ...
 
 
 class LazyRun:
@@ -23,71 +96,48 @@ class LazyRun:
     is affine in ``v``: ``computed = off + v``, ``generated = goff + v``; it finishes at a known
     ``v``, needs a page exactly when ``(off + v) % block_size == 0``, and its commitment starts
     growing with its pages at a known ``v`` (when its context reaches its reservation; at once
-    for vLLM). So an iteration only touches the requests whose state changes shape (admitted,
+    when it reserved only its context). So an iteration only touches the requests whose state changes shape (admitted,
     prefilling, finishing) and a few totals: the number of decoders, the sum of their ``off``,
     and per page phase the decoders and those whose commitment grows. Their outcome columns
     (times, token-gap maxima) are written when the run hands the state back to the arrays.
 
-    Valid for FCFS queues with nothing swapped, under a policy whose admission depends only on the
-    request's own pages and which keeps no per-iteration state (:meth:`supports`). The
-    run hands back before any iteration whose page growth would preempt (on demand: the new
-    commitments exceed the unpromised pages; TGI and the reserving policies: a decoder reaches
+    Valid for FCFS queues of first admissions with nothing swapped, under a policy whose
+    admission depends only on the request's own pages and which keeps no per-iteration state
+    (the engine checks). The run hands back before any iteration whose page growth would preempt
+    (on demand: the new commitments exceed the unpromised pages; otherwise: a decoder reaches
     its reservation), whose decodes overflow the token budget, or whose admissions could reach
-    a request to abort.
+    a request to abort. It sees the engine only through :class:`LazyHost` and the policy only
+    through the answers in :class:`LazyFacts`.
 
     The loop is written in Python scalars, not against the array module: an iteration touches a
     handful of requests, and one array call (NumPy: 1-5 us, CuPy: a kernel launch) costs more
     than the whole scalar update; the write-back to the request arrays is vectorised.
     """
 
-    def __init__(self, eng: "FastEngine") -> None:
-        self.e = eng
-        e = eng
-        self.prompt = to_numpy(e.prompt).tolist()
-        self.target = to_numpy(e.target).tolist()
-        all_ids = e.xp.arange(e.n)
-        pages = ceil_div(e.rules.reservation_tokens(all_ids), e.bs)  # requests not yet run: generated = 0
-        self.fresh_pages = to_numpy(pages).tolist()
-        self.admit_pages = to_numpy(e.rules.admission_pages(all_ids)).tolist()
-        fits = to_numpy(e.rules.fits_empty_pool(all_ids))
-        self.prefill_first = e.prefill_first
-        if self.prefill_first:  # a whole prompt above the token budget is aborted too
-            fits &= np.asarray(self.prompt) <= e.cfg.max_num_batched_tokens
-        self.unfit_pos = np.flatnonzero(~fits[e.waiting.order_h]).tolist() + [e.n]  # arrival positions
-        self.on_demand = e.rules.on_demand
-        self.arrivals = e.sorted_arrival_h.tolist()
-        self.order = e.waiting.order_h.tolist()
-
-    @staticmethod
-    def supports(rules: Rules) -> bool:
-        """Whether the policy allows lazy runs: FCFS, admission on a request's own pages, no state."""
-        return rules.monotone and not rules.ordered
-
-    @staticmethod
-    def applies(eng: "FastEngine") -> bool:
-        """Whether a lazy run can start now: nothing swapped, no preempted request waiting."""
-        return not eng.swapped and not eng.waiting.front
+    def __init__(self, facts: LazyFacts, host: LazyHost) -> None:
+        self.facts, self.host = facts, host
 
     def run(self) -> int:
         """Run iterations until one needs the array engine; return how many ran."""
-        e, bs = self.e, self.e.bs
-        k0 = k = e.k
-        if not self._load():
-            return 0
-        prompt, target, fresh_pages, admit_pages, order, arrivals = self.prompt, self.target, self.fresh_pages, \
-            self.admit_pages, self.order, self.arrivals
+        f, clock = self.facts, self.host.clock()
+        bs = f.block_size
+        k0 = k = clock.k
+        self._load(clock.k)
+        prompt, target, fresh_pages, admit_pages, order, arrivals = f.prompt_tokens, f.target_tokens, \
+            f.fresh_pages, f.admission_pages, f.order, f.arrival_s
         D, P, fin_at, phase_cnt, commit_cnt, act_at = self.D, self.P, self.fin_at, self.phase_cnt, self.commit_cnt, \
             self.act_at
-        mnbt, max_seqs, num_pages, n = e.cfg.max_num_batched_tokens, e.cfg.max_num_seqs, e.num_pages, e.n
-        on_demand, waiting, pf = self.on_demand, e.waiting, self.prefill_first
-        w_lo, w_hi = waiting.lo, waiting.hi  # the FCFS queue is order[w_lo:w_hi]
-        unfit_next = self.unfit_pos[bisect.bisect_left(self.unfit_pos, w_lo)]
-        iteration_s = e.cost.iteration_s
+        mnbt, max_seqs, num_pages, n = f.max_num_batched_tokens, f.max_num_seqs, f.num_pages, len(order)
+        on_demand, pf = f.on_demand, f.prefill_first
+        now, arrived = clock.now_s, clock.arrived
+        w_lo, w_hi = clock.queue_lo, arrived  # the FCFS queue is order[w_lo:w_hi]
+        unfit_next = f.unfit_positions[bisect.bisect_left(f.unfit_positions, w_lo)]
+        iteration_s = f.cost.iteration_s
         rows, row_times, costs, admitted, first_tokens = self.rows, self.row_times, self.costs, self.admitted, \
             self.first_tokens
         finished, finished_last, v_real = self.finished, self.finished_last, self.v_real
-        committed, num_used, seq, n_dec, sum_off = e.committed, e.num_used, self.seq, self.n_dec, self.sum_off
-        now, arrived = e.now_s, e.arrived
+        committed, num_used, seq, n_dec, sum_off = clock.committed_pages, clock.used_pages, self.seq, self.n_dec, \
+            self.sum_off
         v = k  # the next decode iteration's index on the decoders' clock (== k under chunked prefill)
         nan = float("nan")
         timed = True  # durations are computed as they run while arrivals remain; afterwards in one go
@@ -211,7 +261,7 @@ class LazyRun:
             # ---- execute: finishing decoders, then completed prefills
             if decode:
                 for r in fin_at.pop(v, ()):
-                    off, res0, commit0, act, goff, mxu, mxr, s, v0, last, last_k = D.pop(r)
+                    off, res0, commit0, act, _goff, mxu, mxr, s, v0, last, last_k = D.pop(r)
                     used_final = -(-(off + v + 1) // bs)
                     res_final = used_final if on_demand and used_final > commit0 else res0
                     committed -= res_final if res_final > used_final else used_final
@@ -289,15 +339,15 @@ class LazyRun:
                 v += 1
             k += 1
             now = end
-        e.k, e.arrived, e.committed, e.num_used = k, arrived, committed, num_used
-        waiting.lo, waiting.hi = w_lo, w_hi
-        e.now_s = now  # nan after untimed iterations: _store computes it
-        self._store(k0, v)
+        if k > k0:  # now is nan after untimed iterations: _store computes it
+            self._store(Clock(k=k, now_s=now, arrived=arrived, queue_lo=w_lo, committed_pages=committed,
+                              used_pages=num_used, cpu_pages=clock.cpu_pages), k0, v)
         return k - k0
 
-    def _load(self) -> bool:
-        """Take the running requests from the arrays; False if one is not of a shape this run handles."""
-        e, xp, bs, k = self.e, self.e.xp, self.e.bs, self.e.k
+    def _load(self, k: int) -> None:
+        """Take the running requests from the engine (``k``: the next iteration)."""
+        f = self.facts
+        bs = f.block_size
         self.P: dict[int, list] = {}  # prefilling: computed, generated, reserved, used, max used, max reserved,
         #                               admission, last token (s)
         self.D: dict[int, tuple] = {}  # decoding: off, reserved and committed pages when it began decoding,
@@ -319,20 +369,17 @@ class LazyRun:
         self.row_times: list[float] = []  # start, duration (s)
         self.costs: list[int] = []  # tokens, attention pairs, KV tokens of the untimed iterations
         self.v_real: list[int] = []  # the iteration of each decode of this run (decodes are numbered from k)
-        run = e.run_ids
-        self.seq = int(run.shape[0])
-        if not self.seq:
-            return True
-        ints = to_numpy(xp.stack([e.comp[run], e.gen[run], e.res[run], e.used[run], e.max_used[run],
-                                  e.max_res[run]])).tolist()
-        last = to_numpy(e.last_token_s[run]).tolist()
-        for i, (r, c, g, res, used, mxu, mxr) in enumerate(zip(to_numpy(run).tolist(), *ints)):
-            if g > 0 and self.prompt[r] + g - c == 1:
+        run = self.host.running()
+        self.seq = int(run.ids.size)
+        cols = (run.ids, run.computed, run.generated, run.reserved, run.used, run.max_used, run.max_reserved)
+        last = run.last_token_s.tolist()
+        for i, (r, c, g, res, used, mxu, mxr) in enumerate(zip(*(c.tolist() for c in cols))):
+            if g > 0 and f.prompt_tokens[r] + g - c == 1:
                 off = c - k
                 commit0 = max(res, used)
-                fin = k + self.target[r] - g - 1
+                fin = k + f.target_tokens[r] - g - 1
                 act = commit0 * bs - off
-                if self.on_demand and commit0 == used:
+                if f.on_demand and commit0 == used:
                     act = k
                     self.commit_cnt[-off % bs] += 1
                 elif act <= fin:
@@ -344,13 +391,10 @@ class LazyRun:
                 self.fin_at.setdefault(fin, []).append(r)
             else:
                 self.P[r] = [c, g, res, used, mxu, mxr, i + 1, last[i]]
-        return True
 
-    def _store(self, k0: int, v_end: int) -> None:
-        """Hand the state back to the arrays: iteration rows, outcomes, the running requests."""
-        e, xp, bs = self.e, self.e.xp, self.e.bs
-        if not self.rows:
-            return
+    def _store(self, clock: Clock, k0: int, v_end: int) -> None:
+        """Hand the state back to the engine: iteration rows, outcomes, the running requests, the clock."""
+        f, host, bs = self.facts, self.host, self.facts.block_size
         ints = np.asarray(self.rows, dtype=np.int64).reshape(-1, 8)
         times = np.asarray(self.row_times, dtype=np.float64).reshape(-1, 2)
         num = ints.shape[0]
@@ -359,114 +403,92 @@ class LazyRun:
         if untimed.size:
             i0 = int(untimed[0])
             cost = np.asarray(self.costs, dtype=np.int64).reshape(-1, 4)  # the untimed iterations
-            duration[i0:] = e.cost.iteration_s(cost[:, 0], cost[:, 1], cost[:, 2], cost[:, 3])
+            duration[i0:] = f.cost.iteration_s(cost[:, 0], cost[:, 1], cost[:, 2], cost[:, 3])
             starts = np.cumsum(np.concatenate([[start[i0]], duration[i0:]]))  # sequential, as now += duration
             start[i0:] = starts[:-1]
-            e.now_s = float(starts[-1])
+            clock.now_s = float(starts[-1])
         end = start + duration
         reserved = ints[:, 7]
         zero = np.zeros(num, dtype=np.int64)
-        e._flush_rows()
-        e._blocks.append([ints[:, 0], start, duration] + [ints[:, i] for i in range(1, 6)]
-                         + [zero, zero, ints[:, 6], reserved, e.num_pages - reserved, zero + e.cpu_used, zero])
+        host.append_iterations({
+            "iteration": ints[:, 0], "start_s": start, "duration_s": duration, "batch_size": ints[:, 1],
+            "prefill_tokens": ints[:, 2], "decode_tokens": ints[:, 3], "num_running": ints[:, 4],
+            "num_waiting": ints[:, 5], "num_swapped": zero, "num_preempted": zero, "pages_used": ints[:, 6],
+            "pages_reserved": reserved, "pages_free": f.num_pages - reserved, "pages_swapped": zero + clock.cpu_pages,
+            "swap_pages_moved": zero})
         decode_end = end[np.asarray(self.v_real, dtype=np.int64) - k0]  # end of each decode (s), from decode k0
-        k = e.k  # the next iteration
         if self.admitted:
             ids, ks = np.asarray(self.admitted, dtype=np.int64).reshape(-1, 2).T
-            ids_x = xp.asarray(ids)
-            e.status[ids_x] = RUNNING
-            e.admitted_iter[ids_x] = xp.asarray(ks)
-            e.admitted_s[ids_x] = xp.asarray(start[ks - k0])
+            host.record_admitted(ids, ks, start[ks - k0])
         if self.first_tokens:
             ids, ks = np.asarray(self.first_tokens, dtype=np.int64).reshape(-1, 2).T
-            e.first_token_iter[xp.asarray(ids)] = xp.asarray(ks)
-            e.first_token_s[xp.asarray(ids)] = xp.asarray(end[ks - k0])
+            host.record_first_tokens(ids, ks, end[ks - k0])
         segments = []  # (request, first decode, last decode, token before (s)) of each run of tokens
         if self.finished:
             ids, ks, comp, mxu, mxr, v0, v1, last_k = np.asarray(self.finished, dtype=np.int64).reshape(-1, 8).T
             last = np.asarray(self.finished_last, dtype=np.float64)
             last = np.where(last_k >= 0, end[np.maximum(last_k - k0, 0)], last)
             segments.append((ids, v0, v1, last))
-            ids_x = xp.asarray(ids)
-            out, tgt = e.output[ids_x], e.target[ids_x]
-            e.status[ids_x] = xp.where(out > tgt, CAPPED, STOPPED).astype(xp.int8)
-            e.finish_iter[ids_x] = xp.asarray(ks)
-            e.finish_s[ids_x] = xp.asarray(end[ks - k0])
-            e.last_token_s[ids_x] = xp.asarray(end[ks - k0])
-            e.gen[ids_x] = tgt
-            e.comp[ids_x] = xp.asarray(comp)
-            e.res[ids_x] = 0
-            e.used[ids_x] = 0
-            e.max_used[ids_x] = xp.asarray(mxu)
-            e.max_res[ids_x] = xp.asarray(mxr)
-        running = []
+            host.record_finished(ids, ks, end[ks - k0], comp, mxu, mxr)
+        parts = []  # (admission, ids, computed, generated, reserved, used, max used, max reserved, last token)
         if self.D:
             ids = np.fromiter(self.D, dtype=np.int64, count=len(self.D))
             off, res0, commit0, _, goff, mxu, mxr, seq, v0 = (np.asarray(c, dtype=np.int64)
                                                               for c in list(zip(*self.D.values()))[:9])
-            last = np.asarray([d[9] for d in self.D.values()], dtype=np.float64)
+            last_before = np.asarray([d[9] for d in self.D.values()], dtype=np.float64)
             last_k = np.asarray([d[10] for d in self.D.values()], dtype=np.int64)
-            last = np.where(last_k >= 0, end[np.maximum(last_k - k0, 0)], last)
+            last = np.where(last_k >= 0, end[np.maximum(last_k - k0, 0)], last_before)
             segments.append((ids, v0, np.full(ids.size, v_end - 1), last))
             comp = off + v_end
             used = ceil_div(comp, bs)
-            res = np.where(used > commit0, used, res0) if self.on_demand else res0
-            ids_x = xp.asarray(ids)
-            e.comp[ids_x] = xp.asarray(comp)
-            e.gen[ids_x] = xp.asarray(goff + v_end)
-            e.used[ids_x] = xp.asarray(used)
-            e.res[ids_x] = xp.asarray(res)
-            e.max_used[ids_x] = xp.asarray(np.maximum(mxu, used))
-            e.max_res[ids_x] = xp.asarray(np.maximum(mxr, res))
+            res = np.where(used > commit0, used, res0) if f.on_demand else res0
             decoded = v0 <= v_end - 1  # made a token in a decode of this run: the last one
-            if decoded.any():
-                e.last_token_s[xp.asarray(ids[decoded])] = float(decode_end[v_end - 1 - k0])
-            fresh = ~decoded & (last_k >= 0)  # its only token of this run came from its whole prefill
-            if fresh.any():
-                e.last_token_s[xp.asarray(ids[fresh])] = xp.asarray(end[last_k[fresh] - k0])
-            running.append((seq, ids))
-        for r, st in self.P.items():
-            e.comp[r], e.gen[r], e.res[r], e.used[r], e.max_used[r], e.max_res[r] = st[:6]
-            running.append((np.asarray([st[6]]), np.asarray([r])))
-        if running:
-            seq, ids = (np.concatenate(c) for c in zip(*running))
-            e.run_ids = xp.asarray(ids[np.argsort(seq, kind="stable")])
+            last_token = np.where(decoded, decode_end[v_end - 1 - k0] if decoded.any() else np.nan, last)
+            parts.append((seq, ids, comp, goff + v_end, res, used, np.maximum(mxu, used), np.maximum(mxr, res),
+                          last_token))
+        if self.P:
+            ids = np.fromiter(self.P, dtype=np.int64, count=len(self.P))
+            c, g, res, used, mxu, mxr, seq = (np.asarray(col, dtype=np.int64)
+                                              for col in list(zip(*self.P.values()))[:7])
+            parts.append((seq, ids, c, g, res, used, mxu, mxr,
+                          np.asarray([st[7] for st in self.P.values()], dtype=np.float64)))
+        if parts:
+            cols = [np.concatenate(c) for c in zip(*parts)]
+            order = np.argsort(cols[0], kind="stable")
+            cols = [c[order] for c in cols[1:]]
         else:
-            e.run_ids = xp.zeros(0, dtype=xp.int64)
+            cols = [np.zeros(0, dtype=np.int64)] * 7 + [np.zeros(0)]
+        host.set_running(Running(ids=cols[0], computed=cols[1], generated=cols[2], reserved=cols[3], used=cols[4],
+                                 max_used=cols[5], max_reserved=cols[6], last_token_s=cols[7]))
         if segments:
             ids, v0, v1, last = (np.concatenate(c) for c in zip(*segments))
             some = v1 >= v0
             if some.any():
-                self._token_gaps(decode_end, ids[some], v0[some] - k0, v1[some] - k0, last[some])
-        e.idle_before = False
+                host.fold_token_gaps(ids[some], token_gaps(decode_end, v0[some] - k0, v1[some] - k0, last[some]))
+        host.set_clock(clock)
 
-    def _token_gaps(self, end: np.ndarray, ids: np.ndarray, i0: np.ndarray, i1: np.ndarray,
-                    last: np.ndarray) -> None:
-        """Fold each run of consecutive tokens into its request's largest token gap (seconds).
 
-        Request ``ids[j]`` produced a token in every decode from ``i0[j]`` to ``i1[j]`` (``end``:
-        their end times), its previous token at ``last[j]``; its gaps are ``end[i0] - last`` and
-        the differences of consecutive decode ends in ``(i0, i1]``: a range maximum, answered for
-        all runs at once from a sparse table (log2(decodes) levels of running maxima).
-        """
-        e, xp = self.e, self.e.xp
-        gaps = np.concatenate([[-np.inf], np.diff(end)])
-        table = [gaps]
-        while (1 << len(table)) <= gaps.size:
-            prev, half = table[-1], 1 << (len(table) - 1)
-            table.append(np.maximum(prev[:-half], prev[half:]))
-        lo, hi = i0 + 1, i1  # inclusive range of gap indices
-        some = hi >= lo
-        level = np.zeros(ids.size, dtype=np.int64)
-        level[some] = np.floor(np.log2(hi[some] - lo[some] + 1)).astype(np.int64)
-        best = np.full(ids.size, np.nan)
-        for lv in np.unique(level[some]).tolist():
-            sel = some & (level == lv)
-            t = table[lv]
-            best[sel] = np.maximum(t[lo[sel]], t[hi[sel] - (1 << lv) + 1])
-        with np.errstate(invalid="ignore"):
-            contrib = np.fmax(end[i0] - last, best)
-        uniq, inv = np.unique(ids, return_inverse=True)
-        current = to_numpy(e.max_tbt_s[xp.asarray(uniq)]).copy()
-        np.fmax.at(current, inv, contrib)
-        e.max_tbt_s[xp.asarray(uniq)] = xp.asarray(current)
+def token_gaps(end: np.ndarray, i0: np.ndarray, i1: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """The largest token gap (seconds) of each run of consecutive tokens.
+
+    Run ``j`` produced a token in every decode from ``i0[j]`` to ``i1[j]`` (``end``: their end
+    times), its previous token at ``last[j]`` (NaN: none); its gaps are ``end[i0] - last`` and
+    the differences of consecutive decode ends in ``(i0, i1]``: a range maximum, answered for
+    all runs at once from a sparse table (log2(decodes) levels of running maxima).
+    """
+    gaps = np.concatenate([[-np.inf], np.diff(end)])
+    table = [gaps]
+    while (1 << len(table)) <= gaps.size:
+        prev, half = table[-1], 1 << (len(table) - 1)
+        table.append(np.maximum(prev[:-half], prev[half:]))
+    lo, hi = i0 + 1, i1  # inclusive range of gap indices
+    some = hi >= lo
+    level = np.zeros(i0.size, dtype=np.int64)
+    level[some] = np.floor(np.log2(hi[some] - lo[some] + 1)).astype(np.int64)
+    best = np.full(i0.size, np.nan)
+    for lv in np.unique(level[some]).tolist():
+        sel = some & (level == lv)
+        t = table[lv]
+        best[sel] = np.maximum(t[lo[sel]], t[hi[sel] - (1 << lv) + 1])
+    with np.errstate(invalid="ignore"):
+        return np.fmax(end[i0] - last, best)
