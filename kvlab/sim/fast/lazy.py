@@ -96,8 +96,9 @@ class LazyRun:
     is affine in ``v``: ``computed = off + v``, ``generated = goff + v``; it finishes at a known
     ``v``, needs a page exactly when ``(off + v) % block_size == 0``, and its commitment starts
     growing with its pages at a known ``v`` (when its context reaches its reservation; at once
-    when it reserved only its context). So an iteration only touches the requests whose state changes shape (admitted,
-    prefilling, finishing) and a few totals: the number of decoders, the sum of their ``off``,
+    when it reserved only its context). So an iteration only touches the requests whose state
+    changes shape (admitted, prefilling, finishing) and a few totals: the number of decoders, the
+    sum of their ``off``,
     and per page phase the decoders and those whose commitment grows. Their outcome columns
     (times, token-gap maxima) are written when the run hands the state back to the arrays.
 
