@@ -15,6 +15,13 @@ def test_notebook_01_quick(run_notebook):
     # Waste rows: three caps, decode-only and with prompt pages; used fraction is a fraction.
     assert len(r["waste"]) == 6
     assert all(0 < w["kv_used_frac"] <= 1 for w in r["waste"])
+    # The answer: a 2048-token cap with a 512-token prompt holds ceil(2560 / 16) = 160 pages per request.
+    pool = r["pool_pages_real"]
+    assert f"fits {pool // 160:,} concurrent requests" in r["answer"]
+    assert f"{(pool // 40) / (pool // 160):.1f}x fewer than at 128" in r["answer"]
+    used = next(w["kv_used_frac"] for w in r["waste"] if w["max_new_tokens"] == 2048 and w["with_prompt"])
+    assert f"uses only {used:.0%} of the pages" in r["answer"]
+    assert r["figures"] == ["01_reservation_tables-concurrency.png", "01_reservation_tables-used-share.png"]
 
 
 @pytest.mark.notebook

@@ -25,6 +25,15 @@ def test_notebook_02_quick(run_notebook):
     assert all(x["decode_pages"] == -(-x["max_new_tokens"] // 16) for x in rec)
     claims = r["claims"]
     assert len(claims) == 4 and claims[0]["verdict"] == "holds"  # calibrated profile: median 21
+    # the answer states the sample's own percentiles and the p95 / p99 caps in pages of 16 tokens
+    p95_cap, p99_cap = (int(np.ceil(np.quantile(out, q))) for q in (0.95, 0.99))
+    assert f"p50 {np.percentile(out, 50):,.0f}," in r["answer"]
+    assert f"p95 suggests max_new_tokens={p95_cap:,} ({-(-p95_cap // 16)} pages)" in r["answer"]
+    assert f"p99 {p99_cap:,} ({-(-p99_cap // 16)} pages)" in r["answer"]
+    heavy = np.percentile(out, 99) / np.percentile(out, 50) >= 10
+    assert r["what_to_do"].startswith(f"Set max_new_tokens to {p99_cap if heavy else p95_cap:,} tokens")
+    assert r["figures"] == ["02_length_distributions-cdf.png", "02_length_distributions-qq.png",
+                            "02_length_distributions-censoring.png"]
 
 
 @pytest.mark.notebook
@@ -33,8 +42,14 @@ def test_notebook_02_on_a_trace(run_notebook, tmp_path):
     df[["prompt_tokens", "output_tokens"]].rename(
         columns={"prompt_tokens": "num_prefill_tokens", "output_tokens": "num_decode_tokens"}
     ).to_csv(tmp_path / "trace.csv", index=False)
-    r = run_notebook("02_length_distributions", {"quick": True, "workload": str(tmp_path / "trace.csv"),
+    r = run_notebook("02_length_distributions", {"quick": True, "trace": str(tmp_path / "trace.csv"),
                                                  "max_new_tokens": 50, "families": ["log-t", "log-normal"]})
-    assert r["num_requests"] == 3000 and r["censoring_cap_tokens"] == 50
+    assert r["num_requests"] == 3000 and r["censoring_cap_tokens"] == 50  # num_requests None: the whole trace
     assert {f["family"] for f in r["fits"]} == {"log-t", "log-normal"}
     assert r["percentiles"]["p50"] == np.percentile(df.output_tokens, 50)
+    assert r["setup"]["workload"] == f"trace {tmp_path / 'trace.csv'}"
+    # num_requests N: the first N requests of the trace
+    r = run_notebook("02_length_distributions", {"quick": True, "trace": str(tmp_path / "trace.csv"), "num_requests": 1000,
+                                                 "families": ["log-normal"], "n_resamples": 50})
+    assert r["num_requests"] == 1000
+    assert r["percentiles"]["p99"] == pytest.approx(np.percentile(df.output_tokens.iloc[:1000], 99))

@@ -203,3 +203,13 @@ def test_list_params_of_one_notebook(notebooks, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "01_good"
     assert [ln.split()[:3] for ln in lines[2:]] == [["x", "int", "1"], ["results_path", "str", "'r.json'"]]
+
+
+def test_a_parameter_papermill_cannot_read_is_named(tmp_path):
+    nb = new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [new_code_cell("x = 1  # fine\nn = None  # None = all: an '=' papermill cannot parse",
+                              metadata={"tags": ["parameters"]})]
+    nbformat.write(nb, str(tmp_path / "01_eq.ipynb"))
+    with pytest.raises(ValueError, match=r"01_eq: papermill cannot read parameter\(s\) n "):
+        report.parameters(tmp_path / "01_eq.ipynb")

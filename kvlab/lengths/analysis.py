@@ -13,23 +13,24 @@ from .. import claims as _claims
 from .. import traces
 from ..reservation import pages_for
 from ..trace_window import trace_window
+from ..trace_window import trace_window
 from .fit import fit_family, lengths_array
 from .profiles import list_profiles, profile
 
 BRIEF = "kvlab brief section 3 (claim, no primary source found)"
 
 
-def workload_sample(workload: str | Path, num_requests: int | None, seed: int = 0) -> tuple[pd.DataFrame, str]:
-    """Requests of a workload: a profile name (sampled) or a trace path (N requests of it).
+def workload_sample(workload: str | Path, num_requests: int | None = None, seed: int = 0) -> tuple[pd.DataFrame, str]:
+    """Requests of a workload: a profile name (sampled) or a trace path (loaded).
 
     Parameters
     ----------
     workload : str or Path
         A name from :func:`list_profiles`, or a trace file for :func:`kvlab.traces.load`.
     num_requests : int or None
-        Requests to sample from a profile (required), or to take from a trace: its first
-        ``num_requests`` rows at their own rate (:func:`kvlab.trace_window.trace_window`);
-        None takes the whole trace.
+        A trace: ``None`` for all its requests, N for its first N
+        (:func:`kvlab.trace_window.trace_window`; ``ValueError`` when it holds fewer). A profile:
+        the number of requests to sample (required).
     seed : int
         Seed of the profile's sampler.
 
@@ -37,21 +38,23 @@ def workload_sample(workload: str | Path, num_requests: int | None, seed: int = 
     -------
     (DataFrame, str)
         The length table (``prompt_tokens``, ``output_tokens``, ``censored``, ...) and a line
-        saying where it comes from. A trace's table keeps the loader's ``attrs``.
+        saying where it comes from.
     """
+    n = None if num_requests is None else v.positive_int(num_requests, "num_requests")
     if str(workload) in list_profiles():
-        if num_requests is None:
-            raise ValueError(f"num_requests must be given to sample the profile {str(workload)!r}")
+        if n is None:
+            raise ValueError(f"num_requests must be a positive integer for the profile {str(workload)!r} "
+                             "(None means all requests, which only a trace has)")
         prof = profile(str(workload))
-        return prof.sample(v.positive_int(num_requests, "num_requests"), seed=seed), f"profile {prof.name}: {prof.source}"
+        return prof.sample(n, seed=seed), f"profile {prof.name}: {prof.source}"
     path = Path(workload)
     if not path.exists():
         raise ValueError(f"workload {str(workload)!r} is neither a profile ({', '.join(list_profiles())}) "
                          f"nor an existing trace file")
     df = traces.load(path)
-    if num_requests is not None:
-        num_requests = min(v.positive_int(num_requests, "num_requests"), len(df))
-    window = trace_window(df, num_requests)
+    if n is None:
+        return df, f"trace {path} ({df.attrs['format']}, {len(df):,} requests)"
+    window = trace_window(df, n)
     out = window.requests
     out.attrs.update(df.attrs)
     return out, f"trace {path} ({df.attrs['format']}): {window.describe()}"

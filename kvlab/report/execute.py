@@ -1,6 +1,6 @@
 """Execute one notebook with papermill: parameters checked, tables set up, kernel kept quiet.
 
-The kernel is started with its own log at ERROR level, so Jupyter's transport notices ("Kernel is
+The kernel is started with its own log at CRITICAL level, so Jupyter's transport notices ("Kernel is
 running over TCP without encryption", ...) do not reach the user's terminal; what the notebook
 prints to stderr (warnings, ``tqdm`` bars of long cells) is handed to ``on_stderr``.
 """
@@ -16,7 +16,7 @@ from .kernel import SETUP_SOURCE, SETUP_TAG
 from .notebooks import notebook_parameters, resolve_notebooks
 from .results import read_results
 
-KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=ERROR"]
+KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
 
 
 class NotebookError(RuntimeError):

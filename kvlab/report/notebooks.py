@@ -69,6 +69,20 @@ def _type_name(default: str) -> str:
     return "None" if value is None else type(value).__name__
 
 
+def _assigned_names(path: str | os.PathLike) -> list[str]:
+    """Names assigned in the notebook's ``parameters`` cell, read with Python's parser."""
+    import nbformat  # noqa: PLC0415
+
+    nb = nbformat.read(str(path), as_version=4)
+    src = next((c.source for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])), "")
+    try:
+        tree = ast.parse(src)
+    except SyntaxError as exc:
+        raise ValueError(f"notebook {Path(path).stem}: its parameters cell is not valid Python: {exc}") from None
+    return [t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)]
+
+
 def parameters(path: str | os.PathLike) -> list[Parameter]:
     """The parameters ``path`` declares in its ``parameters`` cell, in the cell's order.
 
@@ -78,6 +92,10 @@ def parameters(path: str | os.PathLike) -> list[Parameter]:
     import papermill  # noqa: PLC0415  (slow import, only for reports)
 
     info = papermill.inspect_notebook(str(path))
+    missed = [name for name in _assigned_names(path) if name not in info]
+    if missed:
+        raise ValueError(f"notebook {Path(path).stem}: papermill cannot read parameter(s) {', '.join(missed)} in its "
+                         "parameters cell (one assignment per line; no '=' inside the trailing help comment)")
     return [Parameter(name, _type_name(str(spec.get("default"))), str(spec.get("default")),
                       re.sub(r"^#\s*", "", str(spec.get("help") or "")).strip())
             for name, spec in info.items()]

@@ -96,7 +96,7 @@ def _inputs(paths: list[Path], declared: Mapping[Path, Mapping[str, str]],
                 value = per[p][name] if name in per[p] else _literal(declared[p][name])
                 if value in ("", None) and name == "trace":
                     continue
-                text = "all requests" if value is None and name == "num_requests" else str(value)
+                text = "default (all of a trace)" if value is None and name == "num_requests" else str(value)
                 users.setdefault(text, []).append(p.stem[:2])
         if not users:
             continue

@@ -1,0 +1,164 @@
+"""The report as a reader gets it: `kvlab report` on the built-in data, its summary page, and both
+pages rendered in headless Chromium (figures load, links resolve, no table cut, a screenshot)."""
+from __future__ import annotations
+
+import collections
+import html.parser
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kvlab import report
+from kvlab.cli import main
+
+MUST_ANSWER = ("01_reservation_tables", "02_length_distributions")
+"""Notebooks whose sidecar must state an answer and a key figure (the others are checked where they do)."""
+
+
+class _Text(html.parser.HTMLParser):
+    """A page's visible text (whitespace collapsed), image sources and link targets."""
+
+    def __init__(self):
+        super().__init__()
+        self.parts, self.images, self.links, self._skip = [], [], [], 0
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag in ("style", "script"):
+            self._skip += 1
+        if tag == "img":
+            self.images.append(a.get("src", ""))
+        if tag == "a":
+            self.links.append(a.get("href", ""))
+
+    def handle_endtag(self, tag):
+        if tag in ("style", "script"):
+            self._skip -= 1
+
+    def handle_data(self, data):
+        if not self._skip:
+            self.parts.append(data)
+
+    @property
+    def text(self) -> str:
+        return " ".join(" ".join(self.parts).split())
+
+
+def _read(path: Path) -> _Text:
+    p = _Text()
+    p.feed(path.read_text(encoding="utf-8"))
+    return p
+
+
+@pytest.fixture(scope="module")
+def quick_report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report") / "run"
+    assert main(["report", "-p", "quick", "true", "--out", str(out), "--no-progress"]) == 0
+    return out
+
+
+@pytest.mark.notebook
+def test_index_answers_each_notebooks_question(quick_report):
+    page = _read(quick_report / "index.html")
+    notebooks = report.list_notebooks()
+    assert notebooks and {p.stem for p in notebooks} >= set(MUST_ANSWER)
+    for nb in notebooks:
+        res = json.loads((quick_report / f"{nb.stem}.json").read_text())
+        assert f"{nb.stem}.html" in page.links
+        if nb.stem in MUST_ANSWER:
+            assert res.get("question") and res.get("answer") and res.get("figures"), nb.stem
+        for key in ("question", "answer", "what_to_do"):
+            if res.get(key):
+                assert " ".join(res[key].split()) in page.text, (nb.stem, key)
+        if res.get("figures"):
+            key_figure = res["figures"][0]
+            assert key_figure in page.images and (quick_report / key_figure).stat().st_size > 1000, nb.stem
+            assert (quick_report / key_figure).with_suffix(".svg").exists()
+        kinds = collections.Counter("not reproducible" if v.lower().startswith("not reproducible")
+                                    else re.split(r"[\s:;,(]", v.strip().lower())[0]
+                                    for v in (c.get("verdict", "") for c in res.get("claims") or []))
+        for kind, n in kinds.items():
+            assert f"{n} {kind}" in page.text, (nb.stem, kind)
+    # the run's inputs and provenance
+    for text in ("kvlab 0.", "model", "gpu", "quick True", "kvlab report -p quick true"):
+        assert text in page.text
+
+
+@pytest.mark.notebook
+def test_pages_hide_code_and_keep_tables_whole(quick_report):
+    page = (quick_report / "01_reservation_tables.html").read_text(encoding="utf-8")
+    assert "kvlab.report.write_results(" not in page  # no code input by default
+    assert "kvlab.report.kernel" not in page  # the hidden set-up cell is gone
+    assert "Parameters of this run" in page
+    assert not re.search(r"<td>\s*\.\.\.\s*</td>", page)  # pandas never cut a table
+    # numbers formatted as the kernel's format_number writes them (hand-worked: 28531 pages -> "28,531")
+    pool = json.loads((quick_report / "01_reservation_tables.json").read_text())["pool_pages_real"]
+    assert f"{pool:,}" in page
+
+
+def _chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.skip("chromium is not installed (.ci/run installs it with apt-get)")
+    return exe
+
+
+PROBE = """
+<script>
+window.addEventListener('load', () => {
+  const width = document.documentElement.clientWidth;
+  const broken = [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src.slice(0, 80));
+  const cut = [...document.querySelectorAll('table')].filter(t => t.getBoundingClientRect().right > width + 1)
+      .map(t => t.innerText.slice(0, 80));
+  const out = document.createElement('pre');
+  out.id = 'kvlab-probe';
+  out.textContent = JSON.stringify({images: document.images.length, broken: broken, cut: cut, width: width});
+  document.body.appendChild(out);
+});
+</script>
+"""
+
+
+def _probe(exe: str, page: Path) -> dict:
+    """Load ``page`` (a copy with the probe script, in the same folder so relative links hold) in
+    headless Chromium and return what the probe saw."""
+    probe = page.with_name(f"_probe_{page.name}")
+    probe.write_text(page.read_text(encoding="utf-8").replace("</body>", PROBE + "</body>"), encoding="utf-8")
+    try:
+        dom = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,900",
+                              "--virtual-time-budget=10000", "--dump-dom", probe.as_uri()],
+                             capture_output=True, text=True, timeout=120, check=False).stdout
+    finally:
+        probe.unlink()
+    m = re.search(r'<pre id="kvlab-probe">(.*?)</pre>', dom, flags=re.S)
+    assert m, f"the probe did not run in {page.name}"
+    return json.loads(html.unescape(m.group(1)))
+
+
+def _screenshot(exe: str, page: Path, png: Path) -> None:
+    subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1280,1600",
+                    f"--screenshot={png}", page.as_uri()], capture_output=True, timeout=120, check=False)
+    assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    import matplotlib.image as mpimg
+
+    pixels = mpimg.imread(str(png))
+    assert pixels.std() > 0.02, f"{png.name} is blank"
+
+
+@pytest.mark.notebook
+def test_browser_renders_index_and_a_page(quick_report, tmp_path):
+    exe = _chromium()
+    index = quick_report / "index.html"
+    links = [h for h in _read(index).links if not re.match(r"^[a-z]+:", h)]
+    assert links and all((quick_report / h).is_file() for h in links), [h for h in links if not (quick_report / h).is_file()]
+    seen = _probe(exe, index)
+    assert seen["images"] >= len(MUST_ANSWER) and seen["broken"] == [] and seen["cut"] == [], seen
+    page = quick_report / "02_length_distributions.html"
+    seen = _probe(exe, page)
+    assert seen["images"] >= 2 and seen["broken"] == [] and seen["cut"] == [], seen
+    for p in (index, page):
+        _screenshot(exe, p, tmp_path / f"{p.stem}.png")
