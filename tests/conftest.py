@@ -33,9 +33,38 @@ def run_notebook(tmp_path):
     from kvlab.report import execute_notebook
 
     def _run(name: str, params: dict | None = None) -> dict:
-        return execute_notebook(name, tmp_path / f"{name}.ipynb", params or {}, results_path=tmp_path / f"{name}.json")
+        results = execute_notebook(name, tmp_path / f"{name}.ipynb", params or {}, results_path=tmp_path / f"{name}.json")
+        _check_summary_card(name, results, tmp_path)
+        return results
 
     return _run
+
+
+def _check_summary_card(name: str, results: dict, folder) -> None:
+    """Every notebook a test runs also goes on a report's summary page: the question, answer and
+    what to do its sidecar states must read there, and its key figure must exist and be shown."""
+    import html
+    import re
+
+    from kvlab.report.pages import index_html
+    from kvlab.report.results import verdict_counts
+
+    entry = {"stem": name, "title": name, "question": "", "html": f"{name}.html", "ipynb": f"{name}.ipynb",
+             "json": f"{name}.json", "results": results, "verdicts": verdict_counts(results.get("claims")),
+             "runtime_s": 0.0}
+    page = index_html({"name": "test", "date": "", "runtime_s": 0.0, "version": "", "command": "", "inputs": []},
+                      [entry])
+    body = re.sub(r"</?code>", "", page.split("<body>", 1)[1])
+    text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", body)).split())
+    for key in ("question", "answer", "what_to_do"):
+        if key in results:
+            assert isinstance(results[key], str) and results[key].strip(), f"{name}: sidecar {key!r} is empty"
+            assert " ".join(results[key].replace("`", "").split()) in text, f"{name}: {key} not on the summary page"
+    figures = results.get("figures") or []
+    for fig in figures:
+        assert (folder / fig).is_file(), f"{name}: figure {fig} listed in the sidecar was not written"
+    if figures:
+        assert f'src="{html.escape(figures[0])}"' in page
 
 
 @pytest.fixture(params=["numpy", "cupy"])

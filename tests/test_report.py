@@ -1,6 +1,7 @@
 """kvlab report: papermill execution, parameters, HTML/JSON outputs, atomic run folders."""
 import json
 import os
+import re
 
 import nbformat
 import pytest
@@ -55,7 +56,8 @@ def test_write_results_is_json_clean(tmp_path):
     import numpy as np
     import pandas as pd
 
-    p = report.write_results(tmp_path / "a" / "r.json",
+    p = tmp_path / "a" / "r.json"
+    report.write_results(p,
                              {"n": np.int64(3), "f": np.float32(0.5), "nan": float("nan"),
                               "df": pd.DataFrame({"a": [1, 2]}), "arr": np.arange(2)})
     assert json.loads(p.read_text()) == {"n": 3, "f": 0.5, "nan": None, "df": [{"a": 1}, {"a": 2}], "arr": [0, 1]}
@@ -213,3 +215,16 @@ def test_a_parameter_papermill_cannot_read_is_named(tmp_path):
     nbformat.write(nb, str(tmp_path / "01_eq.ipynb"))
     with pytest.raises(ValueError, match=r"01_eq: papermill cannot read parameter\(s\) n "):
         report.parameters(tmp_path / "01_eq.ipynb")
+
+
+def test_progress_line_names_the_notebook_its_time_and_its_own_progress(tmp_path, capsys):
+    d = tmp_path / "nbs"
+    d.mkdir()
+    nb = _notebook(d / "01_slow.ipynb", "import sys, time\nprint('fitting: 3/4', file=sys.stderr)\ntime.sleep(2.5)\n"
+                                        "import kvlab\nkvlab.report.write_results(results_path, {})")
+    report.run_report([str(nb)], out=tmp_path / "run", progress=True)
+    err = capsys.readouterr().err
+    assert re.search(r"01_slow 0:0[1-9] .*0/1 notebooks.*fitting: 3/4", err), err
+    assert "without encryption" not in err and "IPKernelApp" not in err  # kernel transport notices hidden
+    page = (tmp_path / "run" / "01_slow.html").read_text()
+    assert "fitting: 3/4" in page and "time.sleep" not in page  # stderr kept, code hidden

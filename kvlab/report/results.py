@@ -41,12 +41,13 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
-def write_results(path: str | os.PathLike, results: Mapping[str, Any]) -> Path:
+def write_results(path: str | os.PathLike, results: Mapping[str, Any]) -> None:
     """Write a notebook's key numbers to the JSON sidecar ``path``, atomically.
 
     NumPy scalars and arrays, DataFrames (as records) and non-finite floats (as null) are
     converted. The file is written to a temporary name and renamed, so readers never see half
-    a file; it is readable by others as the umask allows (0644 under umask 022).
+    a file; it is readable by others as the umask allows (0644 under umask 022). Returns nothing,
+    so a notebook's last cell shows no output.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -59,7 +60,6 @@ def write_results(path: str | os.PathLike, results: Mapping[str, Any]) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
 
 
 def read_results(path: str | os.PathLike) -> dict:
