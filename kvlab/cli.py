@@ -82,15 +82,19 @@ def _cmd_report(args: argparse.Namespace) -> int:
         params.update(_load_params_file(f))
     for name, value in args.param or []:
         params[name] = _parse_value(value)
-    with warnings.catch_warnings(record=True) as caught:
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):  # one line, as it happens
+        if issubclass(category, ParameterWarning):
+            print(f"kvlab report: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
         warnings.simplefilter("always", ParameterWarning)
+        warnings.showwarning = show
         dest = run_report(args.notebooks, params, out=args.out, progress=not args.no_progress,
                           show_code=args.show_code)
-    for w in caught:
-        if issubclass(w.category, ParameterWarning):
-            print(f"kvlab report: warning: {w.message}", file=sys.stderr)
-        else:
-            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     print(f"report written to {dest}")
     print(f"open {dest / 'index.html'}")
     return 0
