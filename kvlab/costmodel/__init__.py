@@ -21,7 +21,7 @@ from typing import Any
 
 from .. import _validate as v
 from ..specs import GPUSpec, ModelSpec, gpu as _gpu, model as _model
-from .measured import MeasuredCostModel, has_measurements, measured, measured_gpus, send_recv
+from .measured import MeasuredCostModel, measured, measured_gpus, send_recv, unsupported
 from .roofline import CostModel, prefill_attention_pairs, roofline
 
 SOURCES = ("measured", "roofline")
@@ -61,13 +61,13 @@ def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: i
     tp, pp = v.positive_int(tp, "tp"), v.positive_int(pp, "pp")
     if source is not None:
         v.choice(source, "source", SOURCES)
-    use_measured = source in (None, "measured") and has_measurements(g)
+    why = None if source == "roofline" else unsupported(m, g, tp=tp)
+    use_measured = source != "roofline" and why is None
     if use_measured:
         stage = measured(m, g, tp=tp, pp=pp, stack=stack)
     else:
-        label = "roofline (spec sheet)" if source == "roofline" else \
-            f"roofline (spec sheet; no GPU measurements for {g.name})"
-        stage = roofline(m, g, tp=tp, pp=pp, label=label)
+        stage = roofline(m, g, tp=tp, pp=pp, label="roofline (spec sheet)" if why is None
+                         else f"roofline (spec sheet; {why})")
     if pp == 1:
         return stage
     from ..pipeline import pipeline_cost  # the pipeline wraps this package's models
@@ -101,5 +101,5 @@ def describe(cost: Any) -> str:
     return str(getattr(cost, "label", None) or type(cost).__name__)
 
 
-__all__ = ["CostModel", "MeasuredCostModel", "SOURCES", "cost_model", "describe", "has_measurements", "measured",
-           "measured_gpus", "prefill_attention_pairs", "resolve", "roofline", "send_recv"]
+__all__ = ["CostModel", "MeasuredCostModel", "SOURCES", "cost_model", "describe", "measured", "measured_gpus",
+           "prefill_attention_pairs", "resolve", "roofline", "send_recv", "unsupported"]

@@ -1,0 +1,336 @@
+"""Fit the measured cost model's curves to the public GPU measurements (:mod:`.data`).
+
+Each term of :mod:`.measured` is fitted to the measurements of that term alone, with
+``scipy.optimize`` on relative errors (the rows span orders of magnitude):
+
+* :func:`fit_gemm`: the GEMM curve of one GPU (``scipy.optimize.least_squares`` on the log
+  ratio of predicted to measured time), over every GEMM of every model and TP degree profiled
+  on it;
+* :func:`fit_pointwise`: launch time and seconds per token-element of one layer's pointwise ops
+  (non-negative least squares, ``scipy.optimize.nnls``, rows divided by their time);
+* :func:`fit_attention`: the attention terms on Vidur's A100 profile (``nnls``; prefill and
+  decode rows weighted equally in total);
+* :func:`collective_curves`: the measured collective curves themselves, reduced to the median
+  time in log-spaced size bins (interpolated in log-log by the model);
+* :func:`fit_stack`: the per-iteration and per-sequence overheads of a serving stack: the part
+  of Sarathi-Serve's measured batch times that the GPU terms above do not explain (``nnls``).
+
+:func:`fit_constants` runs them all and returns the dictionary shipped as
+``data/costmodels/measured.json`` (:func:`write_constants`); ``python -m kvlab.costmodel.fit``
+refits and rewrites it from ``../shared/data/measured``.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares, nnls
+
+from ..specs import gpu as _gpu
+from . import data as _data
+from .measured import CONSTANTS_PATH, GemmCurve, MeasuredCostModel, build
+from .roofline import prefill_attention_pairs
+
+#: Vidur's SKU folders, the catalogue GPUs they stand for, and how each catalogue GPU reaches
+#: its interconnect curves (Vidur's network folders). A40 has no all-reduce curve: its 2-GPU
+#: all-reduce is derived from its send/recv curve (a ring of two: each GPU sends half the message
+#: twice, reduce-scatter then all-gather).
+FAMILIES = {"a100": "A100 (Vidur's a100 profiles)", "a40": "A40 (Vidur's a40 profiles)",
+            "h100": "H100 (Vidur's h100 profiles)"}
+GPUS = {
+    "A100-80GB-PCIe": ("a100", "a100_pairwise_nvlink"),
+    "A100-80GB-SXM": ("a100", "a100_dgx"),
+    "A100-40GB": ("a100", "a100_dgx"),
+    "A100-40GB-PCIe": ("a100", "a100_pairwise_nvlink"),
+    "A40": ("a40", "a40_pairwise_nvlink"),
+    "H100-SXM": ("h100", "h100_dgx"),
+}
+#: The A100 profiles were taken on an 80 GB A100; a 40 GB A100 has less HBM bandwidth, and its
+#: byte terms are scaled by the ratio of the spec sheets' bandwidths to this reference (bytes/s).
+A100_80GB_HBM_BYTES_PER_S = 2039e9
+#: The attention profile's GPU: other families scale its byte and FLOP terms by their fitted
+#: GEMM bandwidth and throughput relative to it.
+ATTENTION_FAMILY = "a100"
+#: The stack whose overheads are fitted, and the GPU its batches ran on.
+SARATHI_STACK = "sarathi-serve"
+SARATHI_GPU, SARATHI_MODEL, SARATHI_TP = "A100-80GB-PCIe", "Yi-34B", 2
+#: Size bins per collective curve (log-spaced).
+CURVE_POINTS = 28
+
+
+# ------------------------------------------------------------------------------------ GEMMs
+def gemm_rows(linear: pd.DataFrame) -> pd.DataFrame:
+    """One row per GEMM of ``linear`` (:func:`.data.vidur_linear`): gpu, model, tp, op, m, n, k, time_s."""
+    frames = []
+    for op, (n, k) in _data.gemm_shapes(linear).items():
+        frames.append(pd.DataFrame({"gpu": linear["gpu"].to_numpy(), "model": linear["model"].to_numpy(),
+                                    "tp": linear["tp"].to_numpy(), "op": op,
+                                    "m": linear["num_tokens"].to_numpy(dtype=np.float64), "n": n, "k": k,
+                                    "time_s": linear[f"{op}_s"].to_numpy()}))
+    rows = pd.concat(frames, ignore_index=True)
+    return rows[rows["time_s"] > 0].reset_index(drop=True)
+
+
+def _gemm_curve(p: np.ndarray) -> GemmCurve:
+    return GemmCurve(launch_s=float(np.exp(p[0])), bytes_per_s=float(np.exp(p[1])), flops_per_s=float(np.exp(p[2])),
+                     half_tokens=float(np.exp(p[3])), sharpness=float(p[4]))
+
+
+def fit_gemm(rows: pd.DataFrame) -> GemmCurve:
+    """The :class:`.measured.GemmCurve` of one GPU fitted to its GEMM rows (:func:`gemm_rows`).
+
+    Minimises the squared log ratio of predicted to measured seconds (``least_squares``, bounded:
+    launch 2 ns-7 ms, bandwidth 0.5 GB/s-80 TB/s, throughput 70 GFLOP/s-4 PFLOP/s, half-tokens
+    1-22,000, sharpness 1-20).
+    """
+    if len(rows) < 5:
+        raise ValueError(f"fit_gemm needs at least 5 GEMM rows, got {len(rows)}")
+    m, n, k, t = (rows[c].to_numpy(dtype=np.float64) for c in ("m", "n", "k", "time_s"))
+
+    def residuals(p: np.ndarray) -> np.ndarray:
+        return np.log(_gemm_curve(p).time_s(m, n, k) / t)
+
+    p0 = [np.log(5e-6), np.log(1.5e12), np.log(250e12), np.log(64.0), 2.0]
+    fit = least_squares(residuals, p0, bounds=([-20, 20, 25, 0, 1], [-5, 32, 36, 10, 20]), method="trf")
+    return _gemm_curve(fit.x)
+
+
+def fit_pointwise(linear: pd.DataFrame) -> dict[str, float]:
+    """Launch time and seconds per token-element of one layer's pointwise ops on one GPU.
+
+    ``pointwise_s = launch_s + s_per_element x num_tokens x hidden_size`` fitted by ``nnls`` on
+    relative errors over ``linear``'s rows of one GPU.
+    """
+    t = linear["pointwise_s"].to_numpy(dtype=np.float64)
+    keep = t > 0
+    x = np.column_stack([np.ones(keep.sum()), (linear["num_tokens"] * linear["hidden_size"]).to_numpy()[keep] * 1e-9])
+    (launch, per_ge), _ = nnls(x / t[keep, None], np.ones(keep.sum()))
+    return {"launch_s": float(launch), "s_per_element": float(per_ge * 1e-9)}
+
+
+# -------------------------------------------------------------------------------- attention
+def attention_work(att: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per-layer aggregates of the attention rows: sequences, tokens, KV bytes read, FLOPs."""
+    b = att["batch_size"].to_numpy(dtype=np.float64)
+    c = att["chunk_tokens"].to_numpy(dtype=np.int64)
+    k = att["context_tokens"].to_numpy(dtype=np.int64)
+    d = att["head_dim"].to_numpy(dtype=np.float64)
+    pairs = b * prefill_attention_pairs(c, k)
+    return {"num_seqs": b, "num_tokens": b * c, "kv_bytes": 2 * att["num_kv_heads"].to_numpy() * d * 2 * b * (k + c),
+            "flops": 4.0 * att["num_q_heads"].to_numpy() * d * pairs}
+
+
+def attention_design(att: pd.DataFrame) -> np.ndarray:
+    """The attention terms' columns: launch, per sequence, per token, per KV byte, per FLOP."""
+    w = attention_work(att)
+    return np.column_stack([np.ones(len(att)), w["num_seqs"], w["num_tokens"], w["kv_bytes"], w["flops"]])
+
+
+def fit_attention(att: pd.DataFrame) -> dict[str, float]:
+    """Attention terms fitted to an attention profile (:func:`.data.vidur_attention`).
+
+    ``attention_s = launch_s + s_per_seq x seqs + s_per_token x tokens + s_per_kv_byte x KV bytes
+    + s_per_flop x FLOPs`` per layer, by ``nnls`` on relative errors; prefill and decode rows
+    weigh equally in total whatever their counts.
+    """
+    att = att[att["attention_s"] > 0]
+    if att["phase"].nunique() < 2:
+        raise ValueError("fit_attention needs prefill and decode rows")
+    t = att["attention_s"].to_numpy(dtype=np.float64)
+    counts = att["phase"].map(att["phase"].value_counts()).to_numpy(dtype=np.float64)
+    w = 1.0 / np.sqrt(counts)
+    x = attention_design(att)
+    scale = x.max(axis=0)
+    coef, _ = nnls(x / scale / t[:, None] * w[:, None], w)
+    coef = coef / scale
+    return dict(zip(("launch_s", "s_per_seq", "s_per_token", "s_per_kv_byte", "s_per_flop"), map(float, coef)))
+
+
+def scale_attention(att: Mapping[str, float], gemm: GemmCurve, reference: GemmCurve) -> dict[str, float]:
+    """Attention terms carried from the profiled GPU to another one by the ratio of their fitted
+    GEMM bandwidths (the KV-byte term) and throughputs (the token and FLOP terms)."""
+    bw, fl = reference.bytes_per_s / gemm.bytes_per_s, reference.flops_per_s / gemm.flops_per_s
+    return {"launch_s": att["launch_s"], "s_per_seq": att["s_per_seq"], "s_per_token": att["s_per_token"] * fl,
+            "s_per_kv_byte": att["s_per_kv_byte"] * bw, "s_per_flop": att["s_per_flop"] * fl}
+
+
+# ------------------------------------------------------------------------------ collectives
+def collective_curve(rows: pd.DataFrame, *, num_points: int = CURVE_POINTS) -> dict[str, list[float]]:
+    """The median time in ``num_points`` log-spaced message-size bins of one collective's rows.
+
+    Returns ``{"log2_bytes": [...], "time_s": [...]}`` (bin centres and medians), made
+    non-decreasing in time (a larger message never costs less: a running maximum).
+    """
+    x = np.log2(rows["message_bytes"].to_numpy(dtype=np.float64))
+    t = rows["time_s"].to_numpy(dtype=np.float64)
+    edges = np.linspace(x.min(), x.max() + 1e-9, num_points + 1)
+    which = np.digitize(x, edges) - 1
+    centres, times = [], []
+    for i in range(num_points):
+        sel = which == i
+        if sel.any():
+            centres.append(float(np.median(x[sel])))
+            times.append(float(np.median(t[sel])))
+    return {"log2_bytes": centres, "time_s": np.maximum.accumulate(times).tolist()}
+
+
+def fit_link(rows: pd.DataFrame, *, max_bytes: float = 2.0 ** 26) -> dict[str, float]:
+    """Latency and bandwidth of a point-to-point link: ``time = latency_s + bytes / bytes_per_s``,
+    by ``nnls`` on relative errors over the rows up to ``max_bytes`` (what one iteration sends)."""
+    rows = rows[rows["message_bytes"] <= max_bytes]
+    t = rows["time_s"].to_numpy(dtype=np.float64)
+    x = np.column_stack([np.ones(len(rows)), rows["message_bytes"].to_numpy(dtype=np.float64) * 1e-9])
+    (latency, s_per_gb), _ = nnls(x / t[:, None], np.ones(len(rows)))
+    if s_per_gb <= 0:
+        raise ValueError("send/recv times do not grow with the message size: cannot fit a bandwidth")
+    return {"latency_s": float(latency), "bytes_per_s": float(1e9 / s_per_gb)}
+
+
+def collective_curves(coll: pd.DataFrame) -> dict[str, Any]:
+    """Every network's collectives: ``{network: {"all_reduce": {num_gpus: curve}, "send_recv": link}}``.
+
+    All-reduce as measured curves (:func:`collective_curve`), send/recv as a fitted link
+    (:func:`fit_link`; pipeline sends use it). A network without all-reduce curves (A40) gets a
+    2-GPU all-reduce derived from its send/recv curve: two sends of half the message (ring of two).
+    """
+    out: dict[str, Any] = {}
+    for net, rows in coll.groupby("network"):
+        entry: dict[str, Any] = {"all_reduce": {}}
+        sr = rows[rows["collective"] == "send_recv"]
+        for n, ar in rows[rows["collective"] == "all_reduce"].groupby("num_gpus"):
+            entry["all_reduce"][str(int(n))] = collective_curve(ar)
+        if len(sr):
+            entry["send_recv"] = fit_link(sr)
+            if not entry["all_reduce"]:
+                c = collective_curve(sr)
+                entry["all_reduce"]["2"] = {"log2_bytes": [x + 1.0 for x in c["log2_bytes"]],
+                                            "time_s": [2.0 * t for t in c["time_s"]],
+                                            "derived": "2 x send_recv of half the message (ring of two)"}
+        out[str(net)] = entry
+    return out
+
+
+# ---------------------------------------------------------------------------- stack overheads
+def batch_work(batches: pd.DataFrame) -> pd.DataFrame:
+    """The iterations of Sarathi-Serve's measured batches (:func:`.data.sarathi_batches`), with
+    their aggregates: one row per iteration, ``batch`` the index of the batch it belongs to.
+
+    A batch is one iteration, except figure 9's chunked prefills: one iteration per chunk, each
+    attending to the chunks before it.
+    """
+    rows = []
+    for i, r in batches.reset_index(drop=True).iterrows():
+        p, dseq, ctx = int(r["prefill_tokens"]), int(r["decode_seqs"]), int(r["decode_context_tokens"])
+        chunk = int(r.get("chunk_tokens", 0) or 0) or max(p, 1)
+        starts = range(0, p, chunk) if p else [0]
+        for j, s in enumerate(starts):
+            c = min(chunk, p - s) if p else 0
+            dec = dseq if j == 0 else 0
+            rows.append({"batch": i, "num_tokens": c + dec,
+                         "attention_pairs": int(prefill_attention_pairs(c, s)) + dec * (ctx + 1),
+                         "kv_tokens": (s + c if c else 0) + dec * (ctx + 1), "num_seqs": (1 if c else 0) + dec})
+    return pd.DataFrame(rows)
+
+
+def predict_batches(cost: Any, batches: pd.DataFrame) -> np.ndarray:
+    """Predicted seconds of each measured batch (sum over its iterations) under ``cost``."""
+    it = batch_work(batches)
+    per = np.asarray(cost.iteration_s(*(it[c].to_numpy() for c in ("num_tokens", "attention_pairs", "kv_tokens",
+                                                                     "num_seqs"))), dtype=np.float64)
+    return np.bincount(it["batch"].to_numpy(), weights=per, minlength=len(batches))
+
+
+def fit_stack(gpu_only: MeasuredCostModel, batches: pd.DataFrame) -> dict[str, float]:
+    """Per-iteration and per-sequence overheads: measured minus GPU time, by ``nnls`` on relative errors.
+
+    ``gpu_only`` is the measured model of the batches' model and GPU without overheads
+    (``stack="none"``); ``batches`` the rows to fit on (warm-up batches should be left out).
+    """
+    if len(batches) < 2:
+        raise ValueError(f"fit_stack needs at least 2 batches, got {len(batches)}")
+    it = batch_work(batches)
+    measured = batches["measured_s"].to_numpy(dtype=np.float64)
+    gpu_s = predict_batches(gpu_only, batches)
+    n = len(batches)
+    iterations = np.bincount(it["batch"], minlength=n).astype(np.float64)
+    seqs = np.bincount(it["batch"], weights=it["num_seqs"], minlength=n)
+    x = np.column_stack([iterations, seqs]) / measured[:, None]
+    (per_it, per_seq), _ = nnls(x, 1.0 - gpu_s / measured)
+    return {"overhead_s": float(per_it), "overhead_s_per_seq": float(per_seq)}
+
+
+# ------------------------------------------------------------------------------- everything
+def fit_constants(path: str | os.PathLike | None = None, *, linear: pd.DataFrame | None = None) -> dict[str, Any]:
+    """Fit every curve to the measured data in ``path`` (default ``../shared/data/measured``).
+
+    ``linear`` replaces the linear profiles read from ``path`` (e.g. a subsample). Returns the
+    constants dictionary :mod:`.measured` reads (``families``, ``networks``, ``gpus``,
+    ``stacks``, ``sources``).
+    """
+    linear = _data.vidur_linear(path) if linear is None else linear
+    rows = gemm_rows(linear)
+    families: dict[str, Any] = {}
+    for fam in sorted(linear["gpu"].unique()):
+        gemm = fit_gemm(rows[rows["gpu"] == fam])
+        families[str(fam)] = {"label": FAMILIES.get(str(fam), str(fam)), "gemm": _gemm_dict(gemm),
+                              "pointwise": fit_pointwise(linear[linear["gpu"] == fam])}
+    att = fit_attention(_data.vidur_attention(path))
+    reference = GemmCurve(**families[ATTENTION_FAMILY]["gemm"])
+    for fam, entry in families.items():
+        entry["attention"] = att if fam == ATTENTION_FAMILY else \
+            scale_attention(att, GemmCurve(**entry["gemm"]), reference)
+    networks = collective_curves(_data.vidur_collectives(path))
+    gpus = {}
+    for name, (fam, net) in GPUS.items():
+        if fam not in families or net not in networks:
+            continue
+        scale = _gpu(name).hbm_bandwidth_bytes_per_s / A100_80GB_HBM_BYTES_PER_S if "40GB" in name else 1.0
+        gpus[name] = {"family": fam, "network": net, "bytes_scale": scale,
+                      "label": f"{families[fam]['label']}{', HBM bandwidth scaled from 80 GB' if scale != 1 else ''}, "
+                               f"{net} collectives"}
+    constants: dict[str, Any] = {"families": families, "networks": networks, "gpus": gpus, "stacks": {}}
+    batches = _data.sarathi_batches(path)
+    fit_rows = batches[(batches["source"].str.startswith("figure-2")) & ~batches["warmup"]]
+    gpu_only = build(SARATHI_MODEL, SARATHI_GPU, tp=SARATHI_TP, constants=constants, stack="none")
+    constants["stacks"][SARATHI_STACK] = {"label": "Sarathi-Serve OSDI'24 batch overheads",
+                                          **fit_stack(gpu_only, fit_rows)}
+    constants["sources"] = SOURCES
+    return constants
+
+
+SOURCES = {
+    "vidur": "microsoft/vidur commit 7d47513, data/profiling/ (MIT): compute/{a100,a40,h100}/*/*/mlp.csv, "
+             "compute/a100/attention_llama2-70b-tp2-2024-05/attention.csv (blob ee3dec7), network/*/*.csv",
+    "sarathi-serve": "microsoft/sarathi-serve commit 02d2567, osdi-experiments/ (Apache-2.0): "
+                     "figure-2/decode.csv, figure-2/prefill.csv (first batch of each run left out: warm-up)",
+}
+
+
+def _gemm_dict(g: GemmCurve) -> dict[str, float]:
+    return {"launch_s": g.launch_s, "bytes_per_s": g.bytes_per_s, "flops_per_s": g.flops_per_s,
+            "half_tokens": g.half_tokens, "sharpness": g.sharpness}
+
+
+def write_constants(constants: Mapping[str, Any], path: str | os.PathLike = CONSTANTS_PATH) -> None:
+    """Write fitted constants as JSON (sorted keys, 6 significant digits: small diffs on refits)."""
+    def rounded(x: Any) -> Any:
+        if isinstance(x, float):
+            return float(f"{x:.6g}")
+        if isinstance(x, dict):
+            return {k: rounded(val) for k, val in x.items()}
+        if isinstance(x, list):
+            return [rounded(val) for val in x]
+        return x
+    os.makedirs(os.path.dirname(os.fspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(rounded(dict(constants)), f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
+if __name__ == "__main__":  # python -m kvlab.costmodel.fit [measured_dir]
+    import sys
+    write_constants(fit_constants(sys.argv[1] if len(sys.argv) > 1 else None))
+    print(f"wrote {CONSTANTS_PATH}")

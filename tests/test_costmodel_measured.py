@@ -1,0 +1,202 @@
+"""The measured cost model: its formula by hand, its shipped constants against published batch
+times, and (with ../shared/data/measured) fits checked on data held out from them."""
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kvlab import costmodel as cm
+from kvlab.costmodel import data, fit, validate
+from kvlab.specs import model as spec
+
+measured_mod = importlib.import_module("kvlab.costmodel.measured")  # the module, not the function
+
+needs_shared = pytest.mark.skipif(not data.available(), reason="needs ../shared/data/measured (CI has it)")
+
+
+def zero_constants(**family: dict) -> dict:
+    """Constants for one GPU (A100-80GB-SXM) with every term 0 except those given."""
+    fam = {"gemm": {"launch_s": 0.0, "bytes_per_s": 1e30, "flops_per_s": 1e15, "half_tokens": 0.0, "sharpness": 1.0},
+           "pointwise": {"launch_s": 0.0, "s_per_element": 0.0},
+           "attention": {"launch_s": 0.0, "s_per_seq": 0.0, "s_per_token": 0.0, "s_per_kv_byte": 0.0,
+                         "s_per_flop": 0.0}, "label": "hand"}
+    for key, val in family.items():
+        fam[key] = {**fam[key], **val}
+    return {"families": {"x": fam},
+            "networks": {"net": {"all_reduce": {"2": {"log2_bytes": [10.0, 20.0], "time_s": [1e-5, 1e-3]}},
+                                 "send_recv": {"latency_s": 1e-5, "bytes_per_s": 1e11}}},
+            "gpus": {"A100-80GB-SXM": {"family": "x", "network": "net", "label": "hand"}},
+            "stacks": {"s": {"label": "hand stack", "overhead_s": 0.0, "overhead_s_per_seq": 0.0}}}
+
+
+def test_gemm_terms_are_two_flops_per_weight_per_token():
+    # Compute-bound GEMMs at 1 PFLOP/s: Llama-2-7B's layer holds 4096 x (4096 + 2 x 4096) (QKV)
+    # + 4096 x 4096 (out) + 2 x 11008 x 4096 (gate, up) + 11008 x 4096 (down) weights.
+    per_layer = 4096 * 12288 + 4096 * 4096 + 2 * 11008 * 4096 + 11008 * 4096
+    c = measured_mod.build("Llama-2-7B", "A100-80GB-SXM", constants=zero_constants(), stack="s")
+    got = c.iteration_s(1000, 0, 0, 3)
+    want = 2 * (32 * per_layer * 1000 + 32000 * 4096 * 3) / 1e15  # layers + vocabulary head over 3 sequences
+    assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_memory_bound_gemm_reads_every_weight_once():
+    consts = zero_constants(gemm={"bytes_per_s": 1e12, "flops_per_s": 1e30})
+    c = measured_mod.build("Llama-2-7B", "A100-80GB-SXM", constants=consts, stack="s")
+    per_layer = 4096 * 12288 + 4096 * 4096 + 2 * 11008 * 4096 + 11008 * 4096
+    # One token: weights (k n) + the token's input (k) and output (n) per GEMM, 2 bytes each.
+    io = (4096 + 12288) + (4096 + 4096) + (4096 + 2 * 11008) + (11008 + 4096)
+    want = 2 * (32 * (per_layer + io) + (32000 * 4096 + 4096 + 32000)) / 1e12
+    assert c.iteration_s(1, 0, 0, 1) == pytest.approx(want, rel=1e-12)
+
+
+def test_attention_allreduce_and_overheads_by_hand():
+    consts = zero_constants(gemm={"flops_per_s": 1e30}, attention={"s_per_kv_byte": 1e-12, "launch_s": 2e-6})
+    consts["stacks"]["s"].update(overhead_s=0.01, overhead_s_per_seq=0.001)
+    c = measured_mod.build("Llama-2-7B", "A100-80GB-SXM", tp=2, constants=consts, stack="s")
+    # 128 tokens x 4096 x 2 bytes = 2^20 bytes per all-reduce: the curve's last point, 1 ms.
+    kv_bytes = spec("Llama-2-7B").kv_bytes_per_token(tp=2)  # all 32 layers, 16 KV heads per GPU
+    got = c.iteration_s(128, 0, 5000, 7)
+    want = 32 * (2e-6 + 2 * 1e-3) + 1e-12 * kv_bytes * 5000 + 0.01 + 0.001 * 7
+    assert got == pytest.approx(want, rel=1e-9)
+    # Halfway in log2 bytes (2^15 bytes = 4 tokens) is halfway in time.
+    assert c.allreduce_s(4) == pytest.approx((1e-5 + 1e-3) / 2, rel=1e-12)
+
+
+def test_arrays_and_scalars_agree():
+    c = cm.measured("Yi-34B", "A100-80GB-PCIe", tp=2)
+    rng = np.random.default_rng(0)
+    n = rng.integers(1, 4000, 50)
+    s = np.minimum(n, rng.integers(1, 64, 50))
+    kv = n * rng.integers(1, 3000, 50)
+    pairs = kv + n
+    arr = c.iteration_s(n, pairs, kv, s)
+    one = [c.iteration_s(int(a), int(b), int(x), int(y)) for a, b, x, y in zip(n, pairs, kv, s)]
+    np.testing.assert_allclose(arr, one, rtol=1e-12)
+    assert np.all(np.diff(c.iteration_s(np.arange(1, 3000), 0, 0, 1)) > 0)  # more tokens never cost less
+
+
+def test_marginal_model_charges_less_than_alone():
+    c = cm.measured("Llama-3-8B", "H100-SXM")
+    alone = c.iteration_s(np.arange(16, 4096, 16), 0, np.arange(16, 4096, 16), 1)
+    extra = c.marginal().iteration_s(np.arange(16, 4096, 16), 0, np.arange(16, 4096, 16), 1)
+    assert np.all(extra < alone) and np.all(extra > 0)
+
+
+def test_default_is_measured_where_measured_and_says_so():
+    for g in cm.measured_gpus():
+        assert cm.cost_model("Llama-2-7B", g).label.startswith("measured (")
+    assert set(cm.measured_gpus()) >= {"A100-80GB-SXM", "A100-80GB-PCIe", "A40", "H100-SXM"}
+    moe = cm.cost_model("Mixtral-8x7B", "H100-SXM")
+    assert moe.label.startswith("roofline (spec sheet; Mixtral-8x7B is a mixture of experts")
+    no_ar = cm.cost_model("Llama-2-70B", "A100-80GB-PCIe", tp=8)  # a pairwise-NVLink node has 4 GPUs
+    assert "no measured all-reduce over 8 GPUs" in no_ar.label
+    with pytest.raises(ValueError, match="on H200 with tp=1: no GPU measurements for H200"):
+        cm.measured("Llama-3-8B", "H200")
+    with pytest.raises(ValueError, match="stack 'vllm' is not one of none, sarathi-serve"):
+        cm.measured("Llama-3-8B", "H100-SXM", stack="vllm")
+
+
+def test_measured_pipeline_sends_use_the_measured_link():
+    c = cm.cost_model("Llama-2-70B", "A100-80GB-SXM", tp=2, pp=2)
+    latency_s, bytes_per_s = cm.send_recv("A100-80GB-SXM")
+    assert (c.send_latency_s, c.link_bytes_per_s) == (latency_s, bytes_per_s)
+    assert isinstance(c.stage, cm.MeasuredCostModel) and c.stage.num_layers == 40
+    assert c.label.endswith(", PP2 pipeline (in-node)")
+
+
+def test_shipped_constants_reproduce_sarathi_serve_batches():
+    """Published batch times (Yi-34B, TP2, A100-80GB PCIe): figure 2 in-sample (the overheads are
+    fitted on them) within 15% MAPE per kind and 30% per batch; table 2's prefill and hybrid
+    batches (never fitted) within 10%, and their linear-layer split within 5%."""
+    b = validate.published_batches()
+    c = cm.measured("Yi-34B", "A100-80GB-PCIe", tp=2)
+    pred = fit.predict_batches(c, b)
+    rel = pred / b["measured_s"].to_numpy() - 1
+    fig2 = b["source"].str.startswith("figure-2").to_numpy() & ~b["warmup"].to_numpy()
+    for kind in ("decode", "prefill"):
+        sel = fig2 & (b["kind"] == kind).to_numpy()
+        assert np.mean(np.abs(rel[sel])) <= 0.15, (kind, rel[sel])
+    assert np.all(np.abs(rel[fig2]) <= 0.30), rel[fig2]
+    t2 = (b["source"] == "table-2").to_numpy() & (b["kind"] != "decode").to_numpy()
+    assert np.all(np.abs(rel[t2]) <= 0.10), rel[t2]
+    # Table 2: the linear layers of a 1,024-token batch took 159.0 ms (hybrid) and 160.9 ms (prefill).
+    assert 60 * c.layer_linear_s(1024.0) == pytest.approx(0.1600, rel=0.05)
+    # The issue's gap: kvlab's roofline decode was 25.5 ms at batch 1 and 36.5 ms at 128.
+    decode = b[(b["source"] == "figure-2 decode")]
+    roof = cm.roofline("Yi-34B", "A100-80GB-PCIe", tp=2)
+    assert np.all(fit.predict_batches(roof, decode) / decode["measured_s"].to_numpy() < 0.6)
+
+
+def test_published_check_marks_what_was_fitted():
+    t = validate.published_check()
+    assert set(t["held_out"]) == {"in-sample (fitted on)", "warm-up (not scored)", "never fitted"}
+    errors = validate.error_table(sarathi=t)
+    assert (errors["rows"] > 0).all() and errors["mape"].notna().all()
+
+
+def test_mape_by_hand_and_bad_input():
+    assert validate.mape([1.1, 0.8], [1.0, 1.0]) == pytest.approx(0.15)
+    with pytest.raises(ValueError, match="positive measured"):
+        validate.mape([1.0], [0.0])
+    with pytest.raises(ValueError, match="measured_dir '/nonexistent/x' is not a folder"):
+        data.measured_dir("/nonexistent/x")
+    assert not data.available("/nonexistent/x")
+
+
+# ------------------------------------------------------------------ with ../shared/data/measured
+@needs_shared
+def test_linear_holdout_error_against_an_independent_mape(monkeypatch):
+    """Fit on 70% of the rows of a measured table, predict the rest: the held-out rows never reach
+    the fit, and their MAPE (computed here without kvlab) meets the 10% target."""
+    linear = validate._subsample(data.vidur_linear(), 6)
+    seen = []
+    real_fit = fit.fit_gemm
+    monkeypatch.setattr(fit, "fit_gemm", lambda rows: seen.append(rows) or real_fit(rows))
+    held = validate.linear_holdout(linear, test_frac=0.3, seed=1)
+    key = ["gpu", "model", "tp", "num_tokens"]
+    fitted = pd.concat(seen)[["gpu", "model", "tp", "m"]].rename(columns={"m": "num_tokens"}).astype(
+        {"num_tokens": np.int64}).drop_duplicates()
+    assert len(held.merge(fitted, on=key)) == 0
+    assert 0.2 * len(linear) < len(held) < 0.4 * len(linear)
+    errors = [abs(p - m) / m for p, m in zip(held["predicted_s"], held["measured_s"])]
+    independent = sum(errors) / len(errors)
+    assert validate.mape(held["predicted_s"], held["measured_s"]) == pytest.approx(independent, rel=1e-12)
+    assert independent < 0.10
+
+
+@needs_shared
+def test_a_left_out_model_is_predicted_within_15_percent():
+    linear = validate._subsample(data.vidur_linear(), 6)
+    lomo = validate.leave_one_model_out(linear[linear["gpu"] == "a100"])
+    for model, t in lomo.groupby("model"):
+        assert validate.mape(t["predicted_s"], t["measured_s"]) < 0.15, model
+
+
+@needs_shared
+def test_shipped_constants_are_what_the_fit_gives():
+    fresh = json.loads(json.dumps(fit.fit_constants()))
+    shipped = measured_mod.constants()
+    assert set(fresh["gpus"]) == set(shipped["gpus"])
+    for fam, entry in shipped["families"].items():
+        for term in ("gemm", "pointwise", "attention"):
+            for key, val in entry[term].items():
+                assert fresh["families"][fam][term][key] == pytest.approx(val, rel=1e-3, abs=1e-15), (fam, term, key)
+    for key in ("overhead_s", "overhead_s_per_seq"):
+        assert fresh["stacks"]["sarathi-serve"][key] == pytest.approx(shipped["stacks"]["sarathi-serve"][key],
+                                                                       rel=1e-3)
+
+
+@needs_shared
+def test_sarathi_held_out_batches_meet_the_targets():
+    consts = copy.deepcopy(measured_mod.constants())
+    t = validate.sarathi_holdout(consts, data.sarathi_batches())
+    errors = validate.error_table(sarathi=t).set_index("term")
+    for term in ("Sarathi-Serve figure-2 decode", "Sarathi-Serve figure-2 prefill"):
+        assert errors.loc[term, "verdict"] == "meets", errors.loc[term]
+    fig9 = t[t["source"] == "figure-9"]
+    assert validate.mape(fig9["predicted_s"], fig9["measured_s"]) < 0.15
