@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 from .. import _validate as v
 from .logt import LogT
@@ -36,12 +36,19 @@ class Family:
     build: Callable[..., Any]
     positive: tuple[bool, ...]
     initial: Callable[[float, float, float, float], tuple[float, ...]]
+    #: Parameters confined to (0, 1) (mixture weights), mapped to the optimiser by their logit.
+    unit: tuple[bool, ...] = ()
+
+    def _kind(self, i: int) -> str:
+        return "unit" if self.unit and self.unit[i] else ("positive" if self.positive[i] else "free")
 
     def to_theta(self, params: tuple[float, ...]) -> np.ndarray:
-        return np.array([np.log(p) if pos else p for p, pos in zip(params, self.positive)])
+        fwd = {"unit": special.logit, "positive": np.log, "free": float}
+        return np.array([fwd[self._kind(i)](p) for i, p in enumerate(params)], dtype=np.float64)
 
     def from_theta(self, theta: np.ndarray) -> tuple[float, ...]:
-        return tuple(float(np.exp(t)) if pos else float(t) for t, pos in zip(theta, self.positive))
+        back = {"unit": special.expit, "positive": np.exp, "free": float}
+        return tuple(float(back[self._kind(i)](t)) for i, t in enumerate(theta))
 
     def frozen(self, params: dict[str, float] | tuple[float, ...]) -> Any:
         """The frozen distribution for ``params`` (a dict by name or a tuple in order)."""
@@ -52,6 +59,55 @@ class Family:
                                  f"missing {missing}")
             params = tuple(params[n] for n in self.param_names)
         return self.build(*params)
+
+
+class LogNormalMix2:
+    """Two-component log-normal mixture: ``log X`` is ``N(mu1, sigma1)`` with probability
+    ``1 - weight2`` and ``N(mu2, sigma2)`` with probability ``weight2`` (lengths in tokens).
+
+    A frozen distribution with the ``cdf``/``sf``/``ppf`` surface kvlab's fits and profiles use.
+    ``ppf`` inverts the cdf on a grid of log lengths and refines with two Newton steps.
+    """
+
+    def __init__(self, mu1: float, sigma1: float, mu2: float, sigma2: float, weight2: float) -> None:
+        self.mu = np.array([mu1, mu2], dtype=np.float64)
+        self.sigma = np.array([sigma1, sigma2], dtype=np.float64)
+        self.weight = np.array([1.0 - weight2, weight2], dtype=np.float64)
+        if np.any(self.sigma <= 0) or not 0.0 < weight2 < 1.0:
+            raise ValueError(f"log-normal-mix2 needs sigma1, sigma2 > 0 and 0 < weight2 < 1, got "
+                             f"sigma {self.sigma.tolist()}, weight2 {weight2}")
+
+    def _z(self, x: Any) -> np.ndarray:
+        with np.errstate(divide="ignore"):
+            return (np.log(np.asarray(x, dtype=np.float64))[..., None] - self.mu) / self.sigma
+
+    def cdf(self, x: Any) -> np.ndarray:
+        return special.ndtr(self._z(x)) @ self.weight
+
+    def sf(self, x: Any) -> np.ndarray:
+        return special.ndtr(-self._z(x)) @ self.weight
+
+    def pdf(self, x: Any) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        dens = np.exp(-0.5 * self._z(x) ** 2) / (self.sigma * np.sqrt(2 * np.pi))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(x > 0, (dens @ self.weight) / x, 0.0)
+
+    def ppf(self, q: Any) -> np.ndarray:
+        q = np.asarray(q, dtype=np.float64)
+        lo = float(np.min(self.mu - 12 * self.sigma))
+        hi = float(np.max(self.mu + 12 * self.sigma))
+        grid = np.linspace(lo, hi, 8193)
+        log_x = np.interp(q, self.cdf(np.exp(grid)), grid)
+        for _ in range(2):  # Newton on log x: F(e^y) - q = 0, dF/dy = x f(x)
+            x = np.exp(log_x)
+            step = (self.cdf(x) - q) / np.maximum(x * self.pdf(x), 1e-300)
+            log_x = np.clip(log_x - step, lo, hi)
+        out = np.exp(log_x)
+        return np.where(q <= 0, 0.0, np.where(q >= 1, np.inf, out))
+
+    def mean(self) -> float:
+        return float(self.weight @ np.exp(self.mu + self.sigma ** 2 / 2))
 
 
 def _weibull_init(m: float, s: float, mean: float, var: float) -> tuple[float, ...]:
@@ -83,6 +139,12 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family(name="gen-gamma", param_names=("a", "c", "scale_tokens"), positive=(True, False, True),
            build=lambda a, c, scale: stats.gengamma(a, c, scale=scale),
            initial=lambda m, s, mean, var: (1.0,) + _weibull_init(m, s, mean, var)),
+    # Two log-normals: bimodal or kinked length laws (real traces mix short and long requests);
+    # the start puts the components at the quartiles of log length.
+    Family(name="log-normal-mix2", param_names=("mu1", "sigma1", "mu2", "sigma2", "weight2"),
+           positive=(False, True, False, True, False), unit=(False, False, False, False, True),
+           build=LogNormalMix2,
+           initial=lambda m, s, mean, var: (m - 0.674 * s, s / 2, m + 0.674 * s, s / 2, 0.5)),
 )}
 
 #: The families :func:`kvlab.lengths.fit` tries by default (the issue's list).

@@ -10,6 +10,10 @@ likelihood per observation with a generic optimiser: ~1,000,000 lengths take min
 thousand distinct values), so we collapse to unique ``(value, censored)`` pairs with weights and
 maximise the same weighted interval log-likelihood with ``scipy.optimize.minimize``, using
 scipy.stats for every cdf. The two give the same maximum (tested).
+
+A sample filtered to lengths ``<= u`` (a trace that kept only requests up to a length, rather
+than capping them) is truncated, not censored: pass ``upper_tokens=u`` and each length's
+likelihood is divided by the law's mass below ``u + 0.5``.
 """
 from __future__ import annotations
 
@@ -168,9 +172,10 @@ class _Collapsed:
     w: np.ndarray        # count of each uncensored value
     cens_idx: np.ndarray  # index of each censoring point c - 0.5 in edges
     cens_w: np.ndarray   # count of each censoring point
+    upper_edge: float | None = None  # truncation: no mass above this length (tokens), or None
 
 
-def _collapse(x: np.ndarray, censored: np.ndarray) -> _Collapsed:
+def _collapse(x: np.ndarray, censored: np.ndarray, upper_tokens: int | None = None) -> _Collapsed:
     k, w = np.unique(x[~censored], return_counts=True)
     c, cw = np.unique(x[censored], return_counts=True)
     lo = np.where(k == 1, 0.0, k - 0.5)
@@ -178,7 +183,7 @@ def _collapse(x: np.ndarray, censored: np.ndarray) -> _Collapsed:
     split = int(np.searchsorted(edges, np.median(x), side="right"))
     return _Collapsed(edges=edges, split=split, lo_idx=np.searchsorted(edges, lo),
                       w=w.astype(np.float64), cens_idx=np.searchsorted(edges, c - 0.5),
-                      cens_w=cw.astype(np.float64))
+                      cens_w=cw.astype(np.float64), upper_edge=None if upper_tokens is None else upper_tokens + 0.5)
 
 
 def _loglik(dist: Any, d: _Collapsed) -> float:
@@ -194,6 +199,8 @@ def _loglik(dist: Any, d: _Collapsed) -> float:
     total = float(np.dot(d.w, np.log(np.maximum(mass, _TINY))))
     if d.cens_w.size:
         total += float(np.dot(d.cens_w, np.log(np.maximum(S[d.cens_idx], _TINY))))
+    if d.upper_edge is not None:
+        total -= float(d.w.sum() + d.cens_w.sum()) * float(np.log(max(float(dist.cdf(d.upper_edge)), _TINY)))
     return total
 
 
@@ -238,7 +245,17 @@ def _check_sample(x: Any, censored: Any) -> tuple[np.ndarray, np.ndarray]:
     return arr, cens
 
 
-def fit_family(x: Any, family: str, *, censored: Any = None) -> FittedLength:
+def _check_upper(upper_tokens: Any, arr: np.ndarray) -> int | None:
+    if upper_tokens is None:
+        return None
+    upper_tokens = v.positive_int(upper_tokens, "upper_tokens")
+    if arr.max() > upper_tokens:
+        raise ValueError(f"upper_tokens {upper_tokens} is below the longest length {int(arr.max())}: a truncated "
+                         f"sample holds no length above it")
+    return upper_tokens
+
+
+def fit_family(x: Any, family: str, *, censored: Any = None, upper_tokens: int | None = None) -> FittedLength:
     """Maximum-likelihood fit of one family to integer lengths, with right-censoring.
 
     Parameters
@@ -249,6 +266,8 @@ def fit_family(x: Any, family: str, *, censored: Any = None) -> FittedLength:
         A name in :data:`kvlab.lengths.families.FAMILIES`.
     censored : array of bool, optional
         True where the output hit its cap (true length >= x).
+    upper_tokens : int, optional
+        The sample was filtered to lengths <= this (truncation, tokens).
 
     Returns
     -------
@@ -256,7 +275,8 @@ def fit_family(x: Any, family: str, *, censored: Any = None) -> FittedLength:
     """
     fam = _family(family)
     arr, cens = _check_sample(x, censored)
-    params, ll = _fit_collapsed(fam, _collapse(arr, cens), arr)
+    upper_tokens = _check_upper(upper_tokens, arr)
+    params, ll = _fit_collapsed(fam, _collapse(arr, cens, upper_tokens), arr)
     return FittedLength(family=family, params=params, loglik=ll, n=arr.size, n_censored=int(cens.sum()))
 
 
@@ -273,7 +293,8 @@ def ks_statistic(fitted: FittedLength, x: np.ndarray, censored: np.ndarray) -> f
     return float(np.max(np.abs(ecdf[keep] - fitted.cdf(k[keep]))))
 
 
-def fit(x: Any, families: Iterable[str] = DEFAULT_FAMILIES, *, censored: Any = None) -> pd.DataFrame:
+def fit(x: Any, families: Iterable[str] = DEFAULT_FAMILIES, *, censored: Any = None,
+        upper_tokens: int | None = None) -> pd.DataFrame:
     """Fit several families to integer lengths and rank them by AIC.
 
     Parameters
@@ -284,6 +305,8 @@ def fit(x: Any, families: Iterable[str] = DEFAULT_FAMILIES, *, censored: Any = N
         Family names (default: log-t, log-normal, gamma, Weibull, log-logistic, exponential).
     censored : array of bool, optional
         True where the output hit its cap; those enter the likelihood as right-censored.
+    upper_tokens : int, optional
+        The sample was filtered to lengths <= this (truncation, tokens).
 
     Returns
     -------
@@ -301,7 +324,7 @@ def fit(x: Any, families: Iterable[str] = DEFAULT_FAMILIES, *, censored: Any = N
     names = [_family(f).name for f in ([families] if isinstance(families, str) else families)]
     if not names:
         raise ValueError("families must name at least one family")
-    d = _collapse(arr, cens)
+    d = _collapse(arr, cens, _check_upper(upper_tokens, arr))
     emp = np.percentile(arr, [50, 90, 99])
     rows = []
     for name in names:

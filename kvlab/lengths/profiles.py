@@ -1,27 +1,36 @@
-"""Workload profiles: prompt and output length distributions calibrated to published percentiles.
+"""Workload profiles: prompt and output length distributions, from published figures or traces.
 
-A profile is a small YAML file in ``data/profiles/`` with a ``source:`` line, the target
-percentiles of each marginal, the family calibrated to them and its fitted parameters.
-:func:`calibrate` computes those parameters from the targets (least squares on log quantiles),
-so a test can re-derive them and check that sampled percentiles hit the targets.
+A profile is a small YAML file in ``data/profiles/`` with a ``source:`` line and, per marginal,
+its family, parameters and how they were obtained (``method``):
 
-Sampling model (stated, not hidden): prompt and output lengths are independent; each is a
-continuous draw rounded to the nearest integer and floored at 1 token. A marginal may be
-truncated (``upper_tokens``: no mass above it, the quantiles are those of the truncated law) or
-capped (``cap_tokens``: draws above it are clipped to it and flagged ``censored``, as a trace
-with a generation cap records them). ``max_total_tokens`` truncates each output at
-``max_total_tokens - prompt_tokens``, as a trace filtered to a context length is.
+* ``calibrated``: :func:`calibrate` matches published percentiles (least squares on log
+  quantiles), so a test can re-derive the parameters from the file's ``targets``;
+* ``fitted``: maximum likelihood on a real trace (:func:`kvlab.lengths.profile_fit.fit_profile`),
+  the trace's own percentiles kept as ``targets`` and the fit's record under ``fit``;
+* ``mean-matched``: a stated shape with its location solved so the sampled mean equals a
+  published mean (``mean_tokens``), for sources that publish only means.
+
+Sampling model (stated, not hidden): each length is a continuous draw rounded to the nearest
+integer and floored at 1 token. Prompt and output are independent unless ``copula_rho`` is set:
+then their uniforms come from a Gaussian copula with that correlation of normal scores (fitted
+to a trace's ranks). A marginal may be truncated (``upper_tokens``: no mass above it, the
+quantiles are those of the truncated law) or capped (``cap_tokens``: draws above it are clipped
+to it; a capped output is flagged ``censored``, as a trace with a generation cap records it).
+``max_total_tokens`` drops every request whose prompt + output exceeds it and draws it again,
+as a trace filtered to a context length was made (rejection: the pairs that pass keep the
+copula's dependence).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 import yaml
-from scipy import optimize, stats
+from scipy import optimize, special, stats
 
 from .. import _validate as v
 from .._intmath import round_tokens
@@ -31,6 +40,10 @@ from .families import family as _family
 PROFILE_DIR = DATA_DIR / "profiles"
 #: Largest relative error of a calibrated quantile before :func:`calibrate` refuses the fit.
 CALIBRATION_RTOL = 0.01
+#: How a marginal's parameters were obtained (see the module docstring).
+METHODS = ("calibrated", "fitted", "mean-matched")
+#: Rounds of redrawing requests over ``max_total_tokens`` before :meth:`Profile.sample` gives up.
+_MAX_REDRAWS = 100
 
 
 def _percent_key(key: Any) -> float:
@@ -145,13 +158,21 @@ class Marginal:
     params : dict
         Fitted parameters by name.
     targets : dict
-        The percentiles the parameters were calibrated to (``"p50"`` -> tokens).
+        Percentiles (``"p50"`` -> tokens): those calibrated to (``calibrated``), or the trace's
+        own (``fitted``); may be empty for ``mean-matched``.
     source : str
         Where the targets come from, or that they are an assumption.
     upper_tokens : int, optional
         Truncation: no draw above this length (tokens).
     cap_tokens : int, optional
-        Cap: draws above it are clipped to it and flagged censored (tokens).
+        Cap: draws above it are clipped to it (tokens); a capped output is flagged censored.
+    method : {"calibrated", "fitted", "mean-matched"}
+        How ``params`` were obtained.
+    mean_tokens : float, optional
+        The published mean matched (``mean-matched``) or the trace's mean (``fitted``), tokens.
+    fit : dict
+        The fit's record (``fitted``): trace rows, censored rows, log-likelihood, the candidate
+        families' percentile errors, the profile's own sampled percentiles.
     """
 
     family: str
@@ -160,22 +181,23 @@ class Marginal:
     source: str
     upper_tokens: int | None = None
     cap_tokens: int | None = None
+    method: str = "calibrated"
+    mean_tokens: float | None = None
+    fit: dict[str, Any] = field(default_factory=dict)
 
     @property
     def dist(self) -> Any:
         """The frozen continuous distribution (lengths in tokens)."""
         return _family(self.family).frozen(self.params)
 
-    def draw(self, u: np.ndarray, upper_tokens: np.ndarray | float | None = None) -> np.ndarray:
-        """Integer lengths (tokens, >= 1) from uniforms ``u`` by inverse CDF.
-
-        ``upper_tokens`` (per draw or scalar) overrides the marginal's own truncation.
-        """
-        upper = self.upper_tokens if upper_tokens is None else upper_tokens
-        x = _quantiles(self.dist, u, upper)
-        tokens = round_tokens(x)
-        if upper is not None:
-            tokens = np.minimum(tokens, np.floor(upper)).astype(np.int64)
+    def draw(self, u: np.ndarray) -> np.ndarray:
+        """Integer lengths (tokens, >= 1) from uniforms ``u`` by inverse CDF of the truncated law,
+        clipped at ``cap_tokens``."""
+        tokens = round_tokens(_quantiles(self.dist, u, self.upper_tokens))
+        if self.upper_tokens is not None:
+            tokens = np.minimum(tokens, self.upper_tokens)
+        if self.cap_tokens is not None:
+            tokens = np.minimum(tokens, self.cap_tokens)
         return tokens
 
 
@@ -192,6 +214,18 @@ class Profile:
     output: Marginal
     max_total_tokens: int | None = None
     note: str = field(default="")
+    copula_rho: float = 0.0
+    trace: str = ""
+
+    def _draw(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` (prompt, output) pairs from the marginals joined by the copula (no total filter)."""
+        if self.copula_rho == 0.0:
+            u = rng.random((2, n))
+        else:  # Gaussian copula: correlated normal scores, mapped to uniforms
+            z = rng.standard_normal((2, n))
+            z[1] = self.copula_rho * z[0] + np.sqrt(1.0 - self.copula_rho ** 2) * z[1]
+            u = special.ndtr(z)
+        return self.prompt.draw(u[0]), self.output.draw(u[1])
 
     def sample(self, n: int, seed: int = 0) -> pd.DataFrame:
         """Draw ``n`` requests on the host with ``numpy.random.default_rng(seed)``.
@@ -209,31 +243,63 @@ class Profile:
         """
         n = v.positive_int(n, "n")
         rng = np.random.default_rng(seed)
-        u = rng.random((2, n))
-        prompt = self.prompt.draw(u[0])
-        upper = None if self.max_total_tokens is None else self.max_total_tokens - prompt
-        output = self.output.draw(u[1], upper)
+        prompt, output = self._draw(rng, n)
+        if self.max_total_tokens is not None:  # a trace filtered to a context: redraw the requests over it
+            for _ in range(_MAX_REDRAWS):
+                over = np.flatnonzero(prompt + output > self.max_total_tokens)
+                if over.size == 0:
+                    break
+                prompt[over], output[over] = self._draw(rng, over.size)
+            else:
+                raise ValueError(f"profile {self.name}: requests keep exceeding max_total_tokens "
+                                 f"{self.max_total_tokens} after {_MAX_REDRAWS} redraws")
         cap = self.output.cap_tokens
         censored = np.zeros(n, dtype=bool) if cap is None else output >= cap
-        if cap is not None:
-            output = np.minimum(output, cap)
         return pd.DataFrame({"prompt_tokens": prompt, "output_tokens": output, "censored": censored})
 
 
 def _marginal(raw: Mapping[str, Any], where: str) -> Marginal:
-    need = ("family", "params", "targets", "source")
+    need = ("family", "params", "source")
     missing = [k for k in need if k not in raw]
     if missing:
         raise ValueError(f"{where}: missing keys {missing} (expected {list(need)})")
+    method = raw.get("method", "calibrated")
+    if method not in METHODS:
+        raise ValueError(f"{where}: method {method!r} is unknown: expected one of {', '.join(METHODS)}")
+    if method != "mean-matched" and not raw.get("targets"):
+        raise ValueError(f"{where}: a {method} marginal needs its percentile targets")
+    mean = raw.get("mean_tokens")
     return Marginal(family=raw["family"], params={k: float(x) for k, x in raw["params"].items()},
-                    targets={str(k): float(x) for k, x in raw["targets"].items()},
+                    targets={str(k): float(x) for k, x in (raw.get("targets") or {}).items()},
                     source=str(raw["source"]), upper_tokens=raw.get("upper_tokens"),
-                    cap_tokens=raw.get("cap_tokens"))
+                    cap_tokens=raw.get("cap_tokens"), method=method,
+                    mean_tokens=None if mean is None else float(mean), fit=dict(raw.get("fit") or {}))
 
 
 def list_profiles() -> list[str]:
     """Names of the shipped profiles (files ``data/profiles/<name>.yaml``)."""
     return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+
+
+def read_profile(path: str | Path, name: str | None = None) -> Profile:
+    """A profile from a YAML file in the layout of ``data/profiles/*.yaml`` (e.g. one written by
+    :func:`kvlab.lengths.profile_fit.profile_yaml`); ``name`` defaults to the file's stem."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"profile file {path} does not exist")
+    raw = yaml.safe_load(path.read_text())
+    if not isinstance(raw, dict):
+        raise ValueError(f"profile file {path}: expected a mapping at the top level")
+    for key in ("source", "prompt", "output"):
+        if key not in raw:
+            raise ValueError(f"profile file {path}: missing key {key!r}")
+    rho = float(raw.get("copula_rho", 0.0))
+    if not -1.0 < rho < 1.0:
+        raise ValueError(f"profile file {path}: copula_rho must lie in (-1, 1), got {rho}")
+    return Profile(name=name or path.stem, source=str(raw["source"]), note=str(raw.get("note", "")),
+                   prompt=_marginal(raw["prompt"], f"{path} prompt"),
+                   output=_marginal(raw["output"], f"{path} output"),
+                   max_total_tokens=raw.get("max_total_tokens"), copula_rho=rho, trace=str(raw.get("trace", "")))
 
 
 @lru_cache(maxsize=None)
@@ -242,16 +308,8 @@ def profile(name: str) -> Profile:
 
     Examples
     --------
-    >>> profile("azure-2023-code").output.targets["p50"]
-    13.0
+    >>> profile("vllm-sharegpt").prompt.mean_tokens
+    161.0
     """
     v.choice(name, "profile", list_profiles())
-    path = PROFILE_DIR / f"{name}.yaml"
-    raw = yaml.safe_load(path.read_text())
-    for key in ("source", "prompt", "output"):
-        if key not in raw:
-            raise ValueError(f"profile file {path}: missing key {key!r}")
-    return Profile(name=name, source=str(raw["source"]), note=str(raw.get("note", "")),
-                   prompt=_marginal(raw["prompt"], f"{path} prompt"),
-                   output=_marginal(raw["output"], f"{path} output"),
-                   max_total_tokens=raw.get("max_total_tokens"))
+    return read_profile(PROFILE_DIR / f"{name}.yaml", name)
