@@ -6,37 +6,57 @@ surfaces as a traceback from deep inside NumPy. Hot loops receive already-checke
 from __future__ import annotations
 
 import numbers
+import warnings
 from typing import Any, Iterable
 
 import numpy as np
 
+#: The largest integer a parameter may hold unless its check states a tighter bound: the
+#: largest ``int64``, so no parameter wraps when it reaches NumPy.
+MAX_INT = 2**63 - 1
 
-def positive_int(value: Any, name: str) -> int:
-    """``value`` as an ``int`` > 0, or ``ValueError`` naming ``name``."""
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+#: The stated maximum of a request's prompt or output length in a trace (tokens): ten million,
+#: the longest context window of any released model (Llama 4 Scout, 10M tokens). A longer value
+#: is a broken row, not a request.
+MAX_TRACE_TOKENS = 10_000_000
+
+#: The most requests kvlab draws or simulates at once: 100 million (a week of the largest public
+#: trace, Azure 2024 conversation, holds 27.3 million); each costs tens of bytes per array.
+MAX_REQUESTS = 100_000_000
+
+#: Below this many requests a trace's percentiles rest on too few values to recommend from
+#: (a p95 needs 20 values before it is anything but the maximum).
+FEW_REQUESTS = 20
+
+
+class FewRequestsWarning(UserWarning):
+    """A trace or workload holds fewer than :data:`FEW_REQUESTS` requests."""
+
+
+def _bounded_int(value: Any, name: str, minimum: int, maximum: int, what: str) -> int:
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be {what}, got {value!r}")
     if not isinstance(value, numbers.Integral):
         if isinstance(value, numbers.Real) and np.isfinite(value) and float(value).is_integer():
             value = int(value)
         else:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
+            raise ValueError(f"{name} must be {what}, got {value!r}")
+    value = int(value)
+    if value < minimum:
+        raise ValueError(f"{name} must be {what}, got {value!r}")
+    if value > maximum:
+        raise ValueError(f"{name} must be at most {maximum:,}, got {value:,}")
+    return value
 
 
-def nonnegative_int(value: Any, name: str) -> int:
-    """``value`` as an ``int`` >= 0, or ``ValueError`` naming ``name``."""
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-    if not isinstance(value, numbers.Integral):
-        if isinstance(value, numbers.Real) and np.isfinite(value) and float(value).is_integer():
-            value = int(value)
-        else:
-            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-    if value < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-    return int(value)
+def positive_int(value: Any, name: str, *, maximum: int = MAX_INT) -> int:
+    """``value`` as a Python ``int`` in [1, ``maximum``], or ``ValueError`` naming ``name``."""
+    return _bounded_int(value, name, 1, maximum, "a positive integer")
+
+
+def nonnegative_int(value: Any, name: str, *, maximum: int = MAX_INT) -> int:
+    """``value`` as a Python ``int`` in [0, ``maximum``], or ``ValueError`` naming ``name``."""
+    return _bounded_int(value, name, 0, maximum, "a non-negative integer")
 
 
 def positive_float(value: Any, name: str) -> float:
@@ -67,39 +87,53 @@ def fraction(value: Any, name: str, *, low_open: bool = True, high_closed: bool 
     return float(value)
 
 
-def _int_array(values: Any, name: str, minimum: int, what: str) -> np.ndarray:
-    """A 1-D ``int64`` array of integers >= ``minimum``, or ``ValueError`` naming the first bad
-    element. Vectorised for numeric arrays (a million-element check costs milliseconds); object
-    arrays (mixed types) are checked element by element."""
-    arr = np.atleast_1d(np.asarray(values))
+def _int_in(v: Any, minimum: int, maximum: int) -> bool:
+    """``v`` is an integer (or an integral float) in [minimum, maximum], compared exactly."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+        return False
+    if not isinstance(v, numbers.Integral):
+        if not np.isfinite(v) or not float(v).is_integer():
+            return False
+    return minimum <= int(v) <= maximum
+
+
+def _int_array(values: Any, name: str, minimum: int, what: str, maximum: int) -> np.ndarray:
+    """A 1-D ``int64`` array of integers in [``minimum``, ``maximum``], or ``ValueError`` naming
+    the first bad element. Vectorised for numeric arrays (a million-element check costs
+    milliseconds); object arrays (mixed types) are checked element by element. Values are compared
+    before the cast, so nothing wraps."""
+    try:
+        arr = np.atleast_1d(np.asarray(values))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a sequence of {what}: {exc}") from None
     if arr.ndim != 1:
         raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
     if arr.size == 0:
         raise ValueError(f"{name} must not be empty")
     if arr.dtype.kind in "iu":
-        bad = np.flatnonzero(arr < minimum)
+        bad = np.flatnonzero((arr < minimum) | (arr > maximum))
     elif arr.dtype.kind == "f":
-        bad = np.flatnonzero(~np.isfinite(arr) | (arr < minimum) | (arr != np.floor(arr)))
+        with np.errstate(invalid="ignore"):
+            bad = np.flatnonzero(~np.isfinite(arr) | (arr < minimum) | (arr > maximum) | (arr != np.floor(arr)))
     else:
-        bad = np.array([i for i, v in enumerate(arr.tolist())
-                        if not (isinstance(v, numbers.Real) and not isinstance(v, bool)
-                                and float(v).is_integer() and v >= minimum)], dtype=np.int64)
+        bad = np.array([i for i, v in enumerate(arr.tolist()) if not _int_in(v, minimum, maximum)], dtype=np.int64)
     if bad.size:
         i = int(bad[0])
         value = arr[i].item() if hasattr(arr[i], "item") else arr[i]
-        raise ValueError(f"{name} must hold {what}; element {i} is {value!r}")
+        bound = f" at most {maximum:,}" if maximum < MAX_INT else " that fit in 64 bits"
+        raise ValueError(f"{name} must hold {what}{bound}; element {i} is {value!r}")
     return arr.astype(np.int64)
 
 
-def positive_int_array(values: Any, name: str) -> np.ndarray:
-    """A 1-D ``int64`` array of integers > 0 (scalar accepted), or ``ValueError`` naming the
-    parameter and the first bad position and value."""
-    return _int_array(values, name, 1, "positive integers")
+def positive_int_array(values: Any, name: str, *, maximum: int = MAX_INT) -> np.ndarray:
+    """A 1-D ``int64`` array of integers in [1, ``maximum``] (scalar accepted), or ``ValueError``
+    naming the parameter and the first bad position and value."""
+    return _int_array(values, name, 1, "positive integers", maximum)
 
 
-def nonnegative_int_array(values: Any, name: str) -> np.ndarray:
-    """A 1-D ``int64`` array of integers >= 0 (scalar accepted), or ``ValueError``."""
-    return _int_array(values, name, 0, "non-negative integers")
+def nonnegative_int_array(values: Any, name: str, *, maximum: int = MAX_INT) -> np.ndarray:
+    """A 1-D ``int64`` array of integers in [0, ``maximum``] (scalar accepted), or ``ValueError``."""
+    return _int_array(values, name, 0, "non-negative integers", maximum)
 
 
 def require_columns(table: Any, columns: Iterable[str], name: str, *, needed_by: str = "") -> None:
@@ -122,3 +156,190 @@ def choice(value: Any, name: str, options: Iterable[str]) -> str:
     if value not in options:
         raise ValueError(f"{name} {value!r} is unknown: expected one of {', '.join(map(str, options))}")
     return value
+
+
+# ------------------------------------------------------------------ the trace contract
+def _is_bool(x: Any) -> bool:
+    return isinstance(x, (bool, np.bool_))
+
+
+def real_values(raw: Any) -> np.ndarray:
+    """Values as float64, NaN where not a real number (booleans and strings are not numbers).
+    Integers too large for float64 become inf, never a wrapped integer."""
+    import pandas as pd  # noqa: PLC0415
+
+    s = raw if isinstance(raw, pd.Series) else pd.Series(np.asarray(raw, dtype=object))
+    kind = s.dtype.kind
+    if kind in "iuf":
+        return s.to_numpy(dtype=np.float64, na_value=np.nan, copy=True)
+    if kind == "b" or kind in "mM" or isinstance(s.dtype, pd.DatetimeTZDtype):
+        return np.full(len(s), np.nan)
+
+    def one(x: Any) -> float:
+        if _is_bool(x) or not isinstance(x, (numbers.Real, str)):
+            return np.nan
+        try:
+            return float(x)
+        except (OverflowError, ValueError):
+            return np.inf if isinstance(x, numbers.Integral) else np.nan
+
+    if isinstance(s.dtype, pd.StringDtype):  # text only: vectorised, and no booleans to refuse
+        return pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    return np.fromiter((one(x) for x in s.tolist()), dtype=np.float64, count=len(s))
+
+
+def token_counts(raw: Any, *, maximum: int = MAX_TRACE_TOKENS) -> tuple[np.ndarray, np.ndarray]:
+    """A column of token counts as ``int64`` and the mask of entries that are not integers in
+    [1, ``maximum``] (those hold 0). Every comparison is made before the cast: nothing wraps."""
+    num = real_values(raw)
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(num) | (num < 1) | (num > maximum) | (num != np.floor(num))
+    out = np.where(bad, 0.0, num).astype(np.int64)
+    return out, bad
+
+
+def seconds(raw: Any, *, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """A column of times as float64 seconds and the mask of entries that are not finite.
+
+    Numbers are multiplied by ``scale`` (e.g. 1e-3 for milliseconds). Datetimes (naive, or
+    time-zone aware: compared in UTC) become seconds since the earliest; timedeltas become their
+    seconds. Neither is ever read as a count of nanoseconds.
+    """
+    import pandas as pd  # noqa: PLC0415
+
+    s = raw if isinstance(raw, pd.Series) else pd.Series(raw)
+    if s.dtype == object and len(s):
+        sample = s.dropna()
+        first = sample.iloc[0] if len(sample) else None
+        if isinstance(first, (pd.Timestamp, np.datetime64)) or type(first).__name__ in ("datetime", "date"):
+            s = pd.to_datetime(s, errors="coerce", utc=True)
+        elif isinstance(first, (pd.Timedelta, np.timedelta64)) or type(first).__name__ == "timedelta":
+            s = pd.to_timedelta(s, errors="coerce")
+    if s.dtype.kind == "M" or isinstance(s.dtype, pd.DatetimeTZDtype):
+        t = (s - s.min()).dt.total_seconds().to_numpy(dtype=np.float64, na_value=np.nan)
+    elif s.dtype.kind == "m":
+        t = s.dt.total_seconds().to_numpy(dtype=np.float64, na_value=np.nan)
+    else:
+        t = real_values(s) * scale
+    return t, ~np.isfinite(t)
+
+
+def booleans(raw: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A column of flags as bool and the mask of entries that are not booleans (or 0 / 1)."""
+    import pandas as pd  # noqa: PLC0415
+
+    s = raw if isinstance(raw, pd.Series) else pd.Series(raw)
+    if s.dtype == bool:
+        return s.to_numpy(), np.zeros(len(s), dtype=bool)
+    vals = s.tolist()
+    ok = np.array([_is_bool(x) or (isinstance(x, numbers.Real) and x in (0, 1)) for x in vals], dtype=bool)
+    flags = np.array([bool(x) if good else False for x, good in zip(vals, ok)], dtype=bool)
+    return flags, ~ok
+
+
+def no_duplicate_columns(table: Any, name: str) -> None:
+    """``ValueError`` naming the duplicated column names of a DataFrame."""
+    dup = list(dict.fromkeys(map(str, table.columns[table.columns.duplicated()])))
+    if dup:
+        raise ValueError(f"{name} has duplicate column name(s) {', '.join(map(repr, dup))}: "
+                         "which one holds the values is ambiguous; rename or drop the copies")
+
+
+def request_table(table: Any, name: str = "workload", *, on_bad: str = "raise",
+                  max_tokens: int = MAX_TRACE_TOKENS) -> Any:
+    """The request table ``table`` checked against kvlab's trace contract.
+
+    The contract: a DataFrame without duplicate column names and with at least one row;
+    ``prompt_tokens`` and ``output_tokens`` integers in [1, ``max_tokens``] (returned as
+    ``int64``); ``arrival_s``, when present, finite seconds >= 0 (returned as ``float64``; a
+    datetime column becomes seconds since its earliest entry, a timedelta column its seconds);
+    ``censored``, when present, booleans. Other columns are kept.
+
+    Parameters
+    ----------
+    table : DataFrame
+    name : str
+        What the table is called in error messages (the parameter name).
+    on_bad : {"raise", "drop"}
+        Raise ``ValueError`` naming the first breaking row, its column, value and what was
+        expected; or drop every breaking row and add their count to ``attrs["dropped_rows"]``.
+    max_tokens : int
+        The stated maximum of a length (tokens), :data:`MAX_TRACE_TOKENS` by default.
+    """
+    import pandas as pd  # noqa: PLC0415
+
+    on_bad = choice(on_bad, "on_bad", ("raise", "drop"))
+    if not isinstance(table, pd.DataFrame):
+        raise ValueError(f"{name} must be a pandas DataFrame, got {type(table).__name__}")
+    no_duplicate_columns(table, name)
+    require_columns(table, ("prompt_tokens", "output_tokens"), name)
+    if len(table) == 0:
+        raise ValueError(f"{name} is empty: it needs at least one request")
+    checks = []  # (column, values, bad mask, expected)
+    for col in ("prompt_tokens", "output_tokens"):
+        vals, bad = token_counts(table[col], maximum=max_tokens)
+        checks.append((col, vals, bad, f"an integer token count in [1, {max_tokens:,}]"))
+    if "arrival_s" in table.columns:
+        t, bad = seconds(table["arrival_s"])
+        with np.errstate(invalid="ignore"):
+            bad |= t < 0
+        checks.append(("arrival_s", t, bad, "finite seconds >= 0"))
+    if "censored" in table.columns:
+        flags, bad = booleans(table["censored"])
+        checks.append(("censored", flags, bad, "a boolean"))
+    bad_any = np.zeros(len(table), dtype=bool)
+    for _, _, bad, _ in checks:
+        bad_any |= bad
+    if bad_any.any() and on_bad == "raise":
+        i = int(np.flatnonzero(bad_any)[0])
+        col, _, _, expected = next(c for c in checks if c[2][i])
+        value = table[col].iloc[i]
+        value = value.item() if isinstance(value, np.generic) else value
+        raise ValueError(f"{name}: row {table.index[i]!r}: {col}={value!r}, expected {expected}")
+    keep = ~bad_any
+    if not keep.any():
+        raise ValueError(f"{name}: every one of its {len(table)} rows breaks the trace contract")
+    dropped = int(bad_any.sum())
+    if not dropped and all(table[col].dtype == vals.dtype for col, vals, _, _ in checks):
+        return table  # already in the contract's types: no copy
+    out = table.loc[keep].copy() if dropped else table.copy()
+    for col, vals, _, _ in checks:
+        out[col] = vals[keep]
+    out.attrs = dict(table.attrs)
+    if dropped:
+        out.attrs["dropped_rows"] = int(table.attrs.get("dropped_rows", 0) or 0) + dropped
+    return out
+
+
+def warn_if_few_requests(num_requests: int, name: str, what: str, *, stacklevel: int = 3) -> None:
+    """Warn (:class:`FewRequestsWarning`) when ``num_requests`` is below :data:`FEW_REQUESTS`:
+    ``what`` rests on too few values."""
+    if num_requests < FEW_REQUESTS:
+        warnings.warn(f"{name} holds only {num_requests} request(s): {what} rests on too few values to be "
+                      f"trusted (a percentile needs at least {FEW_REQUESTS})", FewRequestsWarning,
+                      stacklevel=stacklevel)
+
+
+def percentiles(values: Any, name: str = "percentiles") -> list[float]:
+    """Percentiles on the 0-100 scale, as floats in (0, 100).
+
+    A value in (0, 1) is refused rather than guessed at: 0.95 could mean the 95th percentile or
+    the 0.95th, so the message asks for the 0-100 scale (95). The fraction-scale twin of this
+    parameter elsewhere in kvlab is called ``quantile``/``*_frac``.
+    """
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        if isinstance(values, numbers.Real) and not _is_bool(values):
+            values = [values]
+        else:
+            raise ValueError(f"{name} must be a sequence of percentiles in (0, 100), got {values!r}")
+    out = []
+    for i, p in enumerate(values):
+        if _is_bool(p) or not isinstance(p, numbers.Real) or not np.isfinite(p) or not 0 < p < 100:
+            raise ValueError(f"{name} must hold percentiles in (0, 100); element {i} is {p!r}")
+        if p < 1:
+            raise ValueError(f"{name}: element {i} is {p!r}; percentiles are on the 0-100 scale "
+                             f"(write {p * 100:g} for the {p * 100:g}th percentile)")
+        out.append(float(p))
+    if not out:
+        raise ValueError(f"{name} must name at least one percentile")
+    return out

@@ -32,6 +32,12 @@ def arrival_times(num_requests: int, kind: str = "offline", *, qps: float | None
     seed : int
         Seed of the host generator.
 
+    Raises
+    ------
+    ValueError
+        A parameter the kind would ignore (``qps`` for offline, ``cv`` other than 1 for all but
+        gamma), rather than a result that silently differs from what was asked.
+
     Examples
     --------
     >>> arrival_times(3, "poisson", qps=2.0, seed=0).round(3).tolist()
@@ -39,7 +45,11 @@ def arrival_times(num_requests: int, kind: str = "offline", *, qps: float | None
     """
     n = v.positive_int(num_requests, "num_requests")
     kind = v.choice(kind, "arrivals", KINDS)
+    if kind != "gamma" and cv != 1.0:
+        raise ValueError(f"cv={cv!r} is used only with gamma arrivals, not {kind!r}")
     if kind == "offline":
+        if qps is not None:
+            raise ValueError(f"qps={qps!r} is ignored by offline arrivals (all at 0); choose 'poisson' or 'gamma'")
         return np.zeros(n)
     if qps is None:
         raise ValueError(f"qps must be given for {kind} arrivals (requests/s)")

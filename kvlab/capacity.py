@@ -148,6 +148,7 @@ class ServingConfig:
     def __post_init__(self) -> None:
         v.positive_int(self.tp, "config.tp")
         v.positive_int(self.pp, "config.pp")
+        self.engine_pool_pages()  # a model that does not fit the GPU says so here, not "unreachable" later
 
     def cost(self) -> Any:
         """The cost model the trials run with."""

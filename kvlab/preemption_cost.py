@@ -140,7 +140,8 @@ def _check_context(seq: np.ndarray, m: ModelSpec, allow_beyond_context: bool) ->
 def _models_for(model: str | ModelSpec, gpu: str | GPUSpec, tp: int, cost_model: Any,
                 swap: SwapModel | None) -> tuple[ModelSpec, GPUSpec, CostModel, SwapModel]:
     m, g = _model(model), _gpu(gpu)
-    tp = v.positive_int(tp, "tp")
+    tp = m.check_tp(tp)
+    pool_pages(m, g, tp=tp)  # a model whose weights leave no KV page "does not fit": say so, price nothing
     cost = _resolve_cost(cost_model, m, g, tp=tp)
     sw = swap_model(m, g, tp=tp) if swap is None else swap
     for what, obj in (("cost_model", cost), ("swap", sw)):
@@ -323,8 +324,10 @@ def crossover(model: str | ModelSpec, gpu: str | GPUSpec, block_size: int = 16, 
         chunk_tokens = v.positive_int(chunk_tokens, "chunk_tokens")
     num_curve_points = v.positive_int(num_curve_points, "num_curve_points")
     m, g, cost, sw = _models_for(model, gpu, tp, cost_model, swap)
+    # every length is evaluated densely (a few int64/float64 arrays of max_seq_tokens each):
+    # bounded before anything is allocated
     max_seq = m.max_context_tokens if max_seq_tokens is None \
-        else v.positive_int(max_seq_tokens, "max_seq_tokens")
+        else v.positive_int(max_seq_tokens, "max_seq_tokens", maximum=v.MAX_TRACE_TOKENS)
     _check_context(np.array([max_seq]), m, allow_beyond_context)
     seq = np.arange(1, max_seq + 1, dtype=np.int64)
     found = _dense_crossover(seq, _recompute_s(cost, seq, chunk_tokens), sw._swap_s(seq, block_size))

@@ -154,9 +154,25 @@ class ModelSpec:
         """
         return 2.0 * self.num_q_heads * (self.head_dim + self.v_head_dim)
 
+    def check_tp(self, tp: Any) -> int:
+        """``tp`` as an int if tensor parallelism can split this model that way, else ``ValueError``.
+
+        As vLLM requires: ``tp`` divides the query heads, and the KV heads split evenly
+        (``tp`` divides them) or are replicated evenly (they divide ``tp``). MLA's one latent is
+        replicated on every GPU, so only the query heads count.
+        """
+        tp = v.positive_int(tp, "tp")
+        if self.num_q_heads % tp:
+            raise ValueError(f"tp={tp} does not divide the {self.num_q_heads} attention heads of {self.name}; "
+                             f"use a divisor of {self.num_q_heads}")
+        if not self.is_mla and self.num_kv_heads % tp and tp % self.num_kv_heads:
+            raise ValueError(f"tp={tp} neither divides nor is a multiple of the {self.num_kv_heads} KV heads of "
+                             f"{self.name}, so they cannot be split or replicated evenly")
+        return tp
+
     def kv_heads_per_gpu(self, tp: int = 1) -> int:
         """KV heads held by one GPU under tensor parallelism ``tp`` (replicated when tp > heads)."""
-        tp = v.positive_int(tp, "tp")
+        tp = self.check_tp(tp)
         return max(1, ceil_div(self.num_kv_heads, tp))
 
     def layers_per_gpu(self, pp: int = 1) -> int:
@@ -203,7 +219,7 @@ class ModelSpec:
 
     def weight_bytes_per_gpu(self, *, tp: int = 1, pp: int = 1, dtype_bytes: int = 2) -> float:
         """Weight bytes held by one GPU, all ``num_params`` split evenly over tp x pp GPUs (bytes)."""
-        tp = v.positive_int(tp, "tp")
+        tp = self.check_tp(tp)
         pp = v.positive_int(pp, "pp")
         dtype_bytes = v.positive_int(dtype_bytes, "dtype_bytes")
         return self.num_params * dtype_bytes / (tp * pp)

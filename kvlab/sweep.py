@@ -158,6 +158,8 @@ def _configurations(grid: Mapping[str, Any] | Sequence[Mapping[str, Any]],
 
 def _run_one(source: _Source, config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     """One simulation's row: the configuration, its seed, the resolved parameters, the summary."""
+    if config.get("arrivals") == "offline":  # a grid crossing arrival kinds: offline takes no rate
+        config = {k: x for k, x in config.items() if k not in ("qps", "burst_cv")}
     try:
         res = simulate(source.requests(seed), seed=seed, **config)
     except ValueError as exc:

@@ -24,9 +24,16 @@ are dropped and counted in ``attrs["dropped_rows"]``.
 """
 from __future__ import annotations
 
+import bz2
+import codecs
+import csv
+import gzip
+import io
 import json
+import lzma
+import warnings
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import IO, Any, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -53,24 +60,106 @@ CAP_EXCESS_FACTOR = 20.0
 
 
 # ----------------------------------------------------------------------------------- reading
-def _read_jsonl(path: Path, on_bad: str) -> tuple[pd.DataFrame, int]:
-    """Rows of a JSON-lines file; returns the table and the number of unparsable lines dropped."""
+#: Leading bytes of the compressed and binary containers a trace may come in.
+_MAGIC = ((b"\x1f\x8b", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"BZh", "bz2"), (b"\xfd7zXZ\x00", "xz"),
+          (b"PK\x03\x04", "zip"), (b"PAR1", "parquet"))
+_COMPRESSED_SUFFIXES = (".gz", ".gzip", ".zst", ".zstd", ".bz2", ".xz")
+_HEAD_BYTES = 1 << 16
+
+
+def _container(path: Path) -> str | None:
+    """The compression or binary container named by the file's leading bytes, if any."""
+    with path.open("rb") as fh:
+        head = fh.read(8)
+    return next((name for magic, name in _MAGIC if head.startswith(magic)), None)
+
+
+def _open_binary(path: Path, compression: str | None) -> IO[bytes]:
+    if compression is None:
+        return path.open("rb")
+    if compression == "gzip":
+        return gzip.open(path, "rb")
+    if compression == "bz2":
+        return bz2.open(path, "rb")
+    if compression == "xz":
+        return lzma.open(path, "rb")
+    if compression == "zstd":
+        try:
+            import zstandard  # noqa: PLC0415  (optional)
+        except ImportError:
+            raise ValueError(f"{path}: the file is zstd-compressed and the 'zstandard' package is not installed; "
+                             f"decompress it (zstd -d) or pip install zstandard") from None
+        return zstandard.open(path, "rb")
+    raise ValueError(f"{path}: the file is a {compression} archive, not a trace; extract the trace from it first")
+
+
+def _guess_8bit(data: bytes) -> str:
+    high = [b for b in data if b >= 0x80]
+    return "Windows-1252" if any(0x80 <= b < 0xA0 for b in high) else "Latin-1 (ISO-8859-1)"
+
+
+def _encoding(path: Path, head: bytes) -> str:
+    """The text encoding of a file from its first bytes: UTF-8 (with or without a byte-order
+    mark) or UTF-16/32 (with a byte-order mark, or UTF-16 by its zero bytes); anything else is a
+    ``ValueError`` naming the file and the encoding it looks like."""
+    if head.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
+        return "utf-32"
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "utf-16"
+    if head.startswith(b"\xef\xbb\xbf"):
+        return "utf-8-sig"
+    sample = head[:4096]
+    if b"\x00" in sample:
+        even, odd = sample[0::2].count(0), sample[1::2].count(0)
+        half = len(sample) // 2
+        if odd > 0.3 * half and even < 0.05 * half:
+            return "utf-16-le"
+        if even > 0.3 * half and odd < 0.05 * half:
+            return "utf-16-be"
+        raise ValueError(f"{path}: holds zero bytes at no UTF-16 pattern: a binary file, not a text trace")
     try:
-        return pd.read_json(path, lines=True, dtype=False), 0
-    except ValueError:
-        pass  # locate the bad line below
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text (byte 0x{head[exc.start]:02x} at offset {exc.start}); it looks "
+                         f"like {_guess_8bit(head)}: save it as UTF-8") from None
+    return "utf-8-sig"  # strips a byte-order mark if one is there, reads plain UTF-8 otherwise
+
+
+def _text(path: Path, compression: str | None) -> tuple[IO[str], str]:
+    """The file as a text stream (decompressed, decoded) and the encoding it was read with."""
+    with _open_binary(path, compression) as fh:
+        head = fh.read(_HEAD_BYTES)
+    enc = _encoding(path, head)
+    return io.TextIOWrapper(_open_binary(path, compression), encoding=enc, newline=""), enc
+
+
+def _json_record(line: str) -> dict:
+    rec = json.loads(line)  # nesting too deep for the parser is a RecursionError, caught by the caller
+    if not isinstance(rec, dict):
+        raise ValueError("not an object")
+    return rec
+
+
+def _read_jsonl(path: Path, compression: str | None, on_bad: str) -> tuple[pd.DataFrame, int]:
+    """Rows of a JSON-lines file; returns the table and the number of unparsable lines dropped."""
+    fh, _ = _text(path, compression)
+    with fh:
+        try:
+            return pd.read_json(fh, lines=True, dtype=False), 0
+        except (ValueError, RecursionError):
+            pass  # locate the bad line below
     records, dropped = [], 0
-    with path.open() as fh:
+    fh, _ = _text(path, compression)
+    with fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
-                if not isinstance(rec, dict):
-                    raise ValueError("not an object")
-            except ValueError:
+                rec = _json_record(line)
+            except (ValueError, RecursionError) as exc:
+                exc = "nested too deeply" if isinstance(exc, RecursionError) else exc
                 if on_bad == "raise":
-                    raise ValueError(f"{path}: line {lineno} is not a JSON object (truncated or corrupt): "
+                    raise ValueError(f"{path}: line {lineno} is not a JSON object ({exc}; truncated or corrupt?): "
                                      f"{line.strip()[:80]!r}") from None
                 dropped += 1
                 continue
@@ -78,16 +167,59 @@ def _read_jsonl(path: Path, on_bad: str) -> tuple[pd.DataFrame, int]:
     return pd.DataFrame.from_records(records), dropped
 
 
+def _read_csv(path: Path, compression: str | None) -> pd.DataFrame:
+    fh, enc = _text(path, compression)
+    with fh:
+        header = next(csv.reader([fh.readline()], skipinitialspace=True), [])
+        names = [h.strip() for h in header]
+        dup = sorted({h for h in names if names.count(h) > 1})
+        if dup:
+            raise ValueError(f"{path}: duplicate column name(s) {', '.join(map(repr, dup))} in the header: "
+                             "which one holds the values is ambiguous")
+    source: Any = path if compression is None else _open_binary(path, compression)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", pd.errors.DtypeWarning)  # mixed columns: the contract checks them
+            return pd.read_csv(source, skipinitialspace=True, encoding=enc, encoding_errors="strict")
+    finally:
+        if source is not path:
+            source.close()
+
+
 def _read_table(path: Path, on_bad: str) -> tuple[pd.DataFrame, int, str]:
     """The file as a DataFrame, the unparsable lines dropped, and the row-label style."""
     if not path.exists():
         raise ValueError(f"trace file {path} does not exist")
+    if path.is_dir():
+        raise ValueError(f"trace file {path} is a directory, not a file")
+    if not path.is_file():  # a FIFO or device would block or never end
+        raise ValueError(f"trace file {path} is not a regular file")
     if path.stat().st_size == 0:
         raise ValueError(f"trace file {path} is empty")
-    suffix = path.suffix.lower()
+    container = _container(path)
+    compression = container if container not in (None, "parquet") else None
+    name = path.name.lower()
+    for ext in _COMPRESSED_SUFFIXES:
+        if name.endswith(ext):
+            if compression is None and container != "parquet":
+                raise ValueError(f"{path}: named {ext} but not compressed that way (its first bytes say "
+                                 f"{container or 'plain data'})")
+            name = name[: -len(ext)]
+    suffix = Path(name).suffix
+    if container == "parquet" or suffix == ".parquet":
+        if container != "parquet":
+            raise ValueError(f"{path}: not a Parquet file (no PAR1 header)")
+        raw = pd.read_parquet(path)
+        v.no_duplicate_columns(raw, str(path))
+        return raw, 0, "index"
     if suffix == ".json":
+        fh, _ = _text(path, compression)
+        with fh:
+            text = fh.read()
         try:
-            obj = json.loads(path.read_text())
+            obj = json.loads(text)
+        except RecursionError:
+            raise ValueError(f"{path}: JSON nested too deeply to be a trace") from None
         except ValueError as exc:
             raise ValueError(f"{path}: not valid JSON ({exc})") from None
         if not isinstance(obj, dict) or not all(k in obj for k in ("input_lens", "output_lens")):
@@ -98,18 +230,17 @@ def _read_table(path: Path, on_bad: str) -> tuple[pd.DataFrame, int, str]:
             raise ValueError(f"{path}: 'input_lens' and 'output_lens' must be lists of equal length")
         return pd.DataFrame({"input_lens": ins, "output_lens": outs}, dtype=object), 0, "index"
     if suffix in (".jsonl", ".ndjson"):
-        df, dropped = _read_jsonl(path, on_bad)
+        df, dropped = _read_jsonl(path, compression, on_bad)
         return df, dropped, "line1"
-    if suffix == ".parquet":
-        return pd.read_parquet(path), 0, "index"
     if suffix in (".csv", ".txt"):
         try:
-            return pd.read_csv(path, skipinitialspace=True), 0, "line2"
+            return _read_csv(path, compression), 0, "line2"
         except pd.errors.EmptyDataError:
             raise ValueError(f"trace file {path} is empty") from None
         except pd.errors.ParserError as exc:
-            raise ValueError(f"{path}: not a well-formed CSV ({exc})") from None
-    raise ValueError(f"{path}: unknown file type {suffix!r}; expected .csv, .jsonl, .json or .parquet")
+            raise ValueError(f"{path}: not a well-formed CSV ({' '.join(str(exc).split())})") from None
+    raise ValueError(f"{path}: unknown file type {suffix!r}; expected .csv, .jsonl, .json or .parquet "
+                     f"(optionally compressed: {', '.join(_COMPRESSED_SUFFIXES)})")
 
 
 def _detect(columns: Iterable[str], path: Path) -> str:
@@ -134,22 +265,7 @@ def _row_label(i: int, style: str) -> str:
     return f"row {i + 1} (index {i})"
 
 
-def _numbers(raw: pd.Series) -> np.ndarray:
-    """Values as float64, NaN where not a number (booleans count as not a number)."""
-    if raw.dtype == bool:
-        return np.full(len(raw), np.nan)
-    num = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan, copy=True)
-    if raw.dtype == object:  # mixed column (JSON): to_numeric would read True as 1
-        num[raw.map(lambda x: isinstance(x, (bool, np.bool_))).to_numpy(dtype=bool)] = np.nan
-    return num
-
-
-def _lengths(raw: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Values as float64 and a mask of entries that are not positive integers."""
-    num = _numbers(raw)
-    with np.errstate(invalid="ignore"):
-        bad = ~np.isfinite(num) | (num <= 0) | (num != np.floor(num))
-    return num, bad
+_LENGTH = f"an integer token count in [1, {v.MAX_TRACE_TOKENS:,}]"
 
 
 def _first_bad(path: Path, style: str, i: int, column: str, value: Any, expected: str) -> ValueError:
@@ -179,22 +295,28 @@ def _detect_cap(output: np.ndarray) -> int | None:
 
 def _finish(path: Path | str, fmt: str, prompt_raw: pd.Series, output_raw: pd.Series, *,
             arrival_s: np.ndarray | None, censored: np.ndarray | None, style: str, on_bad: str,
+            censored_raw: pd.Series | None = None,
             time_raw: pd.Series | None = None,
             names: tuple[str, str], max_new_tokens: int | None, dropped: int = 0,
             failed: int = 0, notes: list[str] | None = None) -> pd.DataFrame:
     """Validate lengths and times, apply ``on_bad``, mark censoring, build the table."""
     notes = list(notes or [])
-    p, bad_p = _lengths(prompt_raw)
-    o, bad_o = _lengths(output_raw)
+    p, bad_p = v.token_counts(prompt_raw)
+    o, bad_o = v.token_counts(output_raw)
     bad_t = np.zeros(p.size, dtype=bool) if arrival_s is None else ~np.isfinite(arrival_s)
-    bad = bad_p | bad_o | bad_t
+    bad_c = np.zeros(p.size, dtype=bool)
+    if censored_raw is not None:
+        censored, bad_c = v.booleans(censored_raw)
+    bad = bad_p | bad_o | bad_t | bad_c
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         if on_bad == "raise":
             if bad_p[i]:
-                raise _first_bad(path, style, i, names[0], prompt_raw.iloc[i], "a positive integer token count")
+                raise _first_bad(path, style, i, names[0], prompt_raw.iloc[i], _LENGTH)
             if bad_o[i]:
-                raise _first_bad(path, style, i, names[1], output_raw.iloc[i], "a positive integer token count")
+                raise _first_bad(path, style, i, names[1], output_raw.iloc[i], _LENGTH)
+            if bad_c[i]:
+                raise _first_bad(path, style, i, str(censored_raw.name), censored_raw.iloc[i], "a boolean")
             value = None if time_raw is None else time_raw.iloc[i]
             name = "time" if time_raw is None else str(time_raw.name)
             raise _first_bad(path, style, i, name, value, "a valid timestamp")
@@ -228,7 +350,10 @@ def _finish(path: Path | str, fmt: str, prompt_raw: pd.Series, output_raw: pd.Se
     df = pd.DataFrame(table)
     df.attrs.update({"source": str(path), "format": fmt, "dropped_rows": dropped, "failed_requests": failed,
                      "detected_cap_tokens": detected, "notes": notes})
-    return df
+    if len(df) < v.FEW_REQUESTS:
+        notes.append(f"only {len(df)} request(s): too few for percentiles")
+        v.warn_if_few_requests(len(df), f"trace {path}", "any percentile or recommendation from it", stacklevel=5)
+    return v.request_table(df, str(path))  # the one trace contract, enforced on every loader's result
 
 
 # -------------------------------------------------------------------------------- loaders
@@ -238,9 +363,27 @@ def _require(df: pd.DataFrame, cols: Iterable[str], path: Path, fmt: str) -> Non
         raise ValueError(f"{path}: format {fmt!r} needs columns {missing}, found {list(df.columns)}")
 
 
-def _seconds_from_numbers(raw: pd.Series, scale: float) -> np.ndarray:
-    """Numeric times times ``scale`` (to seconds); NaN where not a number."""
-    return _numbers(raw) * scale
+_TZ = r"(?:Z|[+-]\d\d:?\d\d)\s*$"
+
+
+def _timestamps_s(raw: pd.Series, path: Path, style: str, notes: list[str]) -> np.ndarray:
+    """ISO 8601 timestamps as seconds since the earliest; NaN where unparsable.
+
+    Timestamps that all carry a time zone are compared in UTC, whatever their offsets. Some with
+    a time zone and some without cannot be put on one clock: ``ValueError`` naming the first row
+    that differs from the first row.
+    """
+    text = raw.astype("string")
+    aware = text.str.contains(_TZ, regex=True).fillna(False).to_numpy(dtype=bool)
+    if aware.any() and not aware.all():
+        i = int(np.flatnonzero(aware != aware[0])[0])
+        raise ValueError(f"{path}: {_row_label(i, style)}: {raw.name}={raw.iloc[i]!r} has "
+                         f"{'a' if aware[i] else 'no'} time zone but row 1 ({raw.iloc[0]!r}) has "
+                         f"{'one' if aware[0] else 'none'}: give every timestamp a time zone, or none")
+    stamps = pd.to_datetime(text, format="ISO8601", errors="coerce", utc=bool(aware.any()))
+    if aware.any() and text.str.extract(f"({_TZ})", expand=False).nunique() > 1:
+        notes.append("timestamps carry different time-zone offsets: compared in UTC")
+    return v.seconds(stamps)[0]
 
 
 def load(path: str | Path, format: str = "auto", *, columns: Mapping[str, str] | None = None,
@@ -271,14 +414,35 @@ def load(path: str | Path, format: str = "auto", *, columns: Mapping[str, str] |
         ``prompt_tokens``, ``output_tokens`` (int64), ``arrival_s`` (float64 s, when the source
         has times), ``censored`` (bool); ``attrs`` as in the module docstring.
     """
+    if not isinstance(path, (str, Path)) and not hasattr(path, "__fspath__"):
+        raise ValueError(f"path must be a file path (str or Path), got {type(path).__name__}")
     path = Path(path)
     v.choice(format, "format", FORMATS)
     v.choice(on_bad, "on_bad", ON_BAD)
     if max_new_tokens is not None:
-        max_new_tokens = v.positive_int(max_new_tokens, "max_new_tokens")
+        max_new_tokens = v.positive_int(max_new_tokens, "max_new_tokens", maximum=v.MAX_TRACE_TOKENS)
+    if columns is not None and (not isinstance(columns, Mapping)
+                                or not all(isinstance(k, str) and isinstance(c, str) for k, c in columns.items())):
+        raise ValueError(f"columns must be a mapping of kvlab column name to source column name (str to str), "
+                         f"got {columns!r}")
+    if model is not None and not isinstance(model, str):
+        raise ValueError(f"model must be a str (a BurstGPT Model value), got {type(model).__name__}")
+    try:
+        return _load(path, format, columns=columns, model=model, max_new_tokens=max_new_tokens, on_bad=on_bad)
+    except ValueError as exc:
+        if str(path) in str(exc):
+            raise
+        raise ValueError(f"{path}: {exc}") from None
+    except Exception as exc:  # the file decides what a reader meets: every failure names it  # noqa: BLE001
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else " ".join(str(exc).split())
+        raise ValueError(f"{path}: cannot be read as a trace ({type(exc).__name__}: {reason[:300]})") from exc
+
+
+def _load(path: Path, format: str, *, columns: Mapping[str, str] | None, model: str | None,
+          max_new_tokens: int | None, on_bad: str) -> pd.DataFrame:
     raw, dropped, style = _read_table(path, on_bad)
     if raw.empty:
-        raise ValueError(f"trace file {path} has no data rows")
+        raise ValueError(f"trace file {path} has no data rows" + (f" (dropped {dropped} bad line(s))" if dropped else ""))
     if columns is not None and format not in ("auto", "generic"):
         raise ValueError(f"columns= applies to format 'generic' only, not {format!r}")
     if format != "auto":
@@ -298,16 +462,12 @@ def load(path: str | Path, format: str = "auto", *, columns: Mapping[str, str] |
             raise ValueError(f"columns must map 'prompt_tokens' and 'output_tokens' (and optionally "
                              f"'arrival_s', 'censored') to source columns, got {dict(mapping)!r}")
         _require(raw, mapping.values(), path, fmt)
-        arrival = (_seconds_from_numbers(raw[mapping["arrival_s"]], 1.0) if "arrival_s" in mapping else None)
-        cens = None
-        if "censored" in mapping:
-            c = raw[mapping["censored"]]
-            if c.dtype != bool:
-                raise ValueError(f"{path}: column {mapping['censored']!r} must be boolean, got {c.dtype}")
-            cens = c.to_numpy()
+        time_raw = raw[mapping["arrival_s"]] if "arrival_s" in mapping else None
+        arrival = None if time_raw is None else v.seconds(time_raw)[0]
         return _finish(path, fmt, raw[mapping["prompt_tokens"]], raw[mapping["output_tokens"]],
-                       arrival_s=arrival, censored=cens,
-                       time_raw=raw[mapping["arrival_s"]] if "arrival_s" in mapping else None, names=(mapping["prompt_tokens"], mapping["output_tokens"]), **common)
+                       arrival_s=arrival, censored=None,
+                       censored_raw=raw[mapping["censored"]] if "censored" in mapping else None,
+                       time_raw=time_raw, names=(mapping["prompt_tokens"], mapping["output_tokens"]), **common)
     sig = _SIGNATURES[fmt]
     _require(raw, [c for k, c in sig.items()], path, fmt)
     names = (sig["prompt_tokens"], sig["output_tokens"])
@@ -321,20 +481,19 @@ def load(path: str | Path, format: str = "auto", *, columns: Mapping[str, str] |
             raw = raw[raw["Model"] == model].reset_index(drop=True)
             notes.append(f"kept model {model!r}: {len(raw)} requests")
         # BurstGPT logs failed requests with zero response tokens: not a length, excluded.
-        failed_mask = pd.to_numeric(raw[sig["output_tokens"]], errors="coerce").to_numpy() == 0
+        failed_mask = v.real_values(raw[sig["output_tokens"]]) == 0
         failed = int(failed_mask.sum())
         if failed:
             raw = raw[~failed_mask].reset_index(drop=True)
             notes.append(f"excluded {failed} failed request(s) (Response tokens = 0)")
     if fmt == "azure":
-        stamps = pd.to_datetime(raw[sig["time"]], format="ISO8601", errors="coerce")
-        arrival = (stamps - stamps.min()).dt.total_seconds().to_numpy(dtype=np.float64, na_value=np.nan)
+        arrival = _timestamps_s(raw[sig["time"]], path, style, notes)
     elif fmt == "burstgpt":
-        arrival = _seconds_from_numbers(raw[sig["time"]], 1.0)
+        arrival = v.seconds(raw[sig["time"]])[0]
     elif fmt == "mooncake":
-        arrival = _seconds_from_numbers(raw[sig["time"]], 1e-3)
+        arrival = v.seconds(raw[sig["time"]], scale=1e-3)[0]
     elif fmt == "simulator" and "arrived_at" in raw.columns:
-        arrival = _seconds_from_numbers(raw["arrived_at"], 1.0)
+        arrival = v.seconds(raw["arrived_at"])[0]
     else:
         arrival = None
     time_raw = raw[sig["time"]] if "time" in sig else raw.get("arrived_at")

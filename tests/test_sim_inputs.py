@@ -40,11 +40,11 @@ def test_bad_arguments(kwargs, match):
 @pytest.mark.parametrize("workload,match", [
     (W.iloc[:0], "workload is empty"),
     (W.drop(columns="output_tokens"), "lacks the column\\(s\\) 'output_tokens'"),
-    (W.assign(output_tokens=[5, -1]), "output_tokens must hold positive integers; element 1"),
-    (W.assign(prompt_tokens=[1.5, 2]), "prompt_tokens must hold positive integers; element 0"),
-    (W.assign(arrival_s=[0.0, np.nan]), "arrival_s must hold finite times >= 0 s; row 1"),
+    (W.assign(output_tokens=[5, -1]), r"workload: row 1: output_tokens=-1, expected an integer token count in \[1, "),
+    (W.assign(prompt_tokens=[1.5, 2]), r"workload: row 0: prompt_tokens=1.5, expected an integer token count"),
+    (W.assign(arrival_s=[0.0, np.nan]), "row 1: arrival_s=nan, expected finite seconds >= 0"),
     ([1, 2], "must be a pandas DataFrame"),
-    (W.assign(arrival_s=["a", "b"]), "arrival_s must hold numbers"),
+    (W.assign(arrival_s=["a", "b"]), "row 0: arrival_s='a', expected finite seconds >= 0"),
 ])
 def test_bad_workloads(workload, match):
     with pytest.raises(ValueError, match=match):

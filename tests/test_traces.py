@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from kvlab import traces
+from kvlab._validate import MAX_TRACE_TOKENS
 
 AZURE = """TIMESTAMP,ContextTokens,GeneratedTokens
 2023-11-16 18:15:46.6805900,374,44
@@ -45,7 +46,10 @@ def _jsonl(rows):
 
 
 def _check_contract(df):
+    assert not df.columns.duplicated().any()
     assert df.prompt_tokens.dtype == np.int64 and df.output_tokens.dtype == np.int64
+    for col in ("prompt_tokens", "output_tokens"):
+        assert df[col].between(1, MAX_TRACE_TOKENS).all()
     assert df.censored.dtype == bool
     if "arrival_s" in df:
         assert df.arrival_s.dtype == np.float64 and not df.arrival_s.isna().any()

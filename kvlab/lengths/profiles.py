@@ -241,8 +241,8 @@ class Profile:
         >>> list(df.columns), str(df.output_tokens.dtype)
         (['prompt_tokens', 'output_tokens', 'censored'], 'int64')
         """
-        n = v.positive_int(n, "n")
-        rng = np.random.default_rng(seed)
+        n = v.positive_int(n, "n", maximum=v.MAX_REQUESTS)  # bounded before the draw allocates
+        rng = np.random.default_rng(v.nonnegative_int(seed, "seed"))
         prompt, output = self._draw(rng, n)
         if self.max_total_tokens is not None:  # a trace filtered to a context: redraw the requests over it
             for _ in range(_MAX_REDRAWS):

@@ -60,23 +60,11 @@ class SimResult:
 
 
 def _workload_columns(workload: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]:
-    v.require_columns(workload, ("prompt_tokens", "output_tokens"), "workload")
-    if len(workload) == 0:
-        raise ValueError("workload is empty: it needs at least one request")
-    prompt = v.positive_int_array(workload["prompt_tokens"].to_numpy(), "workload column prompt_tokens")
-    output = v.positive_int_array(workload["output_tokens"].to_numpy(), "workload column output_tokens")
-    arrival = None
-    if "arrival_s" in workload.columns:
-        try:
-            arrival = workload["arrival_s"].to_numpy(dtype=np.float64)
-        except (TypeError, ValueError):
-            raise ValueError(f"workload column arrival_s must hold numbers (seconds), got dtype "
-                             f"{workload['arrival_s'].dtype}") from None
-        bad = np.flatnonzero(~np.isfinite(arrival) | (arrival < 0))
-        if bad.size:
-            raise ValueError(f"workload column arrival_s must hold finite times >= 0 s; row {int(bad[0])} "
-                             f"is {arrival[bad[0]]!r}")
-    ids = workload["request_id"].to_numpy() if "request_id" in workload.columns else np.arange(len(workload))
+    work = v.request_table(workload, "workload")  # the trace contract: lengths, times, no duplicate columns
+    prompt = work["prompt_tokens"].to_numpy()
+    output = work["output_tokens"].to_numpy()
+    arrival = work["arrival_s"].to_numpy() if "arrival_s" in work.columns else None
+    ids = work["request_id"].to_numpy() if "request_id" in work.columns else np.arange(len(work))
     return prompt, output, arrival, ids
 
 
@@ -154,10 +142,11 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
     v.choice(engine, "engine", ENGINES)
     kind = SchedulerKind(v.choice(scheduler, "scheduler", [k.value for k in SchedulerKind]))
     mode = PreemptionMode(v.choice(preemption_mode, "preemption_mode", [k.value for k in PreemptionMode]))
-    max_new_tokens = v.positive_int(max_new_tokens, "max_new_tokens")
+    # the cap bounds every request's decode: bounded like a trace length, before anything is allocated
+    max_new_tokens = v.positive_int(max_new_tokens, "max_new_tokens", maximum=v.MAX_TRACE_TOKENS)
     block_size = v.positive_int(block_size, "block_size")
     seed = v.nonnegative_int(seed, "seed")
-    tp = v.positive_int(tp, "tp")
+    tp = m.check_tp(tp)
     num_pages = (_pool_pages(m, g, block_size=block_size, gpu_memory_utilization=gpu_memory_utilization, tp=tp)
                  if pool_pages is None else v.positive_int(pool_pages, "pool_pages"))
     if max_num_batched_tokens is None:
@@ -207,6 +196,12 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
 def _arrivals(kind: str, n: int, trace: np.ndarray | None, *, qps: float | None, burst_cv: float,
               seed: int) -> np.ndarray:
     kind = v.choice(kind, "arrivals", ("auto", "trace") + ARRIVAL_KINDS)
+    if kind in ("auto", "trace"):  # the rate and burstiness would be ignored: refuse them
+        if qps is not None:
+            raise ValueError(f"qps={qps!r} is used only with arrivals='poisson' or 'gamma', not {kind!r}; "
+                             f"pass arrivals='poisson' to serve the requests at that rate")
+        if burst_cv != 1.0:
+            raise ValueError(f"burst_cv={burst_cv!r} is used only with arrivals='gamma', not {kind!r}")
     if kind == "auto":
         return trace if trace is not None else np.zeros(n)
     if kind == "trace":

@@ -1,0 +1,309 @@
+"""Issue 15, class by class: each bad input is a file (or argument) written here, and each must
+end in a clear ValueError naming the file / parameter / row, or in rows dropped and counted, or
+(CLI) in one line on stderr and exit status 2 or 1. Never a wrapped number, a hang or a traceback.
+
+Class 7 (interrupted reports) is in test_report_signals.py; the property test of class 9 in
+test_traces_contract.py.
+"""
+import gzip
+import json
+import os
+import tracemalloc
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kvlab import _validate as v, simulate, traces
+from kvlab.arrivals import arrival_times
+from kvlab.capacity import ServingConfig
+from kvlab.cli import main
+from kvlab.lengths.profiles import profile
+from kvlab.preemption_cost import crossover
+from kvlab.reservation import pool_pages, reservation_table
+
+SIM = "num_prefill_tokens,num_decode_tokens\n"
+GOOD_ROWS = [(10 + i, 5 + i) for i in range(30)]  # 30 requests: enough not to warn
+SIM_KW = dict(model="Llama-3-8B", gpu="H100-SXM", pool_pages=200)
+
+
+def _csv(rows):
+    return SIM + "".join(f"{p},{o}\n" for p, o in rows)
+
+
+def _write(tmp_path, name, data):
+    p = tmp_path / name
+    p.write_bytes(data.encode() if isinstance(data, str) else data)
+    return p
+
+
+# ------------------------------------------------------------------ 1. numbers that wrap
+@pytest.mark.parametrize("text, shown", [("99999999999999999999", "99999999999999999999"),
+                                         ("9223372036854775808", "9223372036854775808"),
+                                         ("1e300", r"1e\+300"), ("1e30", r"1e\+30"), ("-1e300", r"-1e\+300")])
+def test_1_huge_csv_lengths_are_bad_rows_not_wrapped(tmp_path, text, shown):
+    p = _write(tmp_path, "big.csv", _csv(GOOD_ROWS) + f"{text},5\n")
+    with pytest.raises(ValueError, match=rf"big\.csv: row 31 \(line 32\): num_prefill_tokens={shown}, expected"):
+        traces.load(p)
+    df = traces.load(p, on_bad="drop")
+    assert df.attrs["dropped_rows"] == 1
+    assert df.prompt_tokens.tolist() == [r[0] for r in GOOD_ROWS]  # nothing negative, nothing wrapped
+
+
+def test_1_thirty_digit_json_integer_is_a_bad_row(tmp_path):
+    lines = [{"timestamp": i, "input_length": 10 + i, "output_length": 5 + i} for i in range(30)]
+    text = "".join(json.dumps(r) + "\n" for r in lines)
+    p = _write(tmp_path, "m.jsonl", text + '{"timestamp": 31, "input_length": 123456789012345678901234567890, '
+                                          '"output_length": 3}\n')
+    with pytest.raises(ValueError, match=r"m\.jsonl: row 31 \(line 31\): input_length=123456789012345678901234567890"):
+        traces.load(p)
+    df = traces.load(p, on_bad="drop")
+    assert df.attrs["dropped_rows"] == 1 and df.prompt_tokens.max() == 39
+
+
+def test_1_uint64_parquet_is_a_bad_row(tmp_path):
+    prompt = np.array([10 + i for i in range(30)] + [2**64 - 1], dtype=np.uint64)
+    pd.DataFrame({"prompt_tokens": prompt, "output_tokens": 5}).to_parquet(tmp_path / "u.parquet")
+    with pytest.raises(ValueError, match=r"u\.parquet: row 31 \(index 30\): prompt_tokens=18446744073709551615"):
+        traces.load(tmp_path / "u.parquet")
+    df = traces.load(tmp_path / "u.parquet", on_bad="drop")
+    assert df.attrs["dropped_rows"] == 1 and (df.prompt_tokens > 0).all() and len(df) == 30
+
+
+@pytest.mark.parametrize("value", [1e30, 2**63, 2**64 - 1, float("inf")])
+def test_1_parameter_checks_do_not_wrap(value):
+    with pytest.raises(ValueError, match="max_new_tokens must hold positive integers"):
+        reservation_table(max_new_tokens=[value])
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        simulate(pd.DataFrame({"prompt_tokens": [5], "output_tokens": [5]}), max_new_tokens=value, **SIM_KW)
+
+
+def test_1_a_dataframe_with_a_huge_length_is_refused_naming_the_row():
+    w = pd.DataFrame({"prompt_tokens": [5, 2**63], "output_tokens": [5, 5]})
+    with pytest.raises(ValueError, match=r"workload: row 1: prompt_tokens=9223372036854775808, expected an integer"):
+        simulate(w, **SIM_KW)
+
+
+# ------------------------------------------------------------------ 2. absurd sizes
+def _peak_bytes(fn):
+    tracemalloc.start()
+    try:
+        fn()
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return peak
+
+
+def test_2_a_billion_token_output_is_refused_before_allocating(tmp_path):
+    w = pd.DataFrame({"prompt_tokens": [100, 100], "output_tokens": [100, 10**9]})
+
+    def run():
+        with pytest.raises(ValueError, match=r"row 1: output_tokens=1000000000, expected an integer token count in "
+                                             r"\[1, 10,000,000\]"):
+            simulate(w, max_new_tokens=2048, **SIM_KW)
+    assert _peak_bytes(run) < 20 * 2**20  # the 7.45 GiB array of the issue is never asked for
+    p = _write(tmp_path, "huge.csv", _csv(GOOD_ROWS + [(100, 10**9)]))
+    with pytest.raises(ValueError, match=r"huge\.csv: row 31"):
+        traces.load(p)
+
+
+def test_2_absurd_caps_and_lengths_are_refused_before_allocating():
+    def run():
+        with pytest.raises(ValueError, match="max_seq_tokens must be at most 10,000,000"):
+            crossover("Llama-3-8B", "H100-SXM", max_seq_tokens=10**8, allow_beyond_context=True)
+        with pytest.raises(ValueError, match="max_seq_tokens must be at most"):
+            crossover("Llama-3-8B", "H100-SXM", max_seq_tokens=10**10, allow_beyond_context=True)
+        with pytest.raises(ValueError, match="max_new_tokens must be at most 10,000,000"):
+            simulate(pd.DataFrame({"prompt_tokens": [5], "output_tokens": [5]}), max_new_tokens=10**9, **SIM_KW)
+        with pytest.raises(ValueError, match="n must be at most 100,000,000"):
+            profile("azure-2023-code").sample(10**12)
+    assert _peak_bytes(run) < 20 * 2**20
+
+
+# ------------------------------------------------------------------ 3. time columns
+def test_3_datetime_and_timedelta_arrivals_are_seconds(tmp_path):
+    day = pd.to_datetime(["2024-01-01 00:00:00", "2024-01-01 00:00:30", "2024-01-02 00:00:00"])
+    base = {"prompt_tokens": [5, 6, 7], "output_tokens": [3, 4, 5]}
+    pd.DataFrame({**base, "arrival_s": day}).to_parquet(tmp_path / "dt.parquet")
+    pd.DataFrame({**base, "arrival_s": day.tz_localize("Europe/Paris")}).to_parquet(tmp_path / "tz.parquet")
+    pd.DataFrame({**base, "arrival_s": pd.to_timedelta(["0s", "30s", "1D"])}).to_parquet(tmp_path / "td.parquet")
+    for name in ("dt.parquet", "tz.parquet", "td.parquet"):
+        df = traces.load(tmp_path / name)
+        np.testing.assert_allclose(df.arrival_s, [0.0, 30.0, 86400.0])  # not 8.64e13 (nanoseconds)
+    res = simulate(pd.DataFrame({**base, "arrival_s": day}), **SIM_KW)
+    np.testing.assert_allclose(res.requests.sort_values("request_id").arrival_s, [0.0, 30.0, 86400.0])
+
+
+def test_3_azure_time_zones_normalised_or_a_clear_error(tmp_path):
+    head = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+    # 18:00+02:00 is 16:00 UTC; 17:30+01:00 is 16:30 UTC; 16:15Z is 16:15 UTC
+    p = _write(tmp_path, "tz.csv", head + "2023-11-16 18:00:00+02:00,10,5\n2023-11-16 17:30:00+01:00,11,6\n"
+                                          "2023-11-16 16:15:00Z,12,7\n")
+    df = traces.load(p)
+    np.testing.assert_allclose(df.arrival_s, [0.0, 1800.0, 900.0])
+    assert any("UTC" in n for n in df.attrs["notes"])
+    mixed = _write(tmp_path, "mixed.csv", head + "2023-11-16 18:00:00,10,5\n2023-11-16 17:30:00+01:00,11,6\n")
+    with pytest.raises(ValueError, match=r"mixed\.csv: row 2 \(line 3\): TIMESTAMP='2023-11-16 17:30:00\+01:00' "
+                                         r"has a time zone but row 1"):
+        traces.load(mixed)
+
+
+# ------------------------------------------------------------------ 4. ignored parameters
+def test_4_a_rate_without_a_rate_based_arrival_kind_is_refused():
+    w = pd.DataFrame({"prompt_tokens": [5, 6], "output_tokens": [3, 4]})
+    with pytest.raises(ValueError, match="qps=5.0 is used only with arrivals='poisson' or 'gamma', not 'auto'"):
+        simulate(w, qps=5.0, **SIM_KW)
+    with pytest.raises(ValueError, match="burst_cv=3.0 is used only with arrivals='gamma'"):
+        simulate(w, burst_cv=3.0, **SIM_KW)
+    with pytest.raises(ValueError, match="qps=2.0 is ignored by offline arrivals"):
+        arrival_times(3, "offline", qps=2.0)
+    with pytest.raises(ValueError, match="cv=2.0 is used only with gamma arrivals"):
+        arrival_times(3, "poisson", qps=2.0, cv=2.0)
+    # with the kind that uses it, the rate is used: 2 requests at 5/s do not both arrive at 0
+    res = simulate(w, arrivals="poisson", qps=5.0, **SIM_KW)
+    assert res.requests.arrival_s.max() > 0
+
+
+def test_4_percentiles_are_on_one_scale():
+    assert v.percentiles([50, 95, 99.9]) == [50.0, 95.0, 99.9]
+    assert v.percentiles(95) == [95.0]  # a scalar is one percentile, not a TypeError
+    with pytest.raises(ValueError, match=r"0-100 scale \(write 95 for the 95th percentile\)"):
+        v.percentiles([0.95])
+    for bad in ([100], [0], [float("nan")], ["95"], [True], "95", []):
+        with pytest.raises(ValueError, match="percentiles"):
+            v.percentiles(bad)
+
+
+def test_4_tp_that_does_not_divide_the_heads():
+    # Llama-3-8B: 32 query heads, 8 KV heads
+    with pytest.raises(ValueError, match="tp=3 does not divide the 32 attention heads of Llama-3-8B"):
+        pool_pages("Llama-3-8B", "H100-SXM", tp=3)
+    with pytest.raises(ValueError, match="tp=3 does not divide"):
+        simulate(pd.DataFrame({"prompt_tokens": [5], "output_tokens": [5]}), model="Llama-3-8B", gpu="H100-SXM",
+                 tp=3)
+    assert pool_pages("Llama-3-8B", "H100-SXM", tp=4) > 0  # 32 % 4 == 0 and 8 % 4 == 0
+
+
+def test_4_a_model_that_does_not_fit_says_so_everywhere():
+    # Llama-3.1-405B in 16-bit weights is ~810 GB; one 80 GB GPU cannot hold it
+    with pytest.raises(ValueError, match="does not fit GPU"):
+        ServingConfig(model="Llama-3.1-405B", gpu="H100-SXM")
+    with pytest.raises(ValueError, match="does not fit GPU"):
+        crossover("Llama-3.1-405B", "H100-SXM")
+    with pytest.raises(ValueError, match="does not fit GPU"):
+        simulate(pd.DataFrame({"prompt_tokens": [5], "output_tokens": [5]}), model="Llama-3.1-405B", gpu="H100-SXM")
+
+
+# ------------------------------------------------------------------ 5. errors naming the file
+def test_5_utf16_gzip_and_bom_files_load_like_plain_utf8(tmp_path):
+    text = _csv(GOOD_ROWS)
+    plain = traces.load(_write(tmp_path, "plain.csv", text))
+    jsonl = "".join(json.dumps({"timestamp": i, "input_length": p, "output_length": o}) + "\n"
+                    for i, (p, o) in enumerate(GOOD_ROWS))
+    for name, data in [("u16.csv", text.encode("utf-16")), ("u16le.csv", text.encode("utf-16-le")),
+                       ("u16be.csv", text.encode("utf-16-be")), ("gz.csv", gzip.compress(text.encode())),
+                       ("named.csv.gz", gzip.compress(text.encode())), ("bom.csv", b"\xef\xbb\xbf" + text.encode())]:
+        pd.testing.assert_frame_equal(traces.load(_write(tmp_path, name, data)), plain, check_like=True)
+    bom = traces.load(_write(tmp_path, "bom.jsonl", b"\xef\xbb\xbf" + jsonl.encode()))
+    assert bom.prompt_tokens.tolist() == [p for p, _ in GOOD_ROWS]
+
+
+@pytest.mark.parametrize("name, data, match", [
+    ("latin.csv", ("Model," + SIM + "caf\u00e9,10,5\n" * 30).encode("latin-1"),
+     r"latin\.csv: not UTF-8 text \(byte 0xe9 at offset \d+\); it looks like Latin-1"),
+    ("cp1252.csv", ("Model," + SIM + "\u201cq\u201d,10,5\n" * 30).encode("cp1252"),
+     r"cp1252\.csv: not UTF-8 text .* Windows-1252"),
+    ("zst.csv", b"\x28\xb5\x2f\xfd" + b"\x00" * 40, r"zst\.csv: "),  # no zstandard: says so; else corrupt
+    ("zip.csv", b"PK\x03\x04" + b"\x00" * 40, r"zip\.csv: the file is a zip archive"),
+    ("deep.json", "[" * 5000 + "]" * 5000, r"deep\.json: JSON nested too deeply"),
+    ("deep.jsonl", "[" * 5000 + "]" * 5000 + "\n", r"deep\.jsonl: line 1 is not a JSON object \(nested too deeply"),
+    ("dup.csv", "num_prefill_tokens,num_decode_tokens,num_decode_tokens\n1,2,3\n",
+     r"dup\.csv: duplicate column name\(s\) 'num_decode_tokens'"),
+    ("notgz.csv.gz", _csv(GOOD_ROWS), r"notgz\.csv\.gz: named \.gz but not compressed"),
+    ("bin.csv", bytes(range(256)) * 4, r"bin\.csv: .*binary file"),
+])
+def test_5_unreadable_files_are_a_valueerror_naming_the_file(tmp_path, name, data, match):
+    with pytest.raises(ValueError, match=match):
+        traces.load(_write(tmp_path, name, data))
+
+
+def test_5_duplicate_columns_in_a_dataframe_or_parquet(tmp_path):
+    w = pd.DataFrame([[5, 3, 9]], columns=["prompt_tokens", "output_tokens", "output_tokens"])
+    with pytest.raises(ValueError, match="workload has duplicate column name"):
+        simulate(w, **SIM_KW)
+
+
+def test_5_directories_and_non_files(tmp_path):
+    (tmp_path / "d.csv").mkdir()
+    with pytest.raises(ValueError, match=r"d\.csv is a directory"):
+        traces.load(tmp_path / "d.csv")
+    os.mkfifo(tmp_path / "fifo.csv")  # reading it would block forever
+    with pytest.raises(ValueError, match=r"fifo\.csv is not a regular file"):
+        traces.load(tmp_path / "fifo.csv")
+
+
+# ------------------------------------------------------------------ 6. the CLI
+def _cli(capsys, *args):
+    status = main(list(args))
+    err = capsys.readouterr().err
+    return status, err
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda d: (d / "dir.csv").mkdir() or d / "dir.csv", "is a directory"),
+    (lambda d: os.mkfifo(d / "fifo.csv") or d / "fifo.csv", "is not a regular file"),
+    (lambda d: _write(d, "latin.csv", ("Model," + SIM + "caf\u00e9,10,5\n").encode("latin-1")), "not UTF-8 text"),
+    (lambda d: _write(d, "huge.csv", _csv(GOOD_ROWS + [(5, 10**20)])), "row 31"),
+])
+def test_6_a_bad_trace_is_one_line_and_exit_2(tmp_path, capsys, make, match):
+    trace = make(tmp_path)
+    status, err = _cli(capsys, "recommend", str(trace), "--model", "Llama-3-8B", "--gpu", "H100-SXM",
+                       "--slo-p99-tbt", "0.1")
+    assert status == 2
+    assert err.count("\n") == 1 and err.startswith("kvlab recommend: error: ") and match in err
+    assert str(trace) in err
+
+
+def test_6_an_unexpected_failure_is_one_line_and_exit_1(tmp_path, capsys, monkeypatch):
+    import kvlab.traces
+
+    def broken(*a, **k):
+        raise RuntimeError("boom")
+    monkeypatch.setattr(kvlab.traces, "load", broken)
+    status, err = _cli(capsys, "recommend", "x.csv", "--model", "Llama-3-8B", "--gpu", "H100-SXM",
+                       "--slo-p99-tbt", "0.1")
+    assert status == 1 and err.count("\n") == 1 and "internal error: RuntimeError: boom" in err
+    monkeypatch.setenv("KVLAB_TRACEBACK", "1")
+    with pytest.raises(RuntimeError, match="boom"):
+        main(["recommend", "x.csv", "--model", "Llama-3-8B", "--gpu", "H100-SXM", "--slo-p99-tbt", "0.1"])
+
+
+def test_6_an_os_error_is_one_line_and_exit_1(capsys, monkeypatch):
+    import kvlab.traces
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device", "/tmp/x")
+    monkeypatch.setattr(kvlab.traces, "load", full)
+    status, err = _cli(capsys, "recommend", "x.csv", "--model", "Llama-3-8B", "--gpu", "H100-SXM",
+                       "--slo-p99-tbt", "0.1")
+    assert (status, err) == (1, "kvlab recommend: error: /tmp/x: No space left on device\n")
+
+
+# ------------------------------------------------------------------ 8. weak answers
+def test_8_a_one_row_trace_warns(tmp_path):
+    with pytest.warns(v.FewRequestsWarning, match=r"one\.csv holds only 1 request"):
+        df = traces.load(_write(tmp_path, "one.csv", _csv([(5, 6)])))
+    assert "only 1 request(s): too few for percentiles" in df.attrs["notes"]
+
+
+def test_8_wrong_argument_types_name_the_parameter(tmp_path):
+    p = _write(tmp_path, "g.csv", "a,b\n1,2\n")
+    with pytest.raises(ValueError, match="columns must be a mapping"):
+        traces.load(p, columns=["a", "b"])
+    with pytest.raises(ValueError, match="path must be a file path"):
+        traces.load(3)
+    with pytest.raises(ValueError, match="seed must be a non-negative integer, got 'a'"):
+        profile("azure-2023-code").sample(10, seed="a")
+    with pytest.raises(ValueError, match="n must be a positive integer, got '10'"):
+        profile("azure-2023-code").sample("10")
