@@ -148,10 +148,8 @@ def trace_window(trace: pd.DataFrame, num_requests: int | None = None, *, how: s
     >>> round(w.rate_per_s, 6), w.num_requests
     (4.0, 20)
     """
-    v.require_columns(trace, ("prompt_tokens", "output_tokens"), "trace")
+    trace = v.request_table(trace, "trace")  # the trace contract (datetime arrival_s becomes seconds)
     total = len(trace)
-    if total == 0:
-        raise ValueError("trace is empty: it needs at least one request")
     how = v.choice(how, "how", HOW)
     n = total if num_requests is None else v.positive_int(num_requests, "num_requests")
     if n > total:

@@ -373,6 +373,10 @@ def _timestamps_s(raw: pd.Series, path: Path, style: str, notes: list[str]) -> n
     a time zone and some without cannot be put on one clock: ``ValueError`` naming the first row
     that differs from the first row.
     """
+    try:  # one clock (all naive, or all at one offset): pandas parses it as is
+        return v.seconds(pd.to_datetime(raw, format="ISO8601", errors="coerce"))[0]
+    except (ValueError, TypeError):
+        pass  # mixed offsets, or time zones on some rows only: find out which below
     text = raw.astype("string")
     aware = text.str.contains(_TZ, regex=True).fillna(False).to_numpy(dtype=bool)
     if aware.any() and not aware.all():

@@ -21,6 +21,7 @@ from kvlab.cli import main
 from kvlab.lengths.profiles import profile
 from kvlab.preemption_cost import crossover
 from kvlab.reservation import pool_pages, reservation_table
+from kvlab.trace_window import trace_window
 
 SIM = "num_prefill_tokens,num_decode_tokens\n"
 GOOD_ROWS = [(10 + i, 5 + i) for i in range(30)]  # 30 requests: enough not to warn
@@ -133,6 +134,8 @@ def test_3_datetime_and_timedelta_arrivals_are_seconds(tmp_path):
         np.testing.assert_allclose(df.arrival_s, [0.0, 30.0, 86400.0])  # not 8.64e13 (nanoseconds)
     res = simulate(pd.DataFrame({**base, "arrival_s": day}), **SIM_KW)
     np.testing.assert_allclose(res.requests.sort_values("request_id").arrival_s, [0.0, 30.0, 86400.0])
+    window = trace_window(pd.DataFrame({**base, "arrival_s": day}))
+    np.testing.assert_allclose(window.requests.arrival_s, [0.0, 30.0, 86400.0])
 
 
 def test_3_azure_time_zones_normalised_or_a_clear_error(tmp_path):
