@@ -13,6 +13,7 @@ import argparse
 import os
 import signal
 import sys
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -174,7 +175,7 @@ def _one_line(exc: BaseException) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``kvlab`` command; return its exit status.
 
-    Every anticipated failure is one line on stderr: exit status 2 for bad input (``ValueError``:
+    Every anticipated failure is one line on stderr, and so is every warning: exit status 2 for bad input (``ValueError``:
     a parameter, trace or output folder), 1 for a run that failed (a notebook, the file system,
     memory), 128 + the signal number for a run stopped by SIGINT or SIGTERM (what a shell
     reports for a process the signal ended). Anything else is a bug in kvlab: it is reported in
@@ -189,8 +190,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kvlab {args.command}: {message}", file=sys.stderr)
         return status
 
+    def one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+        print(f"kvlab {args.command}: warning: {' '.join(str(message).split())}", file=sys.stderr)
+
     try:
-        return args.func(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = one_line_warning  # restored on leaving the block
+            return args.func(args)
     except Interrupted as exc:
         return fail(f"{exc}; nothing was written", 128 + exc.signum)
     except KeyboardInterrupt:

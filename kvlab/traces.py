@@ -1,8 +1,11 @@
 """Load request logs into one table of prompt and output lengths.
 
-Every loader returns a DataFrame with int64 ``prompt_tokens`` and ``output_tokens`` (>= 1),
-float64 ``arrival_s`` (seconds from the first request; only when the source has times) and bool
-``censored`` (the output hit its cap, so its true length is at least ``output_tokens``).
+Every loader returns a table satisfying the trace contract (:func:`kvlab._validate.request_table`,
+enforced at the end of every loader and at the public entries that take a DataFrame): int64
+``prompt_tokens`` and ``output_tokens`` in [1, ``MAX_TRACE_TOKENS``] (10M tokens), float64
+``arrival_s`` (finite seconds from the first request, >= 0; only when the source has times;
+datetime and timedelta columns are converted, never read as nanoseconds) and bool ``censored``
+(the output hit its cap, so its true length is at least ``output_tokens``); no duplicate columns.
 ``df.attrs`` carries load notes: ``source``, ``format``, ``dropped_rows``, ``failed_requests``,
 ``detected_cap_tokens`` and ``notes`` (a list of sentences).
 
@@ -18,9 +21,15 @@ Formats (layouts in ``docs/trace_formats.md``), detected from their columns or c
 ``generic``    CSV / JSONL / Parquet with a ``columns=`` mapping (or already in kvlab's names)
 =============  =================================================================
 
-Bad rows (missing, non-numeric, NaN, non-integer, zero or negative lengths, unparsable times or
-JSON lines) raise ``ValueError`` naming the file and the first bad row, or with ``on_bad="drop"``
-are dropped and counted in ``attrs["dropped_rows"]``.
+Bad rows (missing, non-numeric, NaN, non-integer, zero, negative or too-large lengths,
+unparsable times or JSON lines) raise ``ValueError`` naming the file and the first bad row, or
+with ``on_bad="drop"`` are dropped and counted in ``attrs["dropped_rows"]``.
+
+Files are read whatever their compression (gzip, bz2, xz, and zstd when ``zstandard`` is
+installed; recognised by their first bytes, not their name) and text encoding (UTF-8 with or
+without a byte-order mark, UTF-16 and UTF-32); anything else is a ``ValueError`` naming the file
+and the encoding it looks like. :func:`load` raises nothing but ``ValueError`` naming the file.
+A trace of fewer than 20 requests loads with a :class:`kvlab._validate.FewRequestsWarning`.
 """
 from __future__ import annotations
 

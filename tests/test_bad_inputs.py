@@ -310,3 +310,18 @@ def test_8_wrong_argument_types_name_the_parameter(tmp_path):
         profile("azure-2023-code").sample(10, seed="a")
     with pytest.raises(ValueError, match="n must be a positive integer, got '10'"):
         profile("azure-2023-code").sample("10")
+
+
+def test_8_the_cli_prints_a_warning_in_one_line(tmp_path, capsys, monkeypatch):
+    import warnings
+
+    import kvlab.traces
+
+    def warn_then_fail(*a, **k):
+        warnings.warn("a weak answer\nover two lines", UserWarning)
+        raise ValueError("stop here")
+    monkeypatch.setattr(kvlab.traces, "load", warn_then_fail)
+    status, err = _cli(capsys, "recommend", "x.csv", "--model", "Llama-3-8B", "--gpu", "H100-SXM",
+                       "--slo-p99-tbt", "0.1")
+    assert status == 2
+    assert err == "kvlab recommend: warning: a weak answer over two lines\nkvlab recommend: error: stop here\n"
