@@ -6,7 +6,6 @@ request arrives after one gap (a Poisson process started at time 0).
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
 from . import _validate as v
 
@@ -60,5 +59,5 @@ def arrival_times(num_requests: int, kind: str = "offline", *, qps: float | None
     else:
         cv = v.positive_float(cv, "cv")
         shape = 1.0 / cv**2
-        gaps = stats.gamma(a=shape, scale=1.0 / (qps * shape)).rvs(n, random_state=rng)
+        gaps = rng.standard_gamma(shape, size=n) * (1.0 / (qps * shape))   # gamma, mean 1 / qps
     return np.cumsum(gaps)

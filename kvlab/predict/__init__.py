@@ -1,12 +1,16 @@
 """Output-length predictors: log-t regression on request features, a predictor of chosen quality,
-and their evaluation (parameter R^2, quantile calibration)."""
-from .distribution import LogTPredictive
-from .evaluate import (DEFAULT_QUANTILES, ParameterR2, calibration_table, holdout_indices,
-                       parameter_r2, r2_score)
-from .logt_regression import BASE_FEATURES, LogTRegression, design_matrix, fit_logt_regression
-from .ltr import RankedPrediction, ranking_scores
-from .oracle import SyntheticRequests, oracle_predictive, synthetic_requests
+and their evaluation (parameter R^2, quantile calibration).
 
-__all__ = ["BASE_FEATURES", "DEFAULT_QUANTILES", "LogTPredictive", "LogTRegression", "ParameterR2",
-           "RankedPrediction", "SyntheticRequests", "calibration_table", "design_matrix", "fit_logt_regression",
-           "holdout_indices", "oracle_predictive", "parameter_r2", "r2_score", "ranking_scores", "synthetic_requests"]
+Names load on first use (:mod:`kvlab._lazy`): the per-request distribution does not import the
+regression's optimiser.
+"""
+from .._lazy import attach as _attach
+
+__getattr__, __dir__, __all__ = _attach(__name__, {
+    "LogTPredictive": "distribution",
+    **dict.fromkeys(["DEFAULT_QUANTILES", "ParameterR2", "calibration_table", "holdout_indices", "parameter_r2",
+                     "r2_score"], "evaluate"),
+    **dict.fromkeys(["BASE_FEATURES", "LogTRegression", "design_matrix", "fit_logt_regression"], "logt_regression"),
+    **dict.fromkeys(["RankedPrediction", "ranking_scores"], "ltr"),
+    **dict.fromkeys(["SyntheticRequests", "oracle_predictive", "synthetic_requests"], "oracle"),
+})
