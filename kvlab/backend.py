@@ -4,7 +4,10 @@ kvlab's array code is written once against an array module ``xp``. This module p
 
 * ``KVLAB_BACKEND=numpy`` (or no CuPy / no usable device under ``auto``): NumPy;
 * ``KVLAB_BACKEND=cupy``: CuPy, and an error if CuPy is missing or has no usable device;
-* ``KVLAB_BACKEND=auto`` (default): CuPy when ``cupy.is_available()`` is true, else NumPy.
+* ``KVLAB_BACKEND=auto`` (default): CuPy when ``cupy.is_available()`` is true, else NumPy;
+* ``KVLAB_BACKEND=strict`` (tests): NumPy behind CuPy's rules (:mod:`kvlab._strict`): arrays that
+  refuse implicit conversion to NumPy and mixing with host arrays, so CI catches code that would
+  fail on a GPU without one.
 
 Random inputs are always drawn on the host with a seeded ``numpy.random.Generator`` and then
 moved with :func:`asarray`, so NumPy and CuPy runs see identical inputs.
@@ -17,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-BACKENDS = ("numpy", "cupy", "auto")
+BACKENDS = ("numpy", "cupy", "strict", "auto")
 ENV_VAR = "KVLAB_BACKEND"
 
 
@@ -57,6 +60,9 @@ def get_xp(name: str | None = None) -> ModuleType:
                          f"(set by argument or the {ENV_VAR} environment variable)")
     if key == "numpy":
         return np
+    if key == "strict":
+        from ._strict import strict  # noqa: PLC0415  (tests only: not loaded otherwise)
+        return strict
     if key == "cupy":
         cupy = _import_cupy()
         if not cupy_usable():
@@ -67,22 +73,36 @@ def get_xp(name: str | None = None) -> ModuleType:
 
 
 def backend_name(xp: ModuleType) -> str:
-    """``'numpy'`` or ``'cupy'`` for an array module."""
-    return "cupy" if xp.__name__.startswith("cupy") else "numpy"
+    """``'numpy'``, ``'cupy'`` or ``'strict'`` for an array module."""
+    if xp.__name__.startswith("cupy"):
+        return "cupy"
+    return "strict" if xp.__name__ == "kvlab.strict" else "numpy"
 
 
 def array_namespace(*arrays: Any) -> ModuleType:
-    """The array module of ``arrays``: CuPy if they are CuPy arrays, else NumPy.
+    """The array module of ``arrays``: CuPy (or the strict stand-in) for device arrays, else NumPy.
 
-    Raises ``TypeError`` when NumPy and CuPy arrays are mixed (they live on different devices).
+    Raises ``TypeError`` when host (NumPy) arrays are mixed with device arrays. NumPy scalars and
+    Python numbers go with either.
     """
-    kinds = {type(a).__module__.split(".")[0] for a in arrays if hasattr(a, "__array_namespace__")
-             or type(a).__module__.split(".")[0] in ("numpy", "cupy")}
-    kinds.discard("builtins")
-    if "cupy" in kinds and "numpy" in kinds:
-        raise TypeError("arrays on different devices: NumPy (host) and CuPy (GPU) arrays were mixed; "
+    kinds = set()
+    for a in arrays:
+        if type(a).__module__.split(".")[0] == "cupy":
+            kinds.add("cupy")
+        elif _is_strict(a):
+            kinds.add("strict")
+        elif isinstance(a, np.ndarray):
+            kinds.add("numpy")
+    if len(kinds) > 1:
+        raise TypeError(f"arrays on different devices: {' and '.join(sorted(kinds))} arrays were mixed; "
                         "move them with kvlab.backend.asarray or to_numpy first")
-    return _import_cupy() if "cupy" in kinds else np
+    if "cupy" in kinds:
+        return _import_cupy()
+    return get_xp("strict") if "strict" in kinds else np
+
+
+def _is_strict(a: Any) -> bool:
+    return type(a).__module__ == "kvlab._strict"
 
 
 def asarray(a: Any, xp: ModuleType, dtype: Any = None) -> Any:
@@ -91,7 +111,7 @@ def asarray(a: Any, xp: ModuleType, dtype: Any = None) -> Any:
 
 
 def to_numpy(a: Any) -> np.ndarray:
-    """``a`` as a NumPy array (``.get()`` for CuPy arrays, a no-op view for NumPy)."""
-    if type(a).__module__.split(".")[0] == "cupy":
+    """``a`` as a NumPy array (``.get()`` for device arrays, a no-op view for NumPy)."""
+    if type(a).__module__.split(".")[0] == "cupy" or _is_strict(a):
         return a.get()
     return np.asarray(a)

@@ -18,6 +18,10 @@ settings.register_profile("kvlab", deadline=None, suppress_health_check=[HealthC
 settings.load_profile("kvlab")
 
 _HAS_GPU = cupy_usable()
+# The device side of the xp fixture: CuPy on a GPU, else the strict stand-in for CuPy's rules when
+# the run asks for it (KVLAB_BACKEND=strict, the step of .ci/run after the README's command).
+_DEVICE = "cupy" if _HAS_GPU else "strict" if os.environ.get("KVLAB_BACKEND", "").strip().lower() == "strict" \
+    else None
 
 
 def pytest_collection_modifyitems(config, items):
@@ -67,11 +71,24 @@ def _check_summary_card(name: str, results: dict, folder) -> None:
         assert f'src="{html.escape(figures[0])}"' in page
 
 
-@pytest.fixture(params=["numpy", "cupy"])
+@pytest.fixture(params=["numpy", "device"])
 def xp(request):
-    """The array module, parametrised over NumPy and (when a GPU is usable) CuPy."""
+    """The array module: NumPy, and the device's (CuPy on a GPU, or the strict stand-in under
+    KVLAB_BACKEND=strict; skipped otherwise)."""
     from kvlab.backend import get_xp
 
-    if request.param == "cupy" and not _HAS_GPU:
-        pytest.skip("needs CuPy with a usable CUDA device")
-    return get_xp(request.param)
+    if request.param == "numpy":
+        return get_xp("numpy")
+    if _DEVICE is None:
+        pytest.skip("needs CuPy with a usable CUDA device (or KVLAB_BACKEND=strict for the stand-in)")
+    return get_xp(_DEVICE)
+
+
+@pytest.fixture
+def device_xp():
+    """The device's array module alone (CuPy on a GPU, or the strict stand-in; skipped otherwise)."""
+    from kvlab.backend import get_xp
+
+    if _DEVICE is None:
+        pytest.skip("needs CuPy with a usable CUDA device (or KVLAB_BACKEND=strict for the stand-in)")
+    return get_xp(_DEVICE)

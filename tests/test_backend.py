@@ -10,7 +10,7 @@ def test_numpy_by_name():
 
 
 def test_unknown_backend_lists_choices():
-    with pytest.raises(ValueError, match="numpy, cupy, auto"):
+    with pytest.raises(ValueError, match="numpy, cupy, strict, auto"):
         backend.get_xp("jax")
 
 

@@ -154,17 +154,15 @@ def test_unknown_engine_is_a_value_error():
         simulate(w, "vllm", model="Llama-2-7B", gpu="A100-80GB-SXM", engine="turbo")
 
 
-@pytest.mark.gpu
-def test_cupy_and_numpy_runs_are_identical():
-    """Same seeded inputs on CuPy and NumPy: identical tables (integers and times)."""
-    from kvlab.backend import get_xp
-
+def test_device_and_numpy_runs_are_identical(device_xp):
+    """Same seeded inputs on the device (CuPy, or the strict stand-in for its rules) and NumPy:
+    identical tables (integers and times)."""
     policy_keys = ("max_model_len", "cap_tokens", "queue_order", "watermark_frac")
     for seed in range(48):
         w, policy, kw = random_case(seed)
         out = w["output_tokens"].to_numpy()
         tables = []
-        for xp in (np, get_xp("cupy")):
+        for xp in (np, device_xp):
             pol = create_policy(policy, **{k: v for k, v in kw.items() if k in policy_keys})
             pol.bind(output_tokens=out, max_new_tokens=kw["max_new_tokens"], block_size=kw["block_size"],
                      num_pages=kw["pool_pages"], seed=kw["seed"])
