@@ -343,3 +343,34 @@ def percentiles(values: Any, name: str = "percentiles") -> list[float]:
     if not out:
         raise ValueError(f"{name} must name at least one percentile")
     return out
+
+
+def read_text_file(path: Any, what: str) -> str:
+    """A small text file the user names (a config, parameter or profile file) as ``str``.
+
+    UTF-8 with or without a byte-order mark, or UTF-16/32 with one; anything else, a folder, a
+    missing or unreadable file is a ``ValueError`` naming ``what`` and the file.
+    """
+    import codecs  # noqa: PLC0415
+    import os  # noqa: PLC0415
+
+    try:
+        if os.path.isdir(path):
+            raise ValueError(f"{what} {path} is a directory, not a file")
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        raise ValueError(f"{what} {path} does not exist") from None
+    except OSError as exc:
+        raise ValueError(f"{what} {path} cannot be read: {exc.strerror or exc}") from None
+    for bom, enc in ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
+                     (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")):
+        if data.startswith(bom):
+            break
+    else:
+        enc = "utf-8"
+    try:
+        return data.decode(enc)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{what} {path} is not {enc.upper()} text (byte 0x{data[exc.start]:02x} at offset "
+                         f"{exc.start}); save it as UTF-8") from None

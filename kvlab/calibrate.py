@@ -38,7 +38,7 @@ def _table(data: pd.DataFrame | str | os.PathLike, columns: tuple[str, ...], wha
     if isinstance(data, (str, os.PathLike)):
         try:
             data = pd.read_csv(data)
-        except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        except (OSError, ValueError, UnicodeError) as exc:  # parser errors are ValueErrors
             raise ValueError(f"{what} file {os.fspath(data)!r} cannot be read as CSV: {exc}") from None
     if not isinstance(data, pd.DataFrame):
         raise ValueError(f"{what} must be a DataFrame or a CSV path, got {type(data).__name__}")

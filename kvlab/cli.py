@@ -14,7 +14,6 @@ import os
 import signal
 import sys
 import warnings
-from pathlib import Path
 from typing import Sequence
 
 import yaml
@@ -55,15 +54,12 @@ def _parse_value(text: str, name: str = "given with -p"):
 
 
 def _load_params_file(path: str) -> dict:
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"parameter file {path} {'is not a file' if p.exists() else 'does not exist'}")
+    from ._validate import read_text_file  # noqa: PLC0415
+
     try:
-        data = yaml.load(p.read_text(encoding="utf-8"), Loader=_Loader) or {}  # noqa: S506
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ValueError(f"parameter file {path} is not valid UTF-8 YAML: {' '.join(str(exc).split())}") from None
-    except OSError as exc:
-        raise ValueError(f"parameter file {path} cannot be read: {exc.strerror}") from None
+        data = yaml.load(read_text_file(path, "parameter file"), Loader=_Loader) or {}  # noqa: S506
+    except yaml.YAMLError as exc:
+        raise ValueError(f"parameter file {path} is not valid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(data, dict):
         raise ValueError(f"parameter file {path} must hold a mapping of name: value "
                          f"(or notebook: {{name: value}}), got {type(data).__name__}")

@@ -32,6 +32,8 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ._validate import read_text_file
+
 #: ``model_type`` values :func:`shapes_from_config` reads.
 MODEL_TYPES = ("llama", "mistral", "qwen2", "gemma2", "phi3", "mixtral", "deepseek_v3", "opt", "falcon", "gptj")
 
@@ -48,9 +50,11 @@ def load_config(path_or_dict: str | os.PathLike | Mapping[str, Any]) -> dict[str
     if not path.is_file():
         raise ValueError(f"config file {path} does not exist")
     try:
-        raw = json.loads(path.read_text())
+        raw = json.loads(read_text_file(path, "config file"))
     except json.JSONDecodeError as exc:
         raise ValueError(f"config file {path} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"config file {path} is JSON nested too deeply to be a model config") from None
     if not isinstance(raw, dict):
         raise ValueError(f"config file {path} must hold a JSON object, got {type(raw).__name__}")
     return raw

@@ -246,6 +246,26 @@ def test_5_directories_and_non_files(tmp_path):
         traces.load(tmp_path / "fifo.csv")
 
 
+def test_5_other_user_files_name_the_file(tmp_path):
+    from kvlab.cli import _load_params_file
+    from kvlab.hf_config import load_config
+    from kvlab.lengths.profiles import read_profile
+
+    deep = _write(tmp_path, "config.json", "[" * 5000 + "]" * 5000)
+    with pytest.raises(ValueError, match=r"config\.json is JSON nested too deeply"):
+        load_config(deep)
+    latin = _write(tmp_path, "p.yaml", "model: caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"parameter file .*p\.yaml is not UTF-8 text \(byte 0xe9"):
+        _load_params_file(str(latin))
+    with pytest.raises(ValueError, match=r"profile file .*p\.yaml is not UTF-8 text"):
+        read_profile(latin)
+    (tmp_path / "d.yaml").mkdir()
+    with pytest.raises(ValueError, match=r"parameter file .*d\.yaml is a directory"):
+        _load_params_file(str(tmp_path / "d.yaml"))
+    u16 = _write(tmp_path, "u.yaml", "model: x\n".encode("utf-16"))
+    assert _load_params_file(str(u16)) == {"model": "x"}
+
+
 # ------------------------------------------------------------------ 6. the CLI
 def _cli(capsys, *args):
     status = main(list(args))

@@ -287,7 +287,10 @@ def read_profile(path: str | Path, name: str | None = None) -> Profile:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"profile file {path} does not exist")
-    raw = yaml.safe_load(path.read_text())
+    try:
+        raw = yaml.safe_load(v.read_text_file(path, "profile file"))
+    except yaml.YAMLError as exc:
+        raise ValueError(f"profile file {path} is not valid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(raw, dict):
         raise ValueError(f"profile file {path}: expected a mapping at the top level")
     for key in ("source", "prompt", "output"):
