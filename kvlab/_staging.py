@@ -6,6 +6,8 @@
   into the same folder fails at once (``ValueError``) instead of after doing all the work;
 - it builds the output in ``.<name>.partial-*`` beside the destination and renames it into place
   only when the body finished without an exception;
+- staging folders of earlier runs into the same destination that were killed outright (SIGKILL,
+  power loss) are removed once the lock is held: no live run can be using them;
 - on an exception, on SIGINT and on SIGTERM it removes the staging folder and kills the process
   groups of the child processes that lead their own group. Jupyter kernels are such children
   (``jupyter_client`` starts each one in a new session), so a kernel and everything it started
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import os
 import shutil
 import signal
@@ -173,6 +176,8 @@ def staged_folder(dest: str | os.PathLike) -> Iterator[Path]:
             raise _output_error(dest, exc) from None
         if dest.exists():  # a run that held the lock before us has finished
             raise ValueError(f"output folder {dest} already exists; choose another --out")
+        for stale in dest.parent.glob(f".{glob.escape(dest.name)}.partial-*"):  # left by a killed run (SIGKILL):
+            shutil.rmtree(stale, ignore_errors=True)                           # no live run holds the lock
         groups: set[int] = set()
         with _raise_on_signals(groups):
             try:

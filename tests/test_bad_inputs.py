@@ -288,6 +288,29 @@ def test_6_a_bad_trace_is_one_line_and_exit_2(tmp_path, capsys, make, match):
     assert str(trace) in err
 
 
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_an_unreadable_trace_is_a_valueerror_naming_it(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("num_prefill_tokens,num_decode_tokens\n1,2\n")
+    p.chmod(0)
+    try:
+        with pytest.raises(ValueError, match=r"t\.csv: cannot be read as a trace \(PermissionError"):
+            traces.load(p)
+    finally:
+        p.chmod(0o644)
+
+
+
+def test_6_any_os_error_while_reading_a_trace_names_it(tmp_path, monkeypatch):
+    """As root (CI) no mode makes a file unreadable: the reader itself is made to fail."""
+    p = _write(tmp_path, "t.csv", _csv(GOOD_ROWS))
+
+    def eio(*a, **k):
+        raise OSError(5, "Input/output error")
+    monkeypatch.setattr(traces, "_open_binary", eio)
+    with pytest.raises(ValueError, match=r"t\.csv: cannot be read as a trace \(OSError: Input/output error\)"):
+        traces.load(p)
+
 def test_6_an_unexpected_failure_is_one_line_and_exit_1(tmp_path, capsys, monkeypatch):
     import kvlab.traces
 

@@ -164,3 +164,15 @@ def test_a_yaml_date_parameter_stays_a_string(tmp_path):
     assert _load_params_file(str(params)) == {"tags": ["2024-01-02"]}
     with pytest.raises(ValueError, match="must be a string, number"):
         _parse_value("!!binary aGk=")
+
+
+def test_a_killed_runs_staging_folder_is_removed_by_the_next_run(tmp_path):
+    stale = tmp_path / ".run.partial-abc123"  # what SIGKILL (which no handler sees) leaves
+    stale.mkdir()
+    (stale / "01_x.ipynb").write_text("{}")
+    other = tmp_path / ".other.partial-abc123"  # another destination's: not ours to touch
+    other.mkdir()
+    with _staging.staged_folder(tmp_path / "run") as staging:
+        (staging / "index.html").write_text("ok")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.partial-abc123", "run"]
+
