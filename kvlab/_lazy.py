@@ -46,7 +46,7 @@ def attach(package: str, attributes: Mapping[str, str],
     module._function_over_module = frozenset(name for name, where in attributes.items() if name == where)
     module.__class__ = _Package
 
-    def __getattr__(name: str) -> object:
+    def module_getattr(name: str) -> object:
         if name in attributes:
             value = getattr(importlib.import_module(f"{package}.{attributes[name]}"), name)
         elif name in submodules:
@@ -56,7 +56,7 @@ def attach(package: str, attributes: Mapping[str, str],
         vars(module)[name] = value
         return value
 
-    def __dir__() -> list[str]:
+    def module_dir() -> list[str]:
         return sorted(set(names) | {n for n in vars(module) if not n.startswith("_")})
 
-    return __getattr__, __dir__, names
+    return module_getattr, module_dir, names

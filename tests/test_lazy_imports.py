@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+import kvlab
+
 
 def _run(code: str) -> str:
     return subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip()
@@ -29,7 +31,6 @@ def test_simulate_needs_no_scipy_stats_and_functions_named_like_their_submodule_
 
 
 def test_every_public_name_resolves_and_unknown_names_raise():
-    import kvlab
     assert "simulate" in dir(kvlab) and "studies" in kvlab.__all__
     for name in ("simulate", "crossover", "SLO", "Recommendation", "studies", "swap"):
         assert getattr(kvlab, name) is not None
