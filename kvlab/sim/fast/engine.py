@@ -97,6 +97,7 @@ class FastEngine:
                 continue
             if lazy is not None and wait_iterations == 0 and not self.swapped and not self.waiting.front:
                 if lazy.run():
+                    wait_iterations = 1  # the iteration it stopped before runs on the arrays
                     continue
                 wait_iterations = LAZY_RETRY_ITERATIONS
             wait_iterations = max(wait_iterations - 1, 0)
