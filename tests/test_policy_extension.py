@@ -114,3 +114,19 @@ def test_policy_instance_with_parameters_is_a_value_error():
     w = pd.DataFrame({"prompt_tokens": [4], "output_tokens": [2]})
     with pytest.raises(ValueError, match="policy parameters"):
         simulate(w, HalfHeadroom(), model="Llama-2-7B", gpu="A100-80GB-SXM", watermark_frac=0.1)
+
+
+def test_the_simulator_never_names_a_policy_class():
+    """The engines ask the policy for its rules and traits; no source file under kvlab/sim names a
+    registered policy class or imports a policy module other than the package itself."""
+    import re
+    from pathlib import Path
+
+    import kvlab.sim
+    from kvlab.policies import policy_class
+
+    names = {policy_class(n).__name__ for n in policy_names()}
+    for path in Path(kvlab.sim.__file__).parent.rglob("*.py"):
+        text = path.read_text()
+        assert not re.search(r"policies\.\w+ import", text), path
+        assert not {n for n in names if re.search(rf"\b{n}\b", text)}, path
