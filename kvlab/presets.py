@@ -200,3 +200,158 @@ def paper_claims(comparison: pd.DataFrame, *, rel_tol: float = 0.25) -> pd.DataF
                                  f"({p.model}, {p.num_gpus} x {p.gpu}, TP{p.tp}-PP{p.pp})", p.source,
                                  p.paper_capacity_gain, float(best["gain"]), rel_tol=rel_tol, note="; ".join(why)))
     return _claims.table(out)
+
+
+# ---------------------------------------------------------------------------------- other sources' set-ups
+@dataclass(frozen=True, kw_only=True)
+class SourceSetup:
+    """The set-up a published claim was measured in, and how kvlab runs it (``data/presets.yaml``).
+
+    Attributes
+    ----------
+    name, source : str
+    model, gpu : str
+        Catalogue names (:mod:`kvlab.specs`).
+    tp, pp : int
+    profile : str
+        Shipped length profile standing for the source's workload.
+    trace : str
+        Key of the shipped trace table (read from ``../shared/data/traces`` when present), or "".
+    scheduler : str
+        ``prefill_first`` or ``chunked``, with ``max_num_batched_tokens`` (tokens per iteration)
+        and ``max_num_seqs`` (requests).
+    max_model_len : int
+        Maximum sequence length (tokens, prompt + output).
+    block_size : int
+        Tokens per KV page.
+    workload, metric, slo : str
+        In words, as the source states them.
+    stated : dict
+        The source's own words for fields where kvlab runs a stand-in.
+    missing : str
+        What kvlab lacks to run the source's set-up ("" when it runs it).
+    """
+
+    name: str
+    source: str
+    model: str
+    gpu: str
+    tp: int
+    pp: int
+    profile: str
+    trace: str
+    scheduler: str
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    max_model_len: int
+    block_size: int
+    workload: str
+    metric: str
+    slo: str
+    stated: dict[str, Any]
+    missing: str
+
+    @property
+    def reproducible(self) -> bool:
+        """Whether kvlab runs the source's own set-up (nothing missing)."""
+        return not self.missing
+
+    def source_setup(self, **changes: Any) -> _claims.SetUp:
+        """The set-up as the source states it (for the claims table)."""
+        fields = dict(model=self.model, gpu=self.gpu, tp=self.tp, pp=self.pp, workload=self.workload,
+                      scheduler=self.scheduler_words(), metric=self.metric, slo=self.slo)
+        return _claims.SetUp(**{**fields, **self.stated, **changes})
+
+    def kvlab_setup(self, *, cost_model: str = "", workload: str | None = None, **changes: Any) -> _claims.SetUp:
+        """The set-up kvlab runs (model, GPU, workload as loaded, scheduler; ``changes`` override)."""
+        wl = workload if workload is not None else (f"profile {self.profile}" if self.profile else "")
+        fields = dict(model=self.model, gpu=self.gpu, tp=self.tp, pp=self.pp, workload=wl,
+                      scheduler=self.scheduler_words(), metric=self.metric, slo=self.slo)
+        if cost_model:
+            fields["metric"] = f"{fields['metric']}; cost model {cost_model}"
+        return _claims.SetUp(**{**fields, **changes})
+
+    def scheduler_words(self) -> str:
+        """The scheduler and its limits in words."""
+        kind = "prefill-first (vLLM v0)" if self.scheduler == "prefill_first" else "chunked prefill"
+        return (f"{kind}, {self.max_num_batched_tokens:,} tokens per iteration, at most {self.max_num_seqs} "
+                f"requests, max sequence {self.max_model_len:,} tokens, block {self.block_size}")
+
+    def simulate_kw(self) -> dict[str, Any]:
+        """:func:`kvlab.simulate` keywords of the set-up (model, GPU, TP, scheduler and its limits)."""
+        if self.pp != 1:
+            raise ValueError(f"set-up {self.name} has pp={self.pp}: simulate it through kvlab.capacity")
+        return dict(model=self.model, gpu=self.gpu, tp=self.tp, scheduler=self.scheduler,
+                    max_num_batched_tokens=self.max_num_batched_tokens, max_num_seqs=self.max_num_seqs,
+                    block_size=self.block_size)
+
+    def config(self, policy: str = "vllm", *, cost_model: Any = None, **changes: Any) -> ServingConfig:
+        """A :class:`kvlab.capacity.ServingConfig` of the set-up serving ``policy``."""
+        base = ServingConfig(model=self.model, gpu=self.gpu, tp=self.tp, pp=self.pp, scheduler=self.scheduler,
+                             max_num_batched_tokens=self.max_num_batched_tokens, max_num_seqs=self.max_num_seqs,
+                             block_size=self.block_size, policy=policy, cost_model=cost_model)
+        return replace(base, **changes)
+
+
+@lru_cache(maxsize=1)
+def _load_setups() -> dict[str, SourceSetup]:
+    raw = yaml.safe_load(PRESET_FILE.read_text())
+    out = {}
+    for name, s in raw["setups"].items():
+        out[name] = SourceSetup(name=name, source=str(s["source"]), model=s["model"], gpu=s["gpu"], tp=int(s["tp"]),
+                                pp=int(s["pp"]), profile=str(s.get("profile", "")), trace=str(s.get("trace", "")),
+                                scheduler=v.choice(s["scheduler"], f"setups.{name}.scheduler", SCHEDULERS),
+                                max_num_batched_tokens=int(s["max_num_batched_tokens"]),
+                                max_num_seqs=int(s["max_num_seqs"]), max_model_len=int(s["max_model_len"]),
+                                block_size=int(s["block_size"]), workload=str(s["workload"]), metric=str(s["metric"]),
+                                slo=str(s.get("slo", "")), stated=dict(s.get("stated", {})),
+                                missing=str(s.get("missing", "")))
+    return out
+
+
+def setup_names() -> list[str]:
+    """Names of the shipped source set-ups."""
+    return list(_load_setups())
+
+
+def source_setup(name: str) -> SourceSetup:
+    """The source set-up ``name``; ``ValueError`` listing the set-ups for an unknown one."""
+    return _load_setups()[v.choice(name, "setup", setup_names())]
+
+
+#: Where the shared traces live, relative to the repository root (CI has them at the same place).
+SHARED_TRACES = Path("..") / "shared" / "data" / "traces"
+
+
+@lru_cache(maxsize=1)
+def _traces() -> dict[str, dict[str, str]]:
+    return {k: {kk: str(vv) for kk, vv in t.items()} for k, t in yaml.safe_load(PRESET_FILE.read_text())["traces"].items()}
+
+
+def trace_names() -> list[str]:
+    """Keys of the traces the presets name (``chat``, ``arxiv``)."""
+    return list(_traces())
+
+
+def trace_workload(name: str, *, trace_dir: str | Path | None = None) -> tuple[str, str]:
+    """What stands for the trace ``name``: the file under ``trace_dir`` when present, else its profile.
+
+    Parameters
+    ----------
+    name : str
+        A key of :func:`trace_names`.
+    trace_dir : path, optional
+        Folder of the shared traces; default ``../shared/data/traces`` from the repository root.
+
+    Returns
+    -------
+    (str, str)
+        The workload to pass to :func:`kvlab.capacity.capacity` (a file path or a profile name)
+        and a line saying which it is.
+    """
+    t = _traces()[v.choice(name, "trace", trace_names())]
+    folder = Path(trace_dir) if trace_dir is not None else DATA_DIR.parent / SHARED_TRACES
+    path = folder / t["file"]
+    if path.is_file():
+        return str(path), f"trace {t['file']} ({t['source']})"
+    return t["profile"], f"profile {t['profile']} fitted to {t['file']} (the file is not at {folder})"

@@ -75,12 +75,6 @@ def overflow_study(workload: pd.DataFrame, *, reserve_tokens: int, max_new_token
     return pd.DataFrame(rows)
 
 
-def _in_range(claim: str, source: str, low: float, high: float, value: float, note: str) -> _claims.Claim:
-    verdict = "holds" if low <= value <= high else f"differs ({value:.2g}x outside {low}-{high}x); {note}"
-    return _claims.Claim(claim=claim, source=source, claimed=f"{low}-{high}x", kvlab_value=f"{value:.2f}x",
-                         verdict=verdict)
-
-
 def decode_scaling(iterations: pd.DataFrame) -> tuple[float, float]:
     """Slope and correlation of log(decode tokens/s) on log(batch size) over decode-only iterations.
 
@@ -95,9 +89,13 @@ def decode_scaling(iterations: pd.DataFrame) -> tuple[float, float]:
     return float(fit.slope), float(fit.rvalue)
 
 
-def policy_claims(sweep: pd.DataFrame, overflow: pd.DataFrame, capacity_qps: dict[str, float],
-                  iterations: pd.DataFrame) -> pd.DataFrame:
-    """Notebook 04's claims table, every value computed from the simulations passed in.
+def policy_claims(sweep: pd.DataFrame, overflow: pd.DataFrame, iterations: pd.DataFrame, *,
+                  kvlab_setup: _claims.SetUp | str = "", cost_model: str = "") -> pd.DataFrame:
+    """The brief's claims of notebook 04, every value computed from the simulations passed in.
+
+    The brief states these for serving in general, not for one set-up; kvlab checks them in the
+    set-up it ran (``kvlab_setup``), under the cost model that ran (``cost_model``: its value
+    goes in that column). The vLLM paper's capacity claims are :mod:`kvlab.studies.vllm_paper`'s.
 
     Parameters
     ----------
@@ -105,41 +103,35 @@ def policy_claims(sweep: pd.DataFrame, overflow: pd.DataFrame, capacity_qps: dic
         :func:`policy_sweep` output (must include ``reserve_max`` at two or more caps).
     overflow : DataFrame
         :func:`overflow_study` output (with a ``tgi`` recompute row).
-    capacity_qps : dict
-        :func:`kvlab.capacity` under a normalized-latency SLO for ``vllm``, ``orca_oracle`` and
-        ``orca_max`` (requests/s).
     iterations : DataFrame
         The per-iteration table of one run (for :func:`decode_scaling`).
+    kvlab_setup : SetUp or str
+        The set-up the runs used.
+    cost_model : {"roofline", "measured", ""}
+        The cost model the runs used ("" for a figure no cost model enters).
     """
+    def val(x: float) -> float | dict[str, float]:
+        return {cost_model: x} if cost_model else x
+    brief = "the brief's serving in general"
+    kw = dict(source_setup=brief, kvlab_setup=kvlab_setup)
     # 1. decode throughput vs batch size.
     slope, r = decode_scaling(iterations)
     c1 = _claims.close("Throughput grows about linearly with batch size (decode tokens/s vs batch, log-log slope)",
-                       "brief section 2", 1.0, slope, rel_tol=0.25,
-                       note=f"r = {r:.2f}; below 1 as the KV read grows with the batch (roofline memory time)")
+                       "brief section 2", 1.0, val(slope), rel_tol=0.25,
+                       note=f"r = {r:.2f}; below 1 as the KV read grows with the batch", **kw)
     # 2. TTFT rises with max_new_tokens under reserve-to-max.
     rm = sweep[sweep["policy"] == "reserve_max"].sort_values("max_new_tokens")
     ratio = float(rm["ttft_p50_s"].iloc[-1] / rm["ttft_p50_s"].iloc[0])
     c2 = _claims.at_least(
         f"A large max_new_tokens raises TTFT through queueing (reserve_max p50 TTFT, "
         f"{int(rm['max_new_tokens'].iloc[-1])} vs {int(rm['max_new_tokens'].iloc[0])} tokens)",
-        "brief section 2", 2.0, ratio, note="ratio of p50 TTFT")
+        "brief section 2", 2.0, val(ratio), note="ratio of p50 TTFT", **kw)
     # 3. preemption concentrates in the tail.
     rec = overflow[(overflow["policy"] == "tgi") & (overflow["preemption_mode"] == "recompute")].iloc[0]
     base = overflow[overflow["policy"] == "reserve_max"].iloc[0]
     c3 = _claims.at_least(
         "Preemption concentrates in the tail (share of preempted requests above the p90 latency)",
-        "brief section 4", 0.5, float(rec["tail_share"]),
+        "brief section 4", 0.5, val(float(rec["tail_share"])),
         note=f"random would give 0.1; recompute vs truncating at the reservation: p50 x{rec['e2e_p50_s'] / base['e2e_p50_s']:.2f}, "
-             f"p99 x{rec['e2e_p99_s'] / base['e2e_p99_s']:.2f}")
-    # 4. capacity ratios of the vLLM paper.
-    source = "vLLM paper (SOSP'23), Fig. 12 (OPT-13B, ShareGPT)"
-    ratio_oracle = capacity_qps["vllm"] / capacity_qps["orca_oracle"]
-    c4 = _in_range("vLLM sustains 1.7-2.7x the request rate of Orca (Oracle)", source, 1.7, 2.7, ratio_oracle,
-                   "Orca (Oracle) wastes only the not-yet-generated part of each true length, a small share "
-                   "of the pool when outputs are short next to prompts; kvlab also has no buddy-allocator "
-                   "fragmentation and no beam/parallel sampling, two of the paper's sources of gain")
-    ratio_max = capacity_qps["vllm"] / capacity_qps["orca_max"]
-    c5 = _in_range("vLLM sustains 2.7-8x the request rate of Orca (Max)", source, 2.7, 8.0, ratio_max,
-                   "Orca (Max) holds max_model_len tokens per request whatever it generates: the shorter the "
-                   "workload's requests, the larger vLLM's advantage")
-    return _claims.table([c1, c2, c3, c4, c5])
+             f"p99 x{rec['e2e_p99_s'] / base['e2e_p99_s']:.2f}", **kw)
+    return _claims.table([c1, c2, c3])

@@ -1,0 +1,210 @@
+"""The vLLM paper's comparison with the Orca baselines, run in the paper's own set-up (notebook 04).
+
+Kwon et al. (SOSP'23) serve ShareGPT requests arriving as a Poisson process and plot normalized
+latency (mean over requests of end-to-end latency / output tokens) against the request rate
+(Fig. 12); a system's capacity is the rate where that curve turns up. vLLM sustains 1.7-2.7x the
+rate of Orca (Oracle) and 2.7-8x that of Orca (Max) "while maintaining similar latencies"
+(section 6.2), and batches 2.2x the requests of Orca (Oracle) at 2 requests/s (Fig. 13a).
+
+kvlab runs the set-up of :func:`kvlab.presets.source_setup` (``vllm-sosp23-opt-13b``: OPT-13B on
+one A100-40GB, vLLM 0.1's prefill-first scheduler with its 2,560-token batch limit, maximum
+sequence 2,048 tokens, the vLLM-paper ShareGPT profile) and, like the paper's benchmark, drops
+requests longer than the maximum sequence length. :func:`latency_curves` simulates each policy
+over a grid of rates (one curve per policy and cost model, the key figure);
+:func:`rate_at_latency` reads the largest rate whose normalized latency stays within a bound
+(linear interpolation in log rate between the last grid rate within it and the first beyond),
+so several bounds are read off one set of runs.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .. import _validate as v
+from .. import claims as _claims
+from ..costmodel import has_measurements
+from ..lengths import profile as _profile
+from ..presets import SourceSetup, source_setup
+from ..reservation import pool_pages
+from ..sim import simulate
+
+#: The policies of the paper's Fig. 12 (Orca's three reservation variants and vLLM).
+POLICIES = ("vllm", "orca_oracle", "orca_pow2", "orca_max")
+#: The claims' source, as the rows cite it.
+SOURCE = "Kwon et al., vLLM (SOSP'23)"
+#: The paper's Table 1: KV cache slots (tokens) of OPT-13B / 66B / 175B on their GPUs.
+TABLE1_KV_SLOTS = {"vllm-sosp23-opt-13b": 15_700, "vllm-sosp23-opt-66b": 9_700}
+
+
+def paper_requests(setup: SourceSetup, num_requests: int, *, seed: int = 0,
+                   workload: pd.DataFrame | None = None) -> tuple[pd.DataFrame, int]:
+    """``num_requests`` requests of the set-up's profile (or of ``workload``) within its maximum sequence length.
+
+    As the paper's benchmark does, requests with prompt + output beyond ``setup.max_model_len``
+    are dropped (more are drawn to make up the number). Returns the requests and how many were
+    dropped per ``num_requests`` kept (on the last draw).
+    """
+    num_requests = v.positive_int(num_requests, "num_requests")
+    if workload is None:
+        draw = _profile(setup.profile).sample(4 * num_requests, seed=seed)
+    else:
+        v.require_columns(workload, ("prompt_tokens", "output_tokens"), "workload")
+        draw = workload
+    fits = ((draw["prompt_tokens"] + draw["output_tokens"]) <= setup.max_model_len).to_numpy()
+    where = np.flatnonzero(fits)
+    if where.size < num_requests:
+        raise ValueError(f"only {where.size} of the requests fit the {setup.max_model_len}-token maximum sequence "
+                         f"length; need num_requests={num_requests}")
+    kept = draw.iloc[where[:num_requests]].reset_index(drop=True)[["prompt_tokens", "output_tokens"]]
+    return kept, int(where[num_requests - 1] + 1 - num_requests)
+
+
+def cost_models_for(gpu: str, cost_models: Sequence[str]) -> list[str]:
+    """The cost models that can run on ``gpu``: ``measured`` only where the GPU has measurements."""
+    return [c for c in cost_models if c != "measured" or has_measurements(gpu)]
+
+
+def latency_curves(requests: pd.DataFrame, setup: SourceSetup, qps_grid: Sequence[float], *,
+                   policies: Sequence[str] = POLICIES, cost_models: Sequence[str] = ("roofline", "measured"),
+                   stop_at_s_per_token: float | None = 2.0, seed: int = 0, engine: str = "fast") -> pd.DataFrame:
+    """Normalized latency against request rate, per policy and cost model (the paper's Fig. 12).
+
+    Parameters
+    ----------
+    requests : DataFrame
+        ``prompt_tokens``, ``output_tokens`` (:func:`paper_requests`).
+    setup : SourceSetup
+        Model, GPU, scheduler and maximum sequence length (Orca (Max) reserves it).
+    qps_grid : sequence of float
+        Request rates (requests/s), run in increasing order.
+    policies : sequence of str
+    cost_models : sequence of {"roofline", "measured"}
+        ``measured`` is skipped on a GPU without measurements (:func:`cost_models_for`).
+    stop_at_s_per_token : float or None
+        Stop a curve after the first rate whose normalized latency exceeds this (the queue only
+        grows at higher rates; skipping them saves the slowest runs).
+    seed : int
+        Seed of the Poisson arrivals.
+
+    Returns
+    -------
+    DataFrame
+        One row per run: ``cost_model``, ``policy``, ``qps``, ``normalized_latency_s_per_token``,
+        ``mean_batch_size``, ``max_running``, ``tokens_per_s``, ``num_aborted``.
+    """
+    grid = np.sort(np.asarray([v.positive_float(q, "qps_grid") for q in qps_grid], dtype=np.float64))
+    if grid.size == 0:
+        raise ValueError("qps_grid must hold at least one rate (requests/s)")
+    rows = []
+    for cm in cost_models_for(setup.gpu, cost_models):
+        for policy in policies:
+            extra = {"max_model_len": setup.max_model_len} if policy == "orca_max" else {}
+            for qps in grid:
+                s = simulate(requests, policy, arrivals="poisson", qps=float(qps), seed=seed,
+                             max_new_tokens=setup.max_model_len, cost_model=cm, engine=engine,
+                             **setup.simulate_kw(), **extra).summary
+                rows.append({"cost_model": cm, "policy": policy, "qps": float(qps),
+                             "normalized_latency_s_per_token": s["normalized_latency_s_per_token"],
+                             "mean_batch_size": s["mean_batch_size"], "max_running": s["max_running"],
+                             "tokens_per_s": s["tokens_per_s"], "num_aborted": s["num_aborted"]})
+                if stop_at_s_per_token is not None and s["normalized_latency_s_per_token"] > stop_at_s_per_token:
+                    break
+    return pd.DataFrame(rows)
+
+
+def rate_at_latency(curve: pd.DataFrame, bound_s_per_token: float) -> float:
+    """Largest rate at which one curve's normalized latency stays within ``bound_s_per_token`` (requests/s).
+
+    The curve's rows (``qps``, ``normalized_latency_s_per_token``) are read in rate order up to
+    the first rate beyond the bound, interpolated linearly in log rate between it and the rate
+    before. NaN when even the lowest rate exceeds the bound; the highest rate when none does
+    (a lower bound: the grid did not reach the knee).
+    """
+    bound = v.positive_float(bound_s_per_token, "bound_s_per_token")
+    c = curve.sort_values("qps")
+    q, lat = c["qps"].to_numpy(dtype=np.float64), c["normalized_latency_s_per_token"].to_numpy(dtype=np.float64)
+    over = np.flatnonzero(~(lat <= bound))
+    if over.size == 0:
+        return float(q[-1])
+    i = int(over[0])
+    if i == 0:
+        return float("nan")
+    frac = (bound - lat[i - 1]) / (lat[i] - lat[i - 1])
+    return float(np.exp(np.log(q[i - 1]) + frac * (np.log(q[i]) - np.log(q[i - 1]))))
+
+
+def capacity_ratios(curves: pd.DataFrame, bounds_s_per_token: Sequence[float]) -> pd.DataFrame:
+    """vLLM's rate over each Orca variant's at each normalized-latency bound, per cost model.
+
+    One row per (cost model, bound): ``rate_<policy>`` for every policy of ``curves`` and
+    ``vllm_over_<policy>`` for the Orca variants.
+    """
+    rows = []
+    for cm, by_cm in curves.groupby("cost_model", sort=False):
+        for bound in bounds_s_per_token:
+            row: dict[str, Any] = {"cost_model": cm, "bound_s_per_token": float(bound)}
+            rates = {p: rate_at_latency(c, bound) for p, c in by_cm.groupby("policy", sort=False)}
+            row.update({f"rate_{p}": r for p, r in rates.items()})
+            for p, r in rates.items():
+                if p != "vllm" and "vllm" in rates:
+                    row[f"vllm_over_{p}"] = rates["vllm"] / r if r > 0 else float("nan")
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def paper_claims(curves: pd.DataFrame, ratios: pd.DataFrame, setup: SourceSetup, *, batch_qps: float = 2.0,
+                 workload: str = "") -> pd.DataFrame:
+    """The vLLM paper's claims, in its set-up, under each cost model that ran.
+
+    The 1.7-2.7x and 2.7-8x ranges are the paper's over three models; kvlab's value is the ratio
+    at each bound of ``ratios``, judged against the range (the row shows the lowest and highest
+    over the bounds). The batch ratio is read at ``batch_qps`` (Fig. 13a: 2 requests/s).
+    """
+    src = setup.source_setup()
+    ran = set(curves["cost_model"])
+    why = "; ".join(f"{cm} cost model not run: no GPU measurements for {setup.gpu}"
+                    for cm in _claims.COST_MODELS if cm not in ran and cm == "measured")
+    rows = []
+    for orca, low, high in (("orca_oracle", 1.7, 2.7), ("orca_max", 2.7, 8.0)):
+        col = f"vllm_over_{orca}"
+        if col not in ratios:
+            continue
+        by_cm = {cm: r.set_index("bound_s_per_token")[col] for cm, r in ratios.groupby("cost_model", sort=False)}
+        bounds = sorted(ratios["bound_s_per_token"].unique())
+        for bound in bounds:
+            value = {cm: (float(by_cm[cm].loc[bound]) if cm in by_cm else None) for cm in _claims.COST_MODELS}
+            name = "Orca (Oracle)" if orca == "orca_oracle" else "Orca (Max)"
+            rows.append(_claims.in_range(
+                f"vLLM sustains {low:g}-{high:g}x the request rate of {name} at similar normalized latency",
+                f"{SOURCE}, section 6.2, Fig. 12", low, high, value, unit="x",
+                source_setup=src,
+                kvlab_setup=setup.kvlab_setup(workload=workload, slo=f"normalized latency <= {bound:g} s/token"),
+                note="; ".join(x for x in (why, "the paper's range spans OPT-13B/66B/175B; this row is OPT-13B"
+                                           if orca == "orca_oracle" and bound == bounds[0] else "") if x)))
+    at = curves[np.isclose(curves["qps"], batch_qps)]
+    if len(at):
+        ratio = {}
+        for cm in _claims.COST_MODELS:
+            b = at[at["cost_model"] == cm].set_index("policy")["mean_batch_size"]
+            ratio[cm] = float(b["vllm"] / b["orca_oracle"]) if {"vllm", "orca_oracle"} <= set(b.index) else None
+        rows.append(_claims.close(
+            f"vLLM batches 2.2x the requests of Orca (Oracle) at {batch_qps:g} requests/s (mean batch size)",
+            f"{SOURCE}, Fig. 13a", 2.2, ratio, unit="x", source_setup=src,
+            kvlab_setup=setup.kvlab_setup(workload=workload, metric="time-weighted mean batch size"), note=why))
+    return _claims.table(rows)
+
+
+def kv_slot_claims(names: Sequence[str] = tuple(TABLE1_KV_SLOTS)) -> pd.DataFrame:
+    """The paper's Table 1 KV cache slots (tokens) against kvlab's pool in the same set-up (no cost model enters)."""
+    rows = []
+    for name in names:
+        s = source_setup(name)
+        tokens = pool_pages(s.model, s.gpu, block_size=s.block_size, tp=s.tp) * s.block_size
+        rows.append(_claims.close(f"KV cache slots of {s.model} on {s.tp} x {s.gpu} (tokens)",
+                                  f"{SOURCE}, Table 1", TABLE1_KV_SLOTS[name], float(tokens),
+                                  source_setup=s.source_setup(metric="KV cache slots (tokens)"),
+                                  kvlab_setup=s.kvlab_setup(metric="kvlab.pool_pages x block size, 90% of GPU memory"),
+                                  note="kvlab counts pages per GPU after weights at 90% utilization"))
+    return _claims.table(rows)
