@@ -7,6 +7,9 @@ import pytest
 @pytest.mark.notebook
 def test_notebook_06_quick(run_notebook):
     res = run_notebook("06_length_prediction", {"quick": True})
+    for key in ("question", "answer", "what_to_do"):
+        assert isinstance(res[key], str) and res[key]
+    assert res["figures"][0].endswith("quantile-tradeoff.png") and len(res["figures"]) == 4
     # the oracle reaches roughly its target quality on 150 requests
     assert res["mu_r2"] == pytest.approx(0.82, abs=0.1)
     assert res["log_sigma_r2"] == pytest.approx(0.76, abs=0.15)
@@ -22,14 +25,18 @@ def test_notebook_06_quick(run_notebook):
     assert [(q["r2_target"], q["quantile"]) for q in quality] == [(r2, q) for r2 in (0.0, 1.0)
                                                                   for q in (0.5, 0.75, 0.9, 0.95, 0.99)]
     assert all(q["mu_r2"] == pytest.approx(q["r2_target"], abs=1e-9) for q in quality)
-    # along one predictor's curve, reserving a higher quantile over-reserves more
-    for r2 in (0.0, 1.0):
-        curve = [q["over_reserved_frac"] for q in quality if q["r2_target"] == r2]
-        assert curve[-1] > curve[0]
-    assert [r["r2_target"] for r in res["preemptions_at_equal_waste"]] == [0.0, 1.0]
-    # claims: the TIE ratios are the ones the order table gives
-    orders, claims = res["orders"], {c["claim"]: c for c in res["claims"]}
+    # claims: TIE's set-up is not reproducible here, and its stand-in ratios are the order table's
+    claims = res["claims"]
     assert len(claims) == 4
+    tie = [c for c in claims if c["claim"].startswith("TIE")]
+    assert len(tie) == 3 and all(c["verdict"].startswith("not reproducible here: TIE's serving set-up") for c in tie)
+    orders = res["orders"]["roofline"]
     fcfs_ratio = orders["fcfs"]["normalized_latency_s_per_token"] / orders["tie"]["normalized_latency_s_per_token"]
-    tie_fcfs = next(c for name, c in claims.items() if "against FCFS" in name and "latency" in name)
-    assert float(tie_fcfs["kvlab_value"]) == pytest.approx(fcfs_ratio, rel=0.01)
+    tie_fcfs = next(c for c in tie if "against FCFS" in c["claim"])
+    assert tie_fcfs["roofline"] == pytest.approx(fcfs_ratio, rel=1e-9)
+    assert 0.3 <= orders["ltr"]["kendall_tau"] <= 0.8  # drawn at 0.55 on 150 requests
+    # S3 in its set-up: judged at +-30% of 6.49x on the roofline value
+    s3 = claims[3]
+    assert s3["source_setup"].startswith("GPT-J-6B on 1 x A100-80GB-SXM")
+    exp = "holds" if abs(s3["roofline"] / 6.49 - 1) <= 0.3 else "differs"
+    assert s3["verdict"].startswith((f"roofline: {exp}", f"{exp} under roofline"))

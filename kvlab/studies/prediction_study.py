@@ -1,11 +1,12 @@
 """Studies of reservation and scheduling by predicted output length (what notebook 06 calls).
 
 Each function runs :func:`kvlab.sim.simulate` on one workload and returns a DataFrame of
-summary figures; :func:`prediction_claims` turns them into the claims table.
+summary figures; :func:`tie_claims` and :func:`s3_claims` turn them into claims tables, in
+(or, for TIE, next to) the sources' own set-ups.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -13,7 +14,10 @@ import pandas as pd
 from .. import _validate as v
 from .. import claims as _claims
 from ..policies import QUEUE_ORDERS
-from ..predict import DEFAULT_QUANTILES, LogTPredictive, SyntheticRequests, oracle_predictive, parameter_r2
+from ..costmodel import has_measurements
+from ..predict import (DEFAULT_QUANTILES, LogTPredictive, RankedPrediction, SyntheticRequests, oracle_predictive,
+                       parameter_r2, ranking_scores)
+from ..presets import SourceSetup
 from ..sim import simulate
 
 #: Summary figures every study row carries.
@@ -103,76 +107,147 @@ def preemptions_at(quality: pd.DataFrame, over_reserved_frac: float) -> pd.DataF
 
 def queue_order_study(workload: pd.DataFrame, prediction: LogTPredictive, *, model: str, gpu: str,
                       max_new_tokens: int, quantile: float = 0.9, orders: Sequence[str] = QUEUE_ORDERS,
-                      tie_beta: float = 1.0, load: float = 1.5, seed: int = 0, **simulate_kw: Any) -> pd.DataFrame:
+                      tie_beta: float = 1.0, kendall_tau: float = 0.55, load: float = 1.5,
+                      budget_frac: float = 0.5, seed: int = 0, **simulate_kw: Any) -> pd.DataFrame:
     """Each waiting-queue order, offline (all requests at time 0) and online (Poisson arrivals).
+
+    Every order reserves the same thing (``quantile`` of ``prediction``) and differs only in
+    which waiting request goes first: ``fcfs``; ``shortest_predicted`` (the predicted median);
+    ``tie`` (TIE's score from ``prediction``); ``ltr``, a learning-to-rank scheduler whose scores
+    have Kendall tau ``kendall_tau`` with the true lengths (:func:`kvlab.predict.ranking_scores`:
+    its own ranking error, not ``prediction``'s).
 
     The online rate is ``load`` times the rate at which the server completes requests with a
     full queue: half the requests over the median completion time of the FCFS offline run
-    (requests/s; the median keeps the slow drain of the last long requests out of it), so the
-    queue builds up when ``load > 1`` whatever the model and GPU. One row per order: ``order``,
-    ``qps``, offline ``offline_tokens_per_s`` and online ``normalized_latency_s_per_token``
-    (mean over requests of end-to-end latency / output tokens: the per-token latency of the
-    TIE paper and the vLLM paper), ``tbt_p99_s``, ``e2e_p50_s``, ``e2e_p99_s``,
-    ``preemptions_per_request``.
+    (requests/s), so the queue builds up when ``load > 1`` whatever the model and GPU.
+
+    Offline, two throughputs: ``offline_tokens_per_s`` over the whole makespan (every order
+    generates the same tokens, so it moves only through batching), and
+    ``offline_requests_per_s_in_budget``, the requests finished within a time budget of
+    ``budget_frac`` x the FCFS makespan, per second of budget (synthetic-data generation as a
+    job that stops at a deadline: the order decides how many samples are done by then).
+
+    Returns one row per order: ``order``, ``qps``, ``kendall_tau`` (achieved, for ``ltr``),
+    ``offline_tokens_per_s``, ``offline_requests_per_s_in_budget``, online
+    ``normalized_latency_s_per_token`` (mean over requests of end-to-end latency / output
+    tokens: the per-token latency of the TIE and vLLM papers), ``tbt_p99_s``, ``e2e_p50_s``,
+    ``e2e_p99_s``, ``preemptions_per_request``.
     """
     orders = [v.choice(o, "orders", QUEUE_ORDERS) for o in orders]
     load = v.positive_float(load, "load")
-    kw = dict(model=model, gpu=gpu, max_new_tokens=max_new_tokens, quantile=quantile, prediction=prediction,
-              tie_beta=tie_beta, seed=seed, **simulate_kw)
-    offline = {o: simulate(workload, "predicted", queue_order=o, arrivals="offline", **kw) for o in orders}
-    base = offline["fcfs"] if "fcfs" in offline else simulate(workload, "predicted", arrivals="offline", **kw)
+    budget_frac = v.fraction(budget_frac, "budget_frac")
+    scores, tau = ranking_scores(workload["output_tokens"].to_numpy(), kendall_tau, seed=seed)
+    ranked = RankedPrediction(reserve=prediction, scores=scores, kendall_tau=tau)
+    kw = dict(model=model, gpu=gpu, max_new_tokens=max_new_tokens, quantile=quantile, tie_beta=tie_beta, seed=seed,
+              **simulate_kw)
+
+    def run(order: str, **more: Any) -> Any:
+        return simulate(workload, "predicted", queue_order=order, prediction=ranked if order == "ltr" else prediction,
+                        **kw, **more)
+
+    offline = {o: run(o, arrivals="offline") for o in orders}
+    base = offline["fcfs"] if "fcfs" in offline else run("fcfs", arrivals="offline")
     qps = load * 0.5 * len(workload) / float(base.requests["finish_s"].median())
+    budget_s = budget_frac * float(base.requests["finish_s"].max())
     rows = []
     for o in orders:
-        s = simulate(workload, "predicted", queue_order=o, arrivals="poisson", qps=qps, **kw).summary
-        rows.append({"order": o, "qps": qps, "offline_tokens_per_s": offline[o].summary["tokens_per_s"],
+        s = run(o, arrivals="poisson", qps=qps).summary
+        done = int((offline[o].requests["finish_s"] <= budget_s).sum())
+        rows.append({"order": o, "qps": qps, "kendall_tau": tau if o == "ltr" else float("nan"),
+                     "offline_tokens_per_s": offline[o].summary["tokens_per_s"],
+                     "offline_requests_per_s_in_budget": done / budget_s,
                      "normalized_latency_s_per_token": s["normalized_latency_s_per_token"],
                      "tbt_p99_s": s["tbt_p99_s"], "e2e_p50_s": s["e2e_p50_s"], "e2e_p99_s": s["e2e_p99_s"],
                      "preemptions_per_request": s["preemptions_per_request"]})
     return pd.DataFrame(rows)
 
 
-def prediction_claims(orders: pd.DataFrame, tradeoff: pd.DataFrame) -> pd.DataFrame:
-    """Notebook 06's claims table, every kvlab value computed from the runs passed in.
+def tie_claims(orders: Mapping[str, pd.DataFrame], setup: SourceSetup, *, workload: str = "") -> pd.DataFrame:
+    """TIE's claims: not reproducible here (its set-up is not stated), with kvlab's stand-in values.
 
     Parameters
     ----------
-    orders : DataFrame
-        :func:`queue_order_study` output with the ``fcfs``, ``shortest_predicted`` and ``tie`` rows.
-    tradeoff : DataFrame
-        :func:`quantile_tradeoff` output (``predicted`` rows and a ``reserve_max`` row).
+    orders : mapping
+        Cost model name -> :func:`queue_order_study` output with the ``fcfs``, ``ltr`` and
+        ``tie`` rows, run in the stand-in set-up ``setup`` (:func:`kvlab.presets.source_setup`
+        ``tie-lmsys``).
     """
-    by = orders.set_index("order")
-    missing = [o for o in QUEUE_ORDERS if o not in by.index]
-    if missing:
-        raise ValueError(f"orders lacks the queue order(s) {missing}")
-    lat = by["normalized_latency_s_per_token"]
-    load_note = f"Poisson load {by['qps'].iloc[0]:.2f} requests/s"
-    tie_vs_spf = float(lat["shortest_predicted"] / lat["tie"])
-    c1 = _claims.close(
-        "TIE lowers per-token latency 2.31x against its strongest baseline (shortest predicted first here)",
-        "arXiv 2604.00499 via brief section 5", 2.31, tie_vs_spf, rel_tol=0.25,
-        note=f"{load_note}; the strongest baseline (learning-to-rank) is modelled as shortest-predicted-median "
-             f"first with the same predictor, so both schedulers see the same information and differ only by "
-             f"the tail term")
-    tie_vs_fcfs = float(lat["fcfs"] / lat["tie"])
-    c2 = _claims.close("TIE lowers per-token latency ~4.7x against FCFS", "secondary source via brief section 5",
-                       4.7, tie_vs_fcfs, rel_tol=0.25,
-                       note=f"{load_note}; the gain of any shortest-first order grows with the queue, so it "
-                            f"depends on the load")
-    thr = by["offline_tokens_per_s"]
-    c3 = _claims.close("TIE raises offline throughput 1.42x (against FCFS)", "arXiv 2604.00499 via brief section 5",
-                       1.42, float(thr["tie"] / thr["fcfs"]), rel_tol=0.25,
-                       note="offline every request is queued at once and the same predicted quantile is reserved; "
-                            "order only changes which requests share a batch, not how many fit")
-    pred = tradeoff[tradeoff["policy"] == "predicted"]
-    best = pred.loc[pred["tokens_per_s"].idxmax()]
-    worst_case = tradeoff.loc[tradeoff["policy"] == "reserve_max", "tokens_per_s"].iloc[0]
-    c4 = _claims.close("Reserving a predicted length gives 6.49x the throughput of worst-case reservation",
-                       "S3 (Jin et al., 2023) via brief section 5", 6.49, float(best["tokens_per_s"] / worst_case),
-                       rel_tol=0.25,
-                       note=f"best quantile {best['run']} vs reserve_max at the same max_new_tokens; the gain is "
-                            f"bounded by how many more requests fit (max running {best['max_running']:.0f} vs "
-                            f"{tradeoff.loc[tradeoff['policy'] == 'reserve_max', 'max_running'].iloc[0]:.0f}) "
-                            f"and by the decode cost growing with the batch")
-    return _claims.table([c1, c2, c3, c4])
+    def value(col: str, num: str, den: str) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
+        for cm in _claims.COST_MODELS:
+            if cm in orders:
+                by = orders[cm].set_index("order")[col]
+                out[cm] = float(by[num] / by[den])
+            else:
+                out[cm] = None
+        return out
+
+    first = next(iter(orders.values())).set_index("order")
+    stand_in = setup.kvlab_setup(workload=f"{workload}; Poisson {first['qps'].iloc[0]:.2f} requests/s; LTR "
+                                          f"Kendall tau {first.loc['ltr', 'kendall_tau']:.2f}")
+    src, source = setup.source_setup(), "Zheng et al., TIE (arXiv 2604.00499)"
+    rows = [
+        _claims.not_reproducible("TIE lowers per-token latency 2.31x against its strongest baseline, learning to rank "
+                                 "(LTR per-token latency / TIE's)", source, "2.31x", setup.missing,
+                                 value=value("normalized_latency_s_per_token", "ltr", "tie"), unit="x",
+                                 source_setup=src, kvlab_setup=stand_in),
+        _claims.not_reproducible("TIE lowers per-token latency ~4.7x against FCFS", source + " via a secondary source "
+                                 "(brief section 5)", "~4.7x", setup.missing,
+                                 value=value("normalized_latency_s_per_token", "fcfs", "tie"), unit="x",
+                                 source_setup=src, kvlab_setup=stand_in),
+        _claims.not_reproducible("TIE raises offline data-generation throughput 1.42x (requests finished within a "
+                                 "time budget, TIE / LTR)", source, "1.42x", setup.missing,
+                                 value=value("offline_requests_per_s_in_budget", "tie", "ltr"), unit="x",
+                                 source_setup=src, kvlab_setup=stand_in),
+    ]
+    return _claims.table(rows)
+
+
+def s3_study(workload: pd.DataFrame, setup: SourceSetup, *, quantiles: Sequence[float] = DEFAULT_QUANTILES,
+             r2_mu: float = 0.82, cost_models: Sequence[str] = ("roofline", "measured"), seed: int = 0,
+             engine: str = "fast") -> pd.DataFrame:
+    """S3's comparison in its set-up: reserve a predicted quantile against reserving the maximum sequence length.
+
+    Offline (all requests at time 0). The worst case reserves ``setup.max_model_len`` tokens in
+    total per request (``orca_max``); the predicted policy reserves each request's predicted
+    ``quantile`` (:func:`kvlab.policies.predicted.realized_length_predictive` of quality
+    ``r2_mu``, standing in for S3's predictor) and grows on demand. One row per (cost model,
+    run): ``cost_model``, ``run``, ``quantile``, ``tokens_per_s``, ``max_running``,
+    ``preemptions_per_request``. ``measured`` is skipped on a GPU without measurements.
+    """
+    qs = [v.fraction(q, "quantile", high_closed=False) for q in quantiles]
+    rows = []
+    for cm in cost_models:
+        if cm == "measured" and not has_measurements(setup.gpu):
+            continue
+        kw = dict(setup.simulate_kw(), max_new_tokens=setup.max_model_len, arrivals="offline", seed=seed,
+                  cost_model=cm, engine=engine)
+        s = simulate(workload, "orca_max", max_model_len=setup.max_model_len, **kw).summary
+        rows.append({"cost_model": cm, "run": "worst case (orca_max)", "quantile": np.nan, **_metrics(s)})
+        for q in qs:
+            s = simulate(workload, "predicted", quantile=q, r2_mu=r2_mu, **kw).summary
+            rows.append({"cost_model": cm, "run": f"predicted p{100 * q:g}", "quantile": q, **_metrics(s)})
+    return pd.DataFrame(rows)
+
+
+def s3_claims(study: pd.DataFrame, setup: SourceSetup, *, workload: str = "", r2_mu: float = 0.82) -> pd.DataFrame:
+    """S3's "up to 6.49x throughput over worst-case reservation" in its set-up, per cost model.
+
+    kvlab's value is the best predicted quantile's offline throughput over the worst case's
+    ("up to"), judged at +-30%.
+    """
+    value: dict[str, float | None] = {cm: None for cm in _claims.COST_MODELS}
+    best = {}
+    for cm, t in study.groupby("cost_model", sort=False):
+        worst = float(t.loc[t["quantile"].isna(), "tokens_per_s"].iloc[0])
+        pred = t[t["quantile"].notna()]
+        top = pred.loc[pred["tokens_per_s"].idxmax()]
+        value[cm], best[cm] = float(top["tokens_per_s"]) / worst, top["run"]
+    why = [f"best quantile {', '.join(f'{r} ({cm})' for cm, r in best.items())}",
+           f"S3's predictor stood in for by a log-t predictor of R^2 {r2_mu:g} on the realized lengths"]
+    why += [f"{cm} cost model not run: no GPU measurements for {setup.gpu}" for cm in _claims.COST_MODELS
+            if value[cm] is None]
+    return _claims.table([_claims.close(
+        "Reserving a predicted length gives up to 6.49x the throughput of reserving the maximum sequence length",
+        "Jin et al., S3 (arXiv 2306.06000)", 6.49, value, unit="x", source_setup=setup.source_setup(),
+        kvlab_setup=setup.kvlab_setup(workload=workload), note="; ".join(why))])
