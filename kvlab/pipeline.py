@@ -81,6 +81,7 @@ class PipelineCostModel:
     link_bytes_per_s: float
     link: str = "in-node"
     peer_stage_s: np.ndarray | None = field(default=None, compare=False, repr=False)
+    peer_table: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, compare=False, repr=False)
 
     def send_s(self, num_tokens: Any) -> Any:
         """Time to send one micro-batch's activations to the next stage (seconds)."""
@@ -117,7 +118,7 @@ class PipelineCostModel:
         own = self.stage_s(num_tokens, attention_pairs, kv_tokens, num_seqs)
         if self.peer_stage_s is None or self.pp == 1:
             return self.pp * own
-        return self.pp * expected_max_s(own, self.peer_stage_s, self.pp - 1)
+        return self.pp * expected_max_s(own, self.peer_stage_s, self.pp - 1, table=self.peer_table)
 
     def with_peers(self, stage_times_s: Any, *, idle_rounds: float = 0.0) -> "PipelineCostModel":
         """This model with the other micro-batches' stage times drawn from ``stage_times_s``.
@@ -134,25 +135,37 @@ class PipelineCostModel:
         if times.size == 0 or not np.all(np.isfinite(times)) or np.any(times < 0):
             raise ValueError("stage_times_s must be a non-empty array of finite times >= 0 (seconds)")
         idle = int(round(v.nonnegative_float(idle_rounds, "idle_rounds")))
-        return replace(self, peer_stage_s=np.sort(np.concatenate([np.zeros(idle), times])))
+        peers = np.sort(np.concatenate([np.zeros(idle), times]))
+        return replace(self, peer_stage_s=peers, peer_table=max_table(peers, self.pp - 1))
 
 
-def expected_max_s(own_s: Any, peers_s: np.ndarray, k: int) -> Any:
+def max_table(peers_s: Any, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What :func:`expected_max_s` needs of a sample, computed once: sorted sample, ``F^k``, tail sums.
+
+    For the sorted sample ``x_(1..n)``: ``F(x_(j))^k = (j / n)^k`` (j = 0..n) and
+    ``tail[i] = sum over j > i of x_(j) (F(x_(j))^k - F(x_(j-1))^k)`` (i = 0..n).
+    """
+    x = np.sort(np.asarray(peers_s, dtype=np.float64).ravel())
+    n = x.size
+    cdf_k = (np.arange(n + 1) / n) ** k
+    tail = np.concatenate([np.cumsum((x * np.diff(cdf_k))[::-1])[::-1], [0.0]])
+    return x, cdf_k, tail
+
+
+def expected_max_s(own_s: Any, peers_s: Any, k: int, *, table: tuple[np.ndarray, ...] | None = None) -> Any:
     """``E[max(own, X_1 .. X_k)]`` with ``X_i`` independent draws from the sample ``peers_s`` (seconds).
 
     ``own F(own)^k + sum over sample points x_(j) > own of x_(j) P(max of k draws = x_(j))``,
-    with ``F`` the empirical distribution of the sorted sample; ``own_s`` scalar or array
-    (NumPy or CuPy).
+    with ``F`` the empirical distribution of the sample; ``own_s`` scalar or array (NumPy or
+    CuPy). ``table`` is :func:`max_table` of the sample, when already computed.
     """
-    x = np.sort(np.asarray(peers_s, dtype=np.float64))
-    n = x.size
-    cdf_k = (np.arange(n + 1) / n) ** k                      # P(max of k draws <= x_(j)), j = 0..n
-    tail = np.concatenate([np.cumsum((x * np.diff(cdf_k))[::-1])[::-1], [0.0]])  # sum over j >= i
+    x, cdf_k, tail = table if table is not None else max_table(peers_s, k)
+    if not hasattr(own_s, "shape"):
+        i = int(np.searchsorted(x, float(own_s), side="right"))
+        return float(own_s) * float(cdf_k[i]) + float(tail[i])
     xp = array_namespace(own_s)
-    xs, cdf, tail_x = xp.asarray(x), xp.asarray(cdf_k), xp.asarray(tail)
-    idx = xp.searchsorted(xs, xp.asarray(own_s, dtype=xp.float64), side="right")
-    out = own_s * cdf[idx] + tail_x[idx]
-    return out if hasattr(own_s, "shape") else float(out)
+    idx = xp.searchsorted(xp.asarray(x), xp.asarray(own_s, dtype=xp.float64), side="right")
+    return own_s * xp.asarray(cdf_k)[idx] + xp.asarray(tail)[idx]
 
 
 def cycle_s(stage_s: Any, pp: int) -> float:
