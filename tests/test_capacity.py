@@ -10,6 +10,7 @@ from kvlab.arrivals import arrival_times
 from kvlab.capacity import SLO, CapacityResult, ServingConfig, capacities, capacity, serve, slo_metrics
 from kvlab.sim.metrics import token_gaps_s
 from kvlab.costmodel import CostModel
+from kvlab.presets import preset, trace_workload
 
 
 def constant_cost(iteration_s: float) -> CostModel:
@@ -212,24 +213,31 @@ def test_capacity_table_splits_tuple_keys():
 @pytest.mark.notebook
 def test_notebook_05_quick(run_notebook):
     r = run_notebook("05_chunked_prefill_capacity", {"quick": True})
+    for key in ("question", "answer", "what_to_do"):
+        assert isinstance(r[key], str) and r[key]
+    assert r["figures"][0].endswith("capacity-gain.png")
     comp = pd.DataFrame(r["comparison"])
-    assert len(comp) == 3 * 2 * 2 and (comp["capacity_qps"] > 0).all()
-    # The notebook's numbers are kvlab.capacity's: recompute one search directly.
-    from kvlab.presets import preset
+    cms = sorted(set(comp["cost_model"]))
+    assert len(comp) == 3 * 1 * 1 * 2 * len(cms) and (comp["capacity_qps"] > 0).all()
+    # The notebook's numbers are kvlab.capacity's: recompute one search directly, on the workload it read.
     p = preset("mistral-7b-1xa100")
-    direct = capacity("sarathi-sharegpt", p.config("prefill_first", "strict", engine="fast"), p.slo("strict"),
-                      num_requests=64, seed=0, rel_tol=0.2)
-    row = comp[(comp["preset"] == p.name) & (comp["slo"] == "strict") & (comp["scheduler"] == "prefill_first")]
+    workload = trace_workload("chat")[0]
+    direct = capacity(workload, p.config("prefill_first", "strict", engine="fast", cost_model="roofline"),
+                      p.slo("strict"), num_requests=32, seed=0, rel_tol=0.3)
+    row = comp[(comp["preset"] == p.name) & (comp["slo"] == "strict") & (comp["scheduler"] == "prefill_first")
+               & (comp["cost_model"] == "roofline")]
     assert float(row["capacity_qps"].iloc[0]) == direct.capacity_qps
-    # Gains are chunked over prefill-first; the claims table has the paper's three gains.
-    gains = pd.DataFrame(r["gains"]).set_index(["preset", "slo"])
-    wide = comp.pivot(index=["preset", "slo"], columns="scheduler", values="capacity_qps")
+    # Gains are chunked over prefill-first; the claims table has the paper's three gains, judged at +-30%.
+    keys = ["preset", "trace", "slo", "cost_model"]
+    gains = pd.DataFrame(r["gains"]).set_index(keys)
+    wide = comp.pivot_table(index=keys, columns="scheduler", values="capacity_qps")
     np.testing.assert_allclose(gains["gain"].sort_index(), (wide["chunked"] / wide["prefill_first"]).sort_index())
     claims = pd.DataFrame(r["claims"])
-    assert claims["claimed"].tolist()[:3] == ["2.6", "3.7", "5.6"]
-    for _, c in claims.iloc[:3].iterrows():  # holds within the table's 25% of the paper's gain
-        within = abs(float(c["kvlab_value"]) / float(c["claimed"]) - 1) <= 0.25
-        assert c["verdict"].startswith("holds") == within
+    assert claims["claimed"].tolist()[:3] == ["2.6x", "3.7x", "5.6x"]
+    for _, c in claims.iloc[:3].iterrows():
+        exp = "holds" if abs(c["roofline"] / float(c["claimed"][:-1]) - 1) <= 0.3 else "differs"
+        assert c["verdict"].startswith((f"roofline: {exp}", f"{exp} under roofline"))
+    assert [c.split(" on ")[0] for c in claims["source_setup"][:3]] == ["Mistral-7B", "Yi-34B", "Falcon-180B"]
     at_load = pd.DataFrame(r["at_load"]).set_index("scheduler")
     assert at_load.loc["prefill_first", "tbt_max_s"] > at_load.loc["chunked", "tbt_max_s"]
-    assert len(r["policy_table"]) == 6 and len(r["budget_table"]) == 2 * 3
+    assert len(r["policy_table"]) == 6 and len(r["budget_table"]) == 2

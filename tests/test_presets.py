@@ -49,22 +49,32 @@ def test_unknown_names_list_the_choices():
 
 def _comparison(values):
     rows = []
-    for (name, slo, sched), qps in values.items():
-        rows.append({"preset": name, "slo": slo, "tbt_slo_s": 0.1, "scheduler": sched, "token_budget_tokens": 512,
-                     "capacity_qps": qps, "num_trials": 3, "binding": f"{sched} limit"})
+    for (name, trace, slo, cm, sched), qps in values.items():
+        rows.append({"preset": name, "trace": trace, "slo": slo, "cost_model": cm, "scheduler": sched,
+                     "tbt_slo_s": 0.1, "token_budget_tokens": 512, "capacity_qps": qps, "num_trials": 3,
+                     "binding": f"{sched} limit"})
     return pd.DataFrame(rows)
 
 
-def test_gains_and_claims_take_the_best_slo_and_compute_the_verdict():
+def test_gains_and_claims_take_the_best_trace_and_slo_per_cost_model_and_compute_the_verdict():
     m, y = "mistral-7b-1xa100", "yi-34b-2xa100-tp2"
-    table = _comparison({(m, "strict", "chunked"): 2.6, (m, "strict", "prefill_first"): 1.0,
-                         (m, "relaxed", "chunked"): 3.0, (m, "relaxed", "prefill_first"): 2.0,
-                         (y, "strict", "chunked"): 1.0, (y, "strict", "prefill_first"): 0.5,
-                         (y, "relaxed", "chunked"): 1.0, (y, "relaxed", "prefill_first"): 0.0})
-    gains = capacity_gains(table).set_index(["preset", "slo"])["gain"]
-    assert gains[(m, "strict")] == pytest.approx(2.6) and gains[(m, "relaxed")] == pytest.approx(1.5)
-    assert np.isnan(gains[(y, "relaxed")])  # prefill-first at 0: no finite ratio
-    claims = paper_claims(table).set_index("kvlab_value")
-    assert claims.loc["2.6", "verdict"].startswith("holds")  # 2.6 / 1.0 at the strict SLO
-    assert "prefill-first is bound by prefill_first limit" in claims.loc["2.6", "verdict"]
-    assert claims.loc["2", "verdict"].startswith("differs (-46%)")  # Yi: 2.0 against 3.7
+    table = _comparison({(m, "chat", "strict", "roofline", "chunked"): 2.6, (m, "chat", "strict", "roofline", "prefill_first"): 1.0,
+                         (m, "arxiv", "strict", "roofline", "chunked"): 3.0, (m, "arxiv", "strict", "roofline", "prefill_first"): 2.0,
+                         (m, "chat", "strict", "measured", "chunked"): 4.0, (m, "chat", "strict", "measured", "prefill_first"): 1.0,
+                         (y, "chat", "strict", "roofline", "chunked"): 1.0, (y, "chat", "strict", "roofline", "prefill_first"): 0.5,
+                         (y, "chat", "relaxed", "roofline", "chunked"): 1.0, (y, "chat", "relaxed", "roofline", "prefill_first"): 0.0})
+    gains = capacity_gains(table).set_index(["preset", "trace", "slo", "cost_model"])["gain"]
+    assert gains[(m, "chat", "strict", "roofline")] == pytest.approx(2.6)
+    assert gains[(m, "arxiv", "strict", "roofline")] == pytest.approx(1.5)
+    assert np.isnan(gains[(y, "chat", "relaxed", "roofline")])  # prefill-first at 0: no finite ratio
+    claims = paper_claims(table, workloads={"chat": "trace chat.csv"}, num_requests=64).set_index("claimed")
+    # Mistral: up to 2.6 (roofline, chat) and 4.0 (measured): +54% is outside +-30%
+    mis = claims.loc["2.6x"]
+    assert (mis["roofline"], mis["measured"]) == (2.6, 4.0)
+    assert mis["verdict"].startswith("roofline: holds; measured: differs (+54%)")
+    assert "roofline: best on chat at the strict SLO" in mis["verdict"]
+    assert "prefill-first bound by prefill_first limit" in mis["verdict"]
+    assert mis["source_setup"].startswith("Mistral-7B on 1 x A100-80GB-PCIe (TP1-PP1)")
+    assert "trace chat.csv; arxiv, 64 requests per trial" in mis["kvlab_setup"]
+    yi = claims.loc["3.7x"]  # Yi: 2.0 against 3.7 under the roofline; measured not run
+    assert yi["verdict"].startswith("roofline: differs (-46%)") and np.isnan(yi["measured"])
