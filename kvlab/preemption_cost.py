@@ -37,7 +37,8 @@ import pandas as pd
 
 from . import _validate as v
 from . import claims as _claims
-from .costmodel import CostModel, describe as _describe_cost, prefill_attention_pairs, resolve as _resolve_cost
+from .costmodel import (CostModel, describe as _describe_cost, has_measurements, prefill_attention_pairs,
+                        resolve as _resolve_cost)
 from .reservation import pool_pages
 from .specs import GPUSpec, ModelSpec, gpu as _gpu, model as _model, models as _models, gpus as _gpus
 from .swap import COPY_MODES, DEFAULT_COPY_LATENCY_S, SwapModel, swap_model
@@ -439,95 +440,137 @@ def _brief_verdict(row: dict[str, Any], reference_tokens: int) -> str:
     return f"differs: {row['winner_below']} wins just below {at:,} tokens, {row['winner_above']} above"
 
 
+def recompute_over_swap(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, block_sizes: Sequence[int],
+                        cost_model: Any = None, swap: SwapModel | None = None, chunk_tokens: int | None = None,
+                        min_seq_tokens: int = 64) -> pd.DataFrame:
+    """Recompute time over swap time per block size, over lengths ``min_seq_tokens`` to the context.
+
+    One row per block size: ``block_size``, ``min_ratio``, ``max_ratio`` (recompute / swap over
+    every length), with swap priced by ``swap`` (default: the GPU's host link, this model's
+    :func:`kvlab.swap.swap_model`) and recompute by ``cost_model``.
+    """
+    m, g = _model(model), _gpu(gpu)
+    min_seq_tokens = v.positive_int(min_seq_tokens, "min_seq_tokens")
+    if min_seq_tokens >= m.max_context_tokens:
+        raise ValueError(f"min_seq_tokens {min_seq_tokens} must be below the {m.max_context_tokens}-token "
+                         f"context of {m.name}")
+    m, g, cost, sw = _models_for(m, g, v.positive_int(tp, "tp"), cost_model, swap)
+    seq = np.arange(min_seq_tokens, m.max_context_tokens + 1, dtype=np.int64)
+    rec = _recompute_s(cost, seq, chunk_tokens)
+    rows = []
+    for bs in v.positive_int_array(block_sizes, "block_sizes").tolist():
+        ratio = rec / sw._swap_s(seq, bs)
+        rows.append({"block_size": bs, "min_ratio": float(ratio.min()), "max_ratio": float(ratio.max())})
+    return pd.DataFrame(rows)
+
+
+def fig19_claims(*, setup: str = "vllm-sosp23-fig19", cost_models: Sequence[str] = ("roofline", "measured"),
+                 block_sizes: Sequence[int] = (8, 16, 32, 64, 128, 256), copy_latency_s: float = DEFAULT_COPY_LATENCY_S,
+                 piggybacked: bool = False, chunk_tokens: int | None = None, min_seq_tokens: int = 64,
+                 comparable_factor: float = 2.0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The vLLM paper's Fig. 19 claims in its set-up, under each cost model that runs on its GPU.
+
+    OPT-13B on an A100 with vLLM v0's KV layout (one copy per page per layer for K and for V,
+    ``per_layer_page``) over the GPU's PCIe 4 host link, ``copy_latency_s`` per copy (assumed);
+    recompute priced alone (or ``piggybacked``) by each cost model, over lengths from
+    ``min_seq_tokens`` to the 2,048-token maximum. "Never more than 20% slower" is the largest
+    recompute / swap over ``block_sizes``; "comparable at 16-64" is the largest factor either way
+    (``max(max_ratio, 1 / min_ratio)``) over those block sizes, judged against ``comparable_factor``.
+
+    Returns
+    -------
+    (DataFrame, DataFrame)
+        The claims table and the ratios (:func:`recompute_over_swap` with a ``cost_model`` column).
+    """
+    from .presets import source_setup  # noqa: PLC0415  (presets sit beside this analysis)
+
+    s = source_setup(setup)
+    sizes = v.positive_int_array(block_sizes, "block_sizes").tolist()
+    mid = [bs for bs in sizes if 16 <= bs <= 64]
+    if not mid:
+        raise ValueError(f"block_sizes {sizes} hold none from 16 to 64, which the vLLM claim is about")
+    comparable_factor = v.positive_float(comparable_factor, "comparable_factor")
+    vllm_swap = swap_model(s.model, s.gpu, tp=s.tp, copy_mode="per_layer_page", copy_latency_s=copy_latency_s)
+    tables = []
+    for cm in cost_models:
+        if cm == "measured" and not has_measurements(s.gpu):
+            continue
+        cost = _resolve_cost(cm, s.model, s.gpu, tp=s.tp)
+        tables.append(recompute_over_swap(s.model, s.gpu, tp=s.tp, block_sizes=sizes,
+                                          cost_model=piggyback(cost) if piggybacked else cost, swap=vllm_swap,
+                                          chunk_tokens=chunk_tokens, min_seq_tokens=min_seq_tokens)
+                      .assign(cost_model=cm))
+    ratios = pd.concat(tables, ignore_index=True)
+    worst = {cm: None for cm in _claims.COST_MODELS}
+    factor = dict(worst)
+    for cm, t in ratios.groupby("cost_model", sort=False):
+        worst[cm] = float(t["max_ratio"].max())
+        m = t[t["block_size"].isin(mid)]
+        factor[cm] = float(max(m["max_ratio"].max(), 1.0 / m["min_ratio"].min()))
+    src = s.source_setup()
+    mine = s.kvlab_setup(workload=f"one preempted sequence of {min_seq_tokens}-{s.max_model_len} tokens",
+                         scheduler=("recompute piggybacked on running iterations" if piggybacked else
+                                    "recompute alone in its own iteration(s)") +
+                         f"; swap over {vllm_swap.link_bytes_per_s / 1e9:.1f} GB/s, "
+                         f"{vllm_swap.copy_latency_s * 1e6:g} us per copy (assumed), per-layer page copies")
+    why = "; ".join(f"{cm} cost model not run: no GPU measurements for {s.gpu}" for cm in _claims.COST_MODELS
+                    if worst[cm] is None)
+    rows = [
+        _claims.at_most(f"Recompute is never more than 20% slower than swap (block sizes {min(sizes)}-{max(sizes)})",
+                        "Kwon et al., vLLM (SOSP'23), section 7.3, Fig. 19", 1.2, worst, unit="x",
+                        source_setup=src, kvlab_setup=mine, note="largest recompute / swap" + (f"; {why}" if why else "")),
+        _claims.at_most(f"For block sizes 16-64 recompute and swap are comparable (within {comparable_factor:g}x "
+                        f"either way, blocks {mid})", "Kwon et al., vLLM (SOSP'23), section 7.3, Fig. 19",
+                        comparable_factor, factor, unit="x", source_setup=src, kvlab_setup=mine,
+                        note="largest factor between recompute and swap" + (f"; {why}" if why else "")),
+    ]
+    return _claims.table(rows), ratios
+
+
 def preemption_claims(model: str | ModelSpec, gpu: str | GPUSpec, *, catalogue: pd.DataFrame,
-                      tp: int | None = None, chunk_tokens: int | None = None,
-                      swap: SwapModel | None = None, cost_model: Any = None, min_seq_tokens: int = 64,
-                      block_sizes: Sequence[int] = (8, 16, 32, 64, 128),
-                      comparable_factor: float = 2.0) -> pd.DataFrame:
-    """The brief's and the vLLM paper's recompute-vs-swap claims, checked by kvlab.
+                      tp: int | None = None, cost_model: Any = None) -> pd.DataFrame:
+    """The brief's recompute-vs-swap claims, checked on ``model`` and ``gpu`` and over the catalogue.
 
     Parameters
     ----------
     model, gpu : str or spec
-        The pair the vLLM-paper claims are checked on.
+        The pair the O(s^2) claim is checked on.
     catalogue : DataFrame
         :func:`crossover_table` output; the "~4,000 tokens" claim is counted over its rows.
     tp : int or None
         Tensor-parallel GPUs; ``None`` takes :func:`smallest_tp`.
-    chunk_tokens : int or None
-        Prefill chunk size of the recompute (tokens).
-    swap, cost_model : SwapModel, CostModel or None
-        Overrides (other link, calibrated roofline), as in :func:`preemption_costs`. The vLLM
-        paper's claims are checked with vLLM's copy layout (``per_layer_page``) over this link.
-    min_seq_tokens : int
-        Shortest length over which ratios are taken (tokens): the paper's preempted sequences
-        are hundreds of tokens long, not single tokens.
-    block_sizes : sequence of int
-        Block sizes of the "never more than 20%" claim (tokens per page); the "comparable" claim
-        takes those from 16 to 64.
-    comparable_factor : float
-        "Comparable" means recompute/swap within this factor either way.
+    cost_model : as :func:`preemption_costs`
 
     Returns
     -------
-    DataFrame from :func:`kvlab.claims.table`: claim, source, claimed, kvlab_value, verdict.
+    DataFrame from :func:`kvlab.claims.table`. The vLLM paper's claims are :func:`fig19_claims`.
     """
     m, g = _model(model), _gpu(gpu)
     tp = smallest_tp(m, g) if tp is None else v.positive_int(tp, "tp")
     if tp is None:
         raise ValueError(f"model {m.name} fits GPU {g.name} at no TP in {TP_CHOICES}")
-    min_seq_tokens = v.positive_int(min_seq_tokens, "min_seq_tokens")
-    comparable_factor = v.positive_float(comparable_factor, "comparable_factor")
-    if min_seq_tokens >= m.max_context_tokens:
-        raise ValueError(f"min_seq_tokens {min_seq_tokens} must be below the {m.max_context_tokens}-token "
-                         f"context of {m.name}")
-    m, g, cost, swap = _models_for(m, g, tp, cost_model, swap)
-    # The paper measured vLLM's own layout: one copy per page per layer for K and for V.
-    vllm_swap = swap_model(m, g, tp=tp, copy_mode="per_layer_page", link_bytes_per_s=swap.link_bytes_per_s,
-                           copy_latency_s=swap.copy_latency_s)
-    seq = np.arange(min_seq_tokens, m.max_context_tokens + 1, dtype=np.int64)
-    rec = _recompute_s(cost, seq, chunk_tokens)
-    sizes = v.positive_int_array(block_sizes, "block_sizes").tolist()
-    mid_sizes = [bs for bs in sizes if 16 <= bs <= 64]
-    if not mid_sizes:
-        raise ValueError(f"block_sizes {sizes} hold none from 16 to 64, which the vLLM claim is about")
-    ratio = {bs: rec / vllm_swap._swap_s(seq, bs) for bs in sizes}
-    worst = max(float(r.max()) for r in ratio.values())
-    mid = np.concatenate([ratio[bs] for bs in mid_sizes])
-    lo, hi = float(mid.min()), float(mid.max())
-    comparable = lo >= 1 / comparable_factor and hi <= comparable_factor
+    m, g, cost, _ = _models_for(m, g, tp, cost_model, None)
     n_hold = int(catalogue["brief_claim"].str.startswith("holds").sum()) if len(catalogue) else 0
     this = catalogue[(catalogue["model"] == m.name) & (catalogue["gpu"] == g.name)]
     this_row = this[this["block_size"] == 16]
     s_att = attention_dominance_tokens(cost)
     linear, attention = recompute_flops(cost, [m.max_context_tokens])
     att_share = float(attention[0] / (linear[0] + attention[0]))
-    where = f"{m.name} on {g.name}, tp={tp}, vLLM's per-layer page copies"
+    brief = "the brief's serving in general"
     rows = [
         _claims.Claim(
             claim="Below ~4,000 tokens recompute is faster, above it swap",
-            source="brief section 4 (no primary source)",
+            source="brief section 4 (no primary source)", source_setup=brief,
+            kvlab_setup=f"every model x GPU x block size of the catalogue ({len(catalogue)} rows)",
             claimed="crossover ~4,000 tokens, recompute below",
             kvlab_value=(f"{n_hold} of {len(catalogue)} catalogue rows; "
                          + (f"{m.name} on {g.name}, block 16: {this_row['brief_claim'].iloc[0]}"
                             if len(this_row) else "")),
             verdict="holds" if len(catalogue) and n_hold == len(catalogue)
             else f"differs: holds in {n_hold} of {len(catalogue)} (model, GPU, block size) rows"),
-        _claims.at_most(
-            f"Recompute overhead is never more than 20% of swap's latency ({where}, block sizes "
-            f"{min(sizes)}-{max(sizes)}, "
-            f"lengths {min_seq_tokens}-{m.max_context_tokens})",
-            "vLLM paper (Kwon et al., SOSP'23), section 7.3, Fig. 19", 1.2, worst,
-            note="max recompute/swap"),
-        _claims.Claim(
-            claim=f"For block sizes 16-64 recompute and swap are comparable ({where}, block sizes {mid_sizes})",
-            source="vLLM paper (Kwon et al., SOSP'23), section 7.3, Fig. 19",
-            claimed=f"recompute/swap within {comparable_factor:g}x either way",
-            kvlab_value=f"recompute/swap {lo:.3g} to {hi:.3g}",
-            verdict="holds" if comparable else f"differs (ratio {lo:.3g} to {hi:.3g})"),
         _claims.Claim(
             claim=f"Recompute costs O(s^2), swap O(s) ({m.name})",
-            source="brief section 4",
+            source="brief section 4", source_setup=brief, kvlab_setup=f"{m.name} on {tp} x {g.name}, FLOP counts",
             claimed="recompute quadratic in s",
             kvlab_value=(f"attention FLOPs pass linear-layer FLOPs at {s_att:,.0f} tokens; "
                          f"at the {m.max_context_tokens:,}-token context attention is {att_share:.0%} of FLOPs"),
@@ -540,5 +583,5 @@ def preemption_claims(model: str | ModelSpec, gpu: str | GPUSpec, *, catalogue: 
 
 # The swap model is re-exported: the crossover functions take it, and notebook 03 builds it here.
 __all__ = ["COPY_MODES", "DEFAULT_COPY_LATENCY_S", "TP_CHOICES", "Crossover", "SwapModel", "attention_dominance_tokens",
-           "crossing_tokens", "crossover", "crossover_table", "piggyback", "preemption_claims", "preemption_costs",
-           "recompute_flops", "recompute_s", "smallest_tp", "swap_model"]
+           "crossing_tokens", "crossover", "crossover_table", "fig19_claims", "piggyback", "preemption_claims",
+           "preemption_costs", "recompute_flops", "recompute_over_swap", "recompute_s", "smallest_tp", "swap_model"]
