@@ -22,6 +22,8 @@ from typing import Callable, Mapping
 import numpy as np
 import pandas as pd
 
+from .costmodel import unsupported as _measured_unsupported
+
 #: The cost models a claim row reports, in column order.
 COST_MODELS = ("roofline", "measured")
 #: Default tolerance of :func:`close`: +-30% when the source gives no range of its own.
@@ -67,6 +69,28 @@ class SetUp:
         parts += [self.workload, self.scheduler, f"metric: {self.metric}" if self.metric else "",
                   f"SLO: {self.slo}" if self.slo else ""]
         return "; ".join(p for p in parts if p)
+
+
+def cost_models_for(model: str, gpu: str, *, tp: int = 1,
+                    cost_models: tuple[str, ...] | list[str] = COST_MODELS) -> dict[str, str | None]:
+    """Each of ``cost_models`` -> None when it can run ``model`` on ``tp`` x ``gpu``, else why not.
+
+    The roofline runs everywhere; the measured model only where :func:`kvlab.costmodel.unsupported`
+    finds nothing missing (GPU measurements, a dense model, a measured all-reduce at this TP).
+    """
+    return {cm: (_measured_unsupported(model, gpu, tp=tp) if cm == "measured" else None) for cm in cost_models}
+
+
+def cost_model_ran(cost_model: str | None, model: str, gpu: str, *, tp: int = 1) -> str:
+    """The name of the model a ``cost_model=`` argument runs: ``"measured"`` or ``"roofline"``."""
+    if cost_model == "roofline":
+        return "roofline"
+    return "measured" if _measured_unsupported(model, gpu, tp=tp) is None else "roofline"
+
+
+def not_run_note(reasons: Mapping[str, str | None]) -> str:
+    """``"<cost model> cost model not run: <why>"`` for each that could not run ("" if all ran)."""
+    return "; ".join(f"{cm} cost model not run: {why}" for cm, why in reasons.items() if why)
 
 
 def _describe(setup: SetUp | str) -> str:

@@ -37,8 +37,7 @@ import pandas as pd
 
 from . import _validate as v
 from . import claims as _claims
-from .costmodel import (CostModel, describe as _describe_cost, has_measurements, prefill_attention_pairs,
-                        resolve as _resolve_cost)
+from .costmodel import CostModel, describe as _describe_cost, prefill_attention_pairs, resolve as _resolve_cost
 from .reservation import pool_pages
 from .specs import GPUSpec, ModelSpec, gpu as _gpu, model as _model, models as _models, gpus as _gpus
 from .swap import COPY_MODES, DEFAULT_COPY_LATENCY_S, SwapModel, swap_model
@@ -492,8 +491,9 @@ def fig19_claims(*, setup: str = "vllm-sosp23-fig19", cost_models: Sequence[str]
     comparable_factor = v.positive_float(comparable_factor, "comparable_factor")
     vllm_swap = swap_model(s.model, s.gpu, tp=s.tp, copy_mode="per_layer_page", copy_latency_s=copy_latency_s)
     tables = []
+    reasons = _claims.cost_models_for(s.model, s.gpu, tp=s.tp, cost_models=list(cost_models))
     for cm in cost_models:
-        if cm == "measured" and not has_measurements(s.gpu):
+        if reasons[cm]:
             continue
         cost = _resolve_cost(cm, s.model, s.gpu, tp=s.tp)
         tables.append(recompute_over_swap(s.model, s.gpu, tp=s.tp, block_sizes=sizes,
@@ -513,8 +513,7 @@ def fig19_claims(*, setup: str = "vllm-sosp23-fig19", cost_models: Sequence[str]
                                     "recompute alone in its own iteration(s)") +
                          f"; swap over {vllm_swap.link_bytes_per_s / 1e9:.1f} GB/s, "
                          f"{vllm_swap.copy_latency_s * 1e6:g} us per copy (assumed), per-layer page copies")
-    why = "; ".join(f"{cm} cost model not run: no GPU measurements for {s.gpu}" for cm in _claims.COST_MODELS
-                    if worst[cm] is None)
+    why = _claims.not_run_note(reasons)
     rows = [
         _claims.at_most(f"Recompute is never more than 20% slower than swap (block sizes {min(sizes)}-{max(sizes)})",
                         "Kwon et al., vLLM (SOSP'23), section 7.3, Fig. 19", 1.2, worst, unit="x",

@@ -21,7 +21,6 @@ import yaml
 from . import _validate as v
 from . import claims as _claims
 from ._paths import DATA_DIR
-from .costmodel import has_measurements
 from .capacity import SLO, CapacityResult, ServingConfig, capacities, capacity_table
 from .lengths import Profile
 
@@ -140,8 +139,8 @@ def scheduler_comparison(names: Sequence[str], workloads: Mapping[str, pd.DataFr
         :func:`trace_workload`).
     slos : sequence of {"strict", "relaxed"}
     cost_models : sequence of {"roofline", "measured"}
-        Each search runs under each; ``measured`` is skipped for a preset whose GPU has no
-        measurements (:func:`kvlab.costmodel.has_measurements`).
+        Each search runs under each; ``measured`` is skipped for a preset it cannot price
+        (:func:`kvlab.claims.cost_models_for` says why).
     engine : str, optional
         Simulator engine.
     max_workers : int
@@ -161,8 +160,9 @@ def scheduler_comparison(names: Sequence[str], workloads: Mapping[str, pd.DataFr
         for name in names:
             p = preset(name)
             for kind in slos:
+                reasons = _claims.cost_models_for(p.model, p.gpu, tp=p.tp, cost_models=list(cost_models))
                 for cm in cost_models:
-                    if cm == "measured" and not has_measurements(p.gpu):
+                    if reasons[cm]:
                         continue
                     for sched in SCHEDULERS:
                         cases[(name, trace, kind, cm, sched)] = (p.config(sched, kind, engine=engine, cost_model=cm),
@@ -238,6 +238,7 @@ def paper_claims(comparison: pd.DataFrame, *, workloads: Mapping[str, str] | Non
             why.append(f"{cm}: best on {best['trace']} at the {best['slo']} SLO, chunked {best['chunked']:.3g} vs "
                        f"prefill-first {best['prefill_first']:.3g} requests/s (prefill-first bound by "
                        f"{rows.loc['prefill_first', 'binding']}; chunked by {rows.loc['chunked', 'binding']})")
+        why += [x for x in [_claims.not_run_note(_claims.cost_models_for(p.model, p.gpu, tp=p.tp))] if x]
         if p.pp > 1:
             why.append("pipeline bubbles of uneven micro-batches priced by a mean-field estimate (kvlab.pipeline), "
                        f"stages linked by the {p.stage_link} network")

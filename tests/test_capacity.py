@@ -236,7 +236,7 @@ def test_notebook_05_quick(run_notebook):
     assert claims["claimed"].tolist()[:3] == ["2.6x", "3.7x", "5.6x"]
     for _, c in claims.iloc[:3].iterrows():
         exp = "holds" if abs(c["roofline"] / float(c["claimed"][:-1]) - 1) <= 0.3 else "differs"
-        assert c["verdict"].startswith((f"roofline: {exp}", f"{exp} under roofline"))
+        assert c["verdict"].startswith((f"roofline: {exp}", exp))
     assert [c.split(" on ")[0] for c in claims["source_setup"][:3]] == ["Mistral-7B", "Yi-34B", "Falcon-180B"]
     at_load = pd.DataFrame(r["at_load"]).set_index("scheduler")
     assert at_load.loc["prefill_first", "tbt_max_s"] > at_load.loc["chunked", "tbt_max_s"]

@@ -39,4 +39,4 @@ def test_notebook_06_quick(run_notebook):
     s3 = claims[3]
     assert s3["source_setup"].startswith("GPT-J-6B on 1 x A100-80GB-SXM")
     exp = "holds" if abs(s3["roofline"] / 6.49 - 1) <= 0.3 else "differs"
-    assert s3["verdict"].startswith((f"roofline: {exp}", f"{exp} under roofline"))
+    assert s3["verdict"].startswith((f"roofline: {exp}", exp))

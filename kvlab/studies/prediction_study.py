@@ -14,7 +14,6 @@ import pandas as pd
 from .. import _validate as v
 from .. import claims as _claims
 from ..policies import QUEUE_ORDERS
-from ..costmodel import has_measurements
 from ..predict import (DEFAULT_QUANTILES, LogTPredictive, RankedPrediction, SyntheticRequests, oracle_predictive,
                        parameter_r2, ranking_scores)
 from ..presets import SourceSetup
@@ -217,8 +216,9 @@ def s3_study(workload: pd.DataFrame, setup: SourceSetup, *, quantiles: Sequence[
     """
     qs = [v.fraction(q, "quantile", high_closed=False) for q in quantiles]
     rows = []
+    reasons = _claims.cost_models_for(setup.model, setup.gpu, tp=setup.tp, cost_models=list(cost_models))
     for cm in cost_models:
-        if cm == "measured" and not has_measurements(setup.gpu):
+        if reasons[cm]:
             continue
         kw = dict(setup.simulate_kw(), max_new_tokens=setup.max_model_len, arrivals="offline", seed=seed,
                   cost_model=cm, engine=engine)
@@ -245,8 +245,7 @@ def s3_claims(study: pd.DataFrame, setup: SourceSetup, *, workload: str = "", r2
         value[cm], best[cm] = float(top["tokens_per_s"]) / worst, top["run"]
     why = [f"best quantile {', '.join(f'{r} ({cm})' for cm, r in best.items())}",
            f"S3's predictor stood in for by a log-t predictor of R^2 {r2_mu:g} on the realized lengths"]
-    why += [f"{cm} cost model not run: no GPU measurements for {setup.gpu}" for cm in _claims.COST_MODELS
-            if value[cm] is None]
+    why += [x for x in [_claims.not_run_note(_claims.cost_models_for(setup.model, setup.gpu, tp=setup.tp))] if x]
     return _claims.table([_claims.close(
         "Reserving a predicted length gives up to 6.49x the throughput of reserving the maximum sequence length",
         "Jin et al., S3 (arXiv 2306.06000)", 6.49, value, unit="x", source_setup=setup.source_setup(),

@@ -24,7 +24,6 @@ import pandas as pd
 
 from .. import _validate as v
 from .. import claims as _claims
-from ..costmodel import has_measurements
 from ..lengths import profile as _profile
 from ..presets import SourceSetup, source_setup
 from ..reservation import pool_pages
@@ -61,11 +60,6 @@ def paper_requests(setup: SourceSetup, num_requests: int, *, seed: int = 0,
     return kept, int(where[num_requests - 1] + 1 - num_requests)
 
 
-def cost_models_for(gpu: str, cost_models: Sequence[str]) -> list[str]:
-    """The cost models that can run on ``gpu``: ``measured`` only where the GPU has measurements."""
-    return [c for c in cost_models if c != "measured" or has_measurements(gpu)]
-
-
 def latency_curves(requests: pd.DataFrame, setup: SourceSetup, qps_grid: Sequence[float], *,
                    policies: Sequence[str] = POLICIES, cost_models: Sequence[str] = ("roofline", "measured"),
                    stop_at_s_per_token: float | None = 2.0, seed: int = 0, engine: str = "fast") -> pd.DataFrame:
@@ -81,7 +75,7 @@ def latency_curves(requests: pd.DataFrame, setup: SourceSetup, qps_grid: Sequenc
         Request rates (requests/s), run in increasing order.
     policies : sequence of str
     cost_models : sequence of {"roofline", "measured"}
-        ``measured`` is skipped on a GPU without measurements (:func:`cost_models_for`).
+        ``measured`` is skipped where it cannot run (:func:`kvlab.claims.cost_models_for`).
     stop_at_s_per_token : float or None
         Stop a curve after the first rate whose normalized latency exceeds this (the queue only
         grows at higher rates; skipping them saves the slowest runs).
@@ -98,7 +92,8 @@ def latency_curves(requests: pd.DataFrame, setup: SourceSetup, qps_grid: Sequenc
     if grid.size == 0:
         raise ValueError("qps_grid must hold at least one rate (requests/s)")
     rows = []
-    for cm in cost_models_for(setup.gpu, cost_models):
+    reasons = _claims.cost_models_for(setup.model, setup.gpu, tp=setup.tp, cost_models=list(cost_models))
+    for cm in [c for c in cost_models if not reasons[c]]:
         for policy in policies:
             extra = {"max_model_len": setup.max_model_len} if policy == "orca_max" else {}
             for qps in grid:
@@ -163,9 +158,7 @@ def paper_claims(curves: pd.DataFrame, ratios: pd.DataFrame, setup: SourceSetup,
     over the bounds). The batch ratio is read at ``batch_qps`` (Fig. 13a: 2 requests/s).
     """
     src = setup.source_setup()
-    ran = set(curves["cost_model"])
-    why = "; ".join(f"{cm} cost model not run: no GPU measurements for {setup.gpu}"
-                    for cm in _claims.COST_MODELS if cm not in ran and cm == "measured")
+    why = _claims.not_run_note(_claims.cost_models_for(setup.model, setup.gpu, tp=setup.tp))
     rows = []
     for orca, low, high in (("orca_oracle", 1.7, 2.7), ("orca_max", 2.7, 8.0)):
         col = f"vllm_over_{orca}"
