@@ -20,7 +20,7 @@ import yaml
 
 from . import _validate as v
 from . import claims as _claims
-from ._paths import DATA_DIR
+from ._paths import DATA_DIR, SHARED_DATA_DIR
 from .capacity import SLO, CapacityResult, ServingConfig, capacities, capacity_table
 from .lengths import Profile
 
@@ -369,10 +369,6 @@ def source_setup(name: str) -> SourceSetup:
     return _load_setups()[v.choice(name, "setup", setup_names())]
 
 
-#: Where the shared traces live, relative to the repository root (CI has them at the same place).
-SHARED_TRACES = Path("..") / "shared" / "data" / "traces"
-
-
 @lru_cache(maxsize=1)
 def _traces() -> dict[str, dict[str, str]]:
     return {k: {kk: str(vv) for kk, vv in t.items()} for k, t in yaml.safe_load(PRESET_FILE.read_text())["traces"].items()}
@@ -391,7 +387,8 @@ def trace_workload(name: str, *, trace_dir: str | Path | None = None) -> tuple[s
     name : str
         A key of :func:`trace_names`.
     trace_dir : path, optional
-        Folder of the shared traces; default ``../shared/data/traces`` from the repository root.
+        Folder of the shared traces; default ``traces`` under :data:`kvlab._paths.SHARED_DATA_DIR`
+        (``../shared/data`` beside the repository, or ``$KVLAB_SHARED_DATA``).
 
     Returns
     -------
@@ -400,7 +397,7 @@ def trace_workload(name: str, *, trace_dir: str | Path | None = None) -> tuple[s
         and a line saying which it is.
     """
     t = _traces()[v.choice(name, "trace", trace_names())]
-    folder = Path(trace_dir) if trace_dir is not None else DATA_DIR.parent / SHARED_TRACES
+    folder = Path(trace_dir) if trace_dir is not None else SHARED_DATA_DIR / "traces"
     path = folder / t["file"]
     if path.is_file():
         return str(path), f"trace {t['file']} ({t['source']})"

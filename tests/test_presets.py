@@ -78,3 +78,30 @@ def test_gains_and_claims_take_the_best_trace_and_slo_per_cost_model_and_compute
     assert "trace chat.csv; arxiv, 64 requests per trial" in mis["kvlab_setup"]
     yi = claims.loc["3.7x"]  # Yi: 2.0 against 3.7 under the roofline; measured not run
     assert yi["verdict"].startswith("roofline: differs (-46%)") and np.isnan(yi["measured"])
+
+
+def test_source_setups_state_the_sources_and_what_kvlab_lacks():
+    from kvlab.presets import setup_names, source_setup
+    assert {"vllm-sosp23-opt-13b", "vllm-sosp23-opt-66b", "s3-gpt-j-6b", "tie-lmsys", "vllm-sosp23-fig19"} <= \
+        set(setup_names())
+    v = source_setup("vllm-sosp23-opt-13b")
+    # vLLM 0.1's scheduler defaults and OPT's 2,048-token maximum sequence
+    assert (v.model, v.gpu, v.tp, v.scheduler, v.max_num_batched_tokens, v.max_num_seqs, v.max_model_len) == \
+        ("OPT-13B", "A100-40GB", 1, "prefill_first", 2560, 256, 2048)
+    assert v.reproducible and v.source_setup().describe().startswith("OPT-13B on 1 x A100-40GB (TP1-PP1)")
+    cfg = v.config("orca_max", cost_model="roofline")
+    assert (cfg.policy, cfg.max_num_batched_tokens, cfg.scheduler) == ("orca_max", 2560, "prefill_first")
+    tie = source_setup("tie-lmsys")
+    assert not tie.reproducible and tie.source_setup().model.startswith("not stated")
+    with pytest.raises(ValueError, match="vllm-sosp23-opt-13b"):
+        source_setup("orca-osdi22")
+
+
+def test_trace_workload_reads_the_shared_trace_when_present_else_its_profile(tmp_path):
+    from kvlab.presets import trace_workload
+    workload, line = trace_workload("chat", trace_dir=tmp_path)
+    assert workload == "sarathi-sharegpt" and "not at" in line
+    (tmp_path / "vidur_arxiv_summarization_llama2.csv").write_text("num_prefill_tokens,num_decode_tokens\n10,5\n")
+    workload, line = trace_workload("arxiv", trace_dir=tmp_path)
+    assert workload == str(tmp_path / "vidur_arxiv_summarization_llama2.csv") and line.startswith("trace ")
+    assert trace_workload("arxiv", trace_dir=tmp_path / "none")[0] == "arxiv-summarization"
