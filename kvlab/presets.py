@@ -95,8 +95,14 @@ class Preset:
 
 
 @lru_cache(maxsize=1)
+def _raw() -> dict[str, Any]:
+    """``data/presets.yaml``, read once."""
+    return yaml.safe_load(PRESET_FILE.read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=1)
 def _load() -> dict[str, Preset]:
-    raw = yaml.safe_load(PRESET_FILE.read_text())
+    raw = _raw()
     out = {}
     for name, p in raw["presets"].items():
         out[name] = Preset(name=name, model=p["model"], gpu=p["gpu"], tp=int(p["tp"]), pp=int(p["pp"]),
@@ -345,7 +351,7 @@ class SourceSetup:
 
 @lru_cache(maxsize=1)
 def _load_setups() -> dict[str, SourceSetup]:
-    raw = yaml.safe_load(PRESET_FILE.read_text())
+    raw = _raw()
     out = {}
     for name, s in raw["setups"].items():
         out[name] = SourceSetup(name=name, source=str(s["source"]), model=s["model"], gpu=s["gpu"], tp=int(s["tp"]),
@@ -371,7 +377,7 @@ def source_setup(name: str) -> SourceSetup:
 
 @lru_cache(maxsize=1)
 def _traces() -> dict[str, dict[str, str]]:
-    return {k: {kk: str(vv) for kk, vv in t.items()} for k, t in yaml.safe_load(PRESET_FILE.read_text())["traces"].items()}
+    return {k: {kk: str(vv) for kk, vv in t.items()} for k, t in _raw()["traces"].items()}
 
 
 def trace_names() -> list[str]:
