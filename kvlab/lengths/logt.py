@@ -14,12 +14,22 @@ Everything here is continuous (lengths in tokens as real numbers); integer token
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import numpy as np
-from scipy import special
 
 from .. import _validate as v
+
+
+def _special() -> ModuleType:
+    """:mod:`scipy.special`, imported on first use.
+
+    Every simulation imports this module (through the prediction-based policy), and importing
+    SciPy costs more than simulating a small workload; only the log-t computations need it.
+    """
+    import scipy.special  # noqa: PLC0415  (deferred, see above)
+    return scipy.special
 
 
 def t_logpdf(z: Any, nu: float) -> np.ndarray:
@@ -29,7 +39,7 @@ def t_logpdf(z: Any, nu: float) -> np.ndarray:
     normaliser accurate for large ``nu`` (where the t tends to the normal).
     """
     z = np.asarray(z, dtype=np.float64)
-    return -special.betaln(0.5, 0.5 * nu) - 0.5 * np.log(nu) - 0.5 * (nu + 1.0) * np.log1p(z * z / nu)
+    return -_special().betaln(0.5, 0.5 * nu) - 0.5 * np.log(nu) - 0.5 * (nu + 1.0) * np.log1p(z * z / nu)
 
 
 def standardize(tokens: Any, mu: Any, sigma: Any) -> np.ndarray:
@@ -40,17 +50,17 @@ def standardize(tokens: Any, mu: Any, sigma: Any) -> np.ndarray:
 
 def cdf(tokens: Any, mu: Any, sigma: Any, nu: float) -> np.ndarray:
     """``P(X <= tokens)`` of ``X = exp(mu + sigma T)``, ``T ~ t(nu)``; 0 for tokens <= 0."""
-    return special.stdtr(nu, standardize(tokens, mu, sigma))
+    return _special().stdtr(nu, standardize(tokens, mu, sigma))
 
 
 def sf(tokens: Any, mu: Any, sigma: Any, nu: float) -> np.ndarray:
     """``P(X > tokens)``, computed on the upper tail (no ``1 - cdf`` cancellation)."""
-    return special.stdtr(nu, -standardize(tokens, mu, sigma))
+    return _special().stdtr(nu, -standardize(tokens, mu, sigma))
 
 
 def ppf(q: Any, mu: Any, sigma: Any, nu: float) -> np.ndarray:
     """Length (tokens, continuous) below which a fraction ``q`` of the mass lies."""
-    return np.exp(mu + sigma * special.stdtrit(nu, q))
+    return np.exp(mu + sigma * _special().stdtrit(nu, q))
 
 
 def logpdf(tokens: Any, mu: Any, sigma: Any, nu: float) -> np.ndarray:
