@@ -1,4 +1,9 @@
-"""Fit the roofline's efficiency factors and overheads, and the host link, to measured tables.
+"""Fit cost models to measured tables and check them against measurements.
+
+The measured cost model's curves are fitted to public GPU measurements by
+:mod:`kvlab.costmodel.fit` and held out by :mod:`kvlab.costmodel.validate`;
+:func:`cost_model_claims` states what those measurements say next to both cost models. This
+module also fits and checks against tables measured on your own GPU:
 
 Two measured tables, each produced by :mod:`kvlab.measure` on a GPU or exported from a real
 server's benchmark:
@@ -18,13 +23,17 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares, nnls
 
 from . import _validate as v
-from .costmodel import CostModel, prefill_attention_pairs, roofline
+from . import claims as _claims
+from .claims import COST_MODELS
+from .costmodel import CostModel, cost_model, prefill_attention_pairs, roofline
+from .costmodel.fit import SARATHI_GPU, SARATHI_MODEL, SARATHI_TP, predict_batches
 from .swap import COPY_MODES, SwapModel, swap_model
 from .specs import GPUSpec, ModelSpec, gpu as _gpu, model as _model
 
@@ -103,11 +112,11 @@ def select_model(table: pd.DataFrame, model: str | ModelSpec) -> pd.DataFrame:
     return rows.reset_index(drop=True)
 
 
-def profile_work(profile: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The roofline's inputs for each profile row: tokens, attention pairs, KV tokens (sums over
-    the batch), as :meth:`kvlab.costmodel.CostModel.iteration_s` takes them."""
+def profile_work(profile: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A cost model's inputs for each profile row: tokens, attention pairs, KV tokens (sums over
+    the batch) and sequences, as :meth:`kvlab.costmodel.CostModel.iteration_s` takes them."""
     tokens, context, batch = (profile[c].to_numpy(dtype=np.int64) for c in ("tokens", "context", "batch"))
-    return batch * tokens, batch * prefill_attention_pairs(tokens, context), batch * (context + tokens)
+    return batch * tokens, batch * prefill_attention_pairs(tokens, context), batch * (context + tokens), batch
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -156,7 +165,7 @@ def fit_roofline(profile: pd.DataFrame | str | os.PathLike, model: str | ModelSp
 
     def build(p: np.ndarray) -> CostModel:
         return roofline(m, g, tp=tp, compute_efficiency=float(p[0]), bandwidth_efficiency=float(p[1]),
-                        iteration_overhead_s=float(p[2]))
+                        iteration_overhead_s=float(p[2]), label="roofline (efficiencies fitted to a measured profile)")
 
     def residuals(p: np.ndarray) -> np.ndarray:
         return np.log(build(p).iteration_s(*work) / measured)
@@ -215,3 +224,100 @@ def fit_host_link(copies: pd.DataFrame | str | os.PathLike) -> LinkFit:
     return LinkFit(link_bytes_per_s=1e9 / ns_per_byte, copy_latency_s=float(latency),
                    rel_rmse=float(np.sqrt(np.mean(rel ** 2))), max_abs_rel_error=float(np.abs(rel).max()),
                    table=table.assign(predicted_s=predicted, rel_error=rel))
+
+
+def profile_errors(profile: pd.DataFrame | str | os.PathLike, cost_models: Mapping[str, Any]) -> pd.DataFrame:
+    """Each cost model's error on a measured profile, per phase: rows, MAPE and worst case.
+
+    ``cost_models`` maps a name to anything with ``iteration_s`` (e.g. ``{"roofline": ...,
+    "measured": ...}``). MAPE is the mean of ``|predicted / measured - 1|``; ``worst`` the
+    signed error of largest magnitude.
+    """
+    table = load_profile(profile)
+    work = profile_work(table)
+    measured = table["seconds"].to_numpy(dtype=np.float64)
+    rows = []
+    for name, cost in cost_models.items():
+        rel = np.asarray(cost.iteration_s(*work), dtype=np.float64) / measured - 1.0
+        for phase in PHASES:
+            sel = (table["phase"] == phase).to_numpy()
+            if sel.any():
+                r = rel[sel]
+                rows.append({"cost_model": name, "label": getattr(cost, "label", name), "phase": phase,
+                             "rows": int(sel.sum()), "mape": float(np.mean(np.abs(r))),
+                             "worst": float(r[np.argmax(np.abs(r))])})
+    return pd.DataFrame(rows)
+
+
+def cost_model_claims(batches: pd.DataFrame) -> pd.DataFrame:
+    """What Sarathi-Serve's measured batches say, next to kvlab's value under each cost model.
+
+    ``batches`` is :func:`kvlab.costmodel.data.sarathi_batches` (or the committed published
+    figures, :func:`kvlab.costmodel.validate.published_batches`): Yi-34B, TP2 on two A100-80GB
+    PCIe. Each claim is computed from the measured rows and from both cost models' predictions
+    of the same batches (the measured model with its shipped constants).
+    """
+    b = batches[~batches["warmup"].astype(bool)].reset_index(drop=True)
+    models = {name: cost_model(SARATHI_MODEL, SARATHI_GPU, tp=SARATHI_TP, source=name) for name in COST_MODELS}
+    pred = {name: predict_batches(c, b) for name, c in models.items()}
+    setup = _claims.SetUp(model=SARATHI_MODEL, gpu=SARATHI_GPU, tp=SARATHI_TP, scheduler="one batch",
+                          metric="batch execution time")
+    src = "Sarathi-Serve OSDI'24 artifact (microsoft/sarathi-serve 02d2567)"
+
+    def at(source: str, **match: int) -> int | None:
+        sel = b["source"] == source
+        for key, val in match.items():
+            sel &= b[key] == val
+        idx = np.flatnonzero(sel.to_numpy())
+        return int(idx[0]) if idx.size else None
+
+    rows: list[_claims.Claim] = []
+    for what, source, key, val in (("decode batch of 1 at ~1k context", "figure-2 decode", "decode_seqs", 1),
+                                   ("decode batch of 128 at ~1k context", "figure-2 decode", "decode_seqs", 128),
+                                   ("prefill of 1,024 tokens", "figure-2 prefill", "prefill_tokens", 1024),
+                                   ("prefill of 8,192 tokens", "figure-2 prefill", "prefill_tokens", 8192)):
+        i = at(source, **{key: val})
+        if i is not None:
+            rows.append(_claims.close(
+                f"A {what} takes {b['measured_s'][i] * 1e3:,.1f} ms", f"{src}, {source.replace(' ', '/')}.csv",
+                b["measured_s"][i] * 1e3, {k: p[i] * 1e3 for k, p in pred.items()}, rel_tol=0.15, unit=" ms",
+                source_setup=setup, kvlab_setup=setup, note="within 15%: the issue's target"))
+    i1, i128 = at("figure-2 decode", decode_seqs=1), at("figure-2 decode", decode_seqs=128)
+    if i1 is not None and i128 is not None:
+        def fall(t: Any) -> float:
+            return float(t[i1] / (t[i128] / 128))
+        rows.append(_claims.close(
+            "Per-token decode time falls drastically from batch 1 to 128", f"{src}, figure-2/README.md",
+            fall(b["measured_s"].to_numpy()), {k: fall(p) for k, p in pred.items()}, unit="x",
+            source_setup=setup, kvlab_setup=setup, note="claimed: the measured fall"))
+    pf = b[(b["source"] == "figure-2 prefill") & (b["prefill_tokens"] >= 512)].index.to_numpy()
+    if pf.size >= 2:
+        def spread(t: Any) -> float:
+            per_token = np.asarray(t)[pf] / b["prefill_tokens"].to_numpy()[pf]
+            return float(per_token.max() / per_token.min())
+        rows.append(_claims.close(
+            "Per-token prefill time is about constant from 512 tokens (max / min per-token time)",
+            f"{src}, figure-2/README.md", spread(b["measured_s"].to_numpy()),
+            {k: spread(p) for k, p in pred.items()}, unit="x", source_setup=setup, kvlab_setup=setup,
+            note="claimed: the measured spread over 512-16,384 tokens"))
+    dec, hyb = at("table-2", decode_seqs=4, prefill_tokens=0), at("table-2", prefill_tokens=1021)
+    if dec is not None and hyb is not None:
+        def ratio(t: Any) -> float:
+            return float((t[dec] / 4) / (t[hyb] / 1024))
+        rows.append(_claims.close(
+            "A decode-only batch's per-token time is 85x a piggybacked (hybrid) batch's", f"{src}, table-2/README.md",
+            85.0, {k: ratio(p) for k, p in pred.items()}, unit="x", source_setup=setup, kvlab_setup=setup,
+            note=f"the measured rows give {ratio(b['measured_s'].to_numpy()):.0f}x"))
+    chunked = b[(b["source"] == "figure-9") & (b["prefill_tokens"] == 4095)]
+    if len(chunked) and {512, 16384} <= set(chunked["chunk_tokens"]):
+        i512 = int(chunked.index[chunked["chunk_tokens"] == 512][0])
+        iall = int(chunked.index[chunked["chunk_tokens"] == 16384][0])
+
+        def overhead(t: Any) -> float:
+            return float(t[i512] / t[iall])
+        rows.append(_claims.close(
+            "Prefilling 4,095 tokens in 512-token chunks costs more than in one go (chunked / whole)",
+            f"{src}, figure-9/chunking-overhead.csv", overhead(b["measured_s"].to_numpy()),
+            {k: overhead(p) for k, p in pred.items()}, rel_tol=0.1, unit="x", source_setup=setup,
+            kvlab_setup=setup, note="claimed: the measured ratio; within 10%"))
+    return _claims.table(rows)

@@ -23,10 +23,11 @@ def _profile() -> pd.DataFrame:
 def test_profile_work_by_hand():
     prof = pd.DataFrame({"phase": ["prefill", "decode"], "tokens": [100, 1], "context": [50, 1000],
                          "batch": [2, 8], "seconds": [1.0, 1.0]})
-    tokens, pairs, kv = cal.profile_work(prof)
+    tokens, pairs, kv, seqs = cal.profile_work(prof)
     assert tokens.tolist() == [200, 8]
     assert pairs.tolist() == [2 * (100 * 50 + 100 * 101 // 2), 8 * 1001]
     assert kv.tolist() == [300, 8008]
+    assert seqs.tolist() == [2, 8]
 
 
 @settings(max_examples=15)
