@@ -7,9 +7,13 @@
    so that its peak memory is its own.
 2. Fast vs reference engine on 10,000 requests of the same profile, offline and Poisson: wall
    times and the ratio (target >= 50x), with the results checked equal.
+3. The fast engine with the measured cost model next to the spec-sheet roofline, on the same
+   requests offline and at the Poisson rate, in one run: wall time of each (best of two) and the
+   ratio (target: the measured model costs at most 1.5x the roofline's time).
 
-Run: ``python bench/bench_engine.py [num_requests] [num_requests_vs_reference]``. Threads are pinned
-to one before NumPy loads; the array module is NumPy (``KVLAB_BACKEND=numpy``).
+Run: ``python bench/bench_engine.py [num_requests] [num_requests_vs_reference] [num_requests_cost_models]``.
+Threads are pinned to one before NumPy loads; the array module is NumPy (``KVLAB_BACKEND=numpy``);
+sections 1 and 2 run the default cost model (the measured one on H100-SXM).
 """
 import os
 
@@ -27,19 +31,22 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from kvlab import _validate  # noqa: E402
+from kvlab.costmodel import cost_model  # noqa: E402
 from kvlab.lengths import profile  # noqa: E402
 from kvlab.sim import simulate  # noqa: E402
 
-TARGET_S, TARGET_GIB, TARGET_RATIO = 10.0, 4.0, 50.0
+TARGET_S, TARGET_GIB, TARGET_RATIO, TARGET_COST_RATIO = 10.0, 4.0, 50.0, 1.5
 SETUP = {"model": "Llama-3-8B", "gpu": "H100-SXM"}
 PROFILE, POLICY, QPS_SHARE = "brief-sharegpt", "vllm", 0.8
 
 
-def _run(n: int, engine: str, qps: float | None, record_iterations: bool = False) -> tuple[object, float]:
+def _run(n: int, engine: str, qps: float | None, record_iterations: bool = False,
+         cost_model: str | None = None) -> tuple[object, float]:
     w = profile(PROFILE).sample(n, seed=0)
     arrivals = {} if qps is None else {"arrivals": "poisson", "qps": qps}
     t0 = time.perf_counter()
-    res = simulate(w, POLICY, engine=engine, record_iterations=record_iterations, **SETUP, **arrivals)
+    res = simulate(w, POLICY, engine=engine, record_iterations=record_iterations, cost_model=cost_model, **SETUP,
+                   **arrivals)
     return res, time.perf_counter() - t0
 
 
@@ -76,9 +83,9 @@ def _same(a, b) -> bool:
     return True
 
 
-def main(n: int = 1_000_000, n_ref: int = 10_000) -> None:
+def main(n: int = 1_000_000, n_ref: int = 10_000, n_cost: int = 200_000) -> None:
     print(f"{PROFILE} profile, policy {POLICY}, {SETUP['model']} on {SETUP['gpu']}, chunked prefill, "
-          f"NumPy backend, {os.cpu_count()} CPUs")
+          f"NumPy backend, {os.cpu_count()} CPUs; cost model {cost_model(**SETUP).label}")
     offline = _child(n, None)
     qps = QPS_SHARE * offline["requests_per_s"]
     poisson = _child(n, qps)
@@ -101,10 +108,31 @@ def main(n: int = 1_000_000, n_ref: int = 10_000) -> None:
     worst = float(table["ratio"].min())
     print(f"fast vs reference on {n_ref:,} requests: {worst:.1f}x at worst (target >= {TARGET_RATIO:.0f}x: "
           f"{'met' if worst >= TARGET_RATIO else 'MISSED'}); results identical: {bool(table['identical'].all())}")
+    cost_model_ratio(n_cost, qps)
+
+
+def cost_model_ratio(n: int, qps: float) -> None:
+    """Section 3: the fast engine under the measured cost model vs the roofline, best of two each."""
+    rows = []
+    for label, rate in (("offline", None), ("poisson", qps)):
+        best: dict[str, float] = {}
+        for _ in range(2):
+            for cm in ("roofline", "measured"):
+                res, wall_s = _run(n, "fast", rate, cost_model=cm)
+                best[cm] = min(best.get(cm, float("inf")), wall_s)
+                best[cm + "_iterations"] = res.summary["num_iterations"]
+        rows.append({"arrivals": label, "requests": n, "roofline_s": best["roofline"], "measured_s": best["measured"],
+                     "ratio": best["measured"] / best["roofline"], "roofline_iterations": best["roofline_iterations"],
+                     "measured_iterations": best["measured_iterations"]})
+    table = pd.DataFrame(rows)
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    worst = float(table["ratio"].max())
+    print(f"measured vs roofline cost model on {n:,} requests: {worst:.2f}x at worst "
+          f"(target <= {TARGET_COST_RATIO}x: {'met' if worst <= TARGET_COST_RATIO else 'MISSED'})")
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--one":
         one(int(sys.argv[2]), float(sys.argv[3]) if len(sys.argv) > 3 else None)
     else:
-        main(*(int(a) for a in sys.argv[1:3]))
+        main(*(int(a) for a in sys.argv[1:4]))
