@@ -8,8 +8,8 @@
 2. Fast vs reference engine on 10,000 requests of the same profile, offline and Poisson: wall
    times and the ratio (target >= 50x), with the results checked equal.
 3. The fast engine with the measured cost model next to the spec-sheet roofline, on the same
-   requests offline and at the Poisson rate, in one run: wall time of each (best of two) and the
-   ratio (target: the measured model costs at most 1.5x the roofline's time).
+   200,000 requests offline and at Poisson arrivals, in one run: wall time of each (best of two)
+   and the ratio of time per iteration (target: the measured model costs at most 1.5x).
 
 Run: ``python bench/bench_engine.py [num_requests] [num_requests_vs_reference] [num_requests_cost_models]``.
 Threads are pinned to one before NumPy loads; the array module is NumPy (``KVLAB_BACKEND=numpy``);
@@ -108,28 +108,35 @@ def main(n: int = 1_000_000, n_ref: int = 10_000, n_cost: int = 200_000) -> None
     worst = float(table["ratio"].min())
     print(f"fast vs reference on {n_ref:,} requests: {worst:.1f}x at worst (target >= {TARGET_RATIO:.0f}x: "
           f"{'met' if worst >= TARGET_RATIO else 'MISSED'}); results identical: {bool(table['identical'].all())}")
-    cost_model_ratio(n_cost, qps)
+    cost_model_ratio(n_cost)
 
 
-def cost_model_ratio(n: int, qps: float) -> None:
-    """Section 3: the fast engine under the measured cost model vs the roofline, best of two each."""
+def cost_model_ratio(n: int) -> None:
+    """Section 3: the fast engine under the measured cost model vs the roofline, best of two each.
+
+    Offline both models run the same iterations; under Poisson arrivals each model runs at 80%
+    of its own offline throughput (the models differ 8x in speed, so one rate would load them
+    differently), and the iterations differ: the ratio is of time per iteration.
+    """
     rows = []
-    for label, rate in (("offline", None), ("poisson", qps)):
-        best: dict[str, float] = {}
+    rate: dict[str, float] = {}
+    for label in ("offline", "poisson"):
+        best: dict[str, tuple[float, int]] = {}
         for _ in range(2):
             for cm in ("roofline", "measured"):
-                res, wall_s = _run(n, "fast", rate, cost_model=cm)
-                best[cm] = min(best.get(cm, float("inf")), wall_s)
-                best[cm + "_iterations"] = res.summary["num_iterations"]
-        rows.append({"arrivals": label, "requests": n, "roofline_s": best["roofline"], "measured_s": best["measured"],
-                     "ratio": best["measured"] / best["roofline"], "roofline_iterations": best["roofline_iterations"],
-                     "measured_iterations": best["measured_iterations"]})
+                res, wall_s = _run(n, "fast", rate.get(cm) if label == "poisson" else None, cost_model=cm)
+                if label == "offline":
+                    rate[cm] = QPS_SHARE * res.summary["requests_per_s"]
+                if wall_s < best.get(cm, (float("inf"), 0))[0]:
+                    best[cm] = (wall_s, int(res.summary["num_iterations"]))
+        (r_s, r_it), (m_s, m_it) = best["roofline"], best["measured"]
+        rows.append({"arrivals": label, "requests": n, "roofline_s": r_s, "roofline_iterations": r_it,
+                     "measured_s": m_s, "measured_iterations": m_it, "ratio_per_iteration": (m_s / m_it) / (r_s / r_it)})
     table = pd.DataFrame(rows)
     print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-    worst = float(table["ratio"].max())
-    print(f"measured vs roofline cost model on {n:,} requests: {worst:.2f}x at worst "
+    worst = float(table["ratio_per_iteration"].max())
+    print(f"measured vs roofline cost model on {n:,} requests: {worst:.2f}x the time per iteration at worst "
           f"(target <= {TARGET_COST_RATIO}x: {'met' if worst <= TARGET_COST_RATIO else 'MISSED'})")
-
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--one":
