@@ -7,14 +7,15 @@
 #   bash bench/gpu_check.sh env gpu_tests  # chosen stages
 #
 # Each stage is one function writing its own files; add a stage by writing stage_<name> and
-# listing it in STAGES. Each stage is capped by a timeout (100 + 120 + 150 + 90 s at most, plus
-# a few seconds for env: under 8 minutes); not yet run on a GPU, so give the device call a 600 s limit.
+# listing it in STAGES. Each stage is capped by a timeout (100 + 120 + 150 + 60 + 90 s at most,
+# plus a few seconds for env: under 9 minutes; costmodel reuses crossover's profile.csv); not yet
+# run on a GPU, so give the device call a 600 s limit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 RESULTS="${OUT:-$PWD/gpu_results}"
 mkdir -p "$RESULTS"
-STAGES=(env gpu_tests equivalence_cupy crossover sweep_bench)
+STAGES=(env gpu_tests equivalence_cupy crossover costmodel sweep_bench)
 status=0
 
 # kvlab/__init__.py may import packages this machine lacks (pyyaml, ...): this prelude registers
@@ -76,6 +77,14 @@ stage_crossover() {  # measured recompute vs swap for Llama-3-8B and Llama-2-7B 
     >"$RESULTS/crossover.txt" 2>&1
   local rc=$?
   cat "$RESULTS/crossover.txt"
+  return $rc
+}
+
+stage_costmodel() {  # roofline, measured curves and fitted roofline vs kvlab.measure's forward passes here
+  timeout 60 python bench/costmodel_check.py --out "$RESULTS" --gpu H200 --models Llama-3-8B Llama-2-7B \
+    $([ -f "$RESULTS/profile.csv" ] || echo --quick) >"$RESULTS/costmodel.txt" 2>&1
+  local rc=$?
+  cat "$RESULTS/costmodel.txt"
   return $rc
 }
 
