@@ -383,7 +383,7 @@ def run(models: Sequence[str] = ("Llama-3-8B", "Llama-2-7B"), *, gpu: str | GPUS
             for mode in COPY_MODES:
                 meas = measured_crossover(prof, cop, m, block_size=bs, copy_mode=mode)
                 fitted = crossover(m, g, bs, cost_model=roof.cost_model, swap=link.swap_model(m, g, copy_mode=mode))
-                spec = crossover(m, g, bs, swap=swap_model(m, g, copy_mode=mode))
+                spec = crossover(m, g, bs, swap=swap_model(m, g, copy_mode=mode), cost_model="roofline")
                 entry["crossovers"].append({
                     "block_size": bs, "copy_mode": mode,
                     "measured_crossover_tokens": meas.crossover_tokens, "measured_num_crossings": meas.num_crossings,
