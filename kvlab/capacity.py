@@ -248,16 +248,22 @@ def trial_requests(workload: pd.DataFrame | str | Path | Profile, num_requests: 
     return trace_window(workload, num_requests).requests[["prompt_tokens", "output_tokens"]]
 
 
-def serve(workload: pd.DataFrame, config: ServingConfig, qps: float, *, seed: int = 0,
+def serve(workload: pd.DataFrame, config: ServingConfig, qps: float | None, *, seed: int = 0,
           record_iterations: bool = False) -> SimResult:
     """Serve ``workload`` (prompt/output tokens) at a Poisson ``qps`` under ``config``.
 
+    ``qps=None`` serves it at its own ``arrival_s`` (offline when it has none; ``pp = 1`` only).
     Under PP this runs one of the ``pp`` engines at ``qps / pp`` (see the module note), twice
     when ``config.pipeline_bubbles``: the second run's cycles include the bubbles estimated from
     the first run's stage times. ``record_iterations`` keeps the per-iteration table (for
     :func:`kvlab.sim.metrics.token_gaps_s`).
     """
-    qps = v.positive_float(qps, "qps")
+    if qps is None:
+        if config.pp != 1:
+            raise ValueError("serving a workload at its own arrival times needs pp = 1 (give qps under PP)")
+        arrivals: dict[str, Any] = {"arrivals": "auto"}
+    else:
+        arrivals = {"arrivals": "poisson", "qps": v.positive_float(qps, "qps") / config.pp}
     extra: dict[str, Any] = dict(config.policy_params)
     if config.engine is not None:
         extra["engine"] = config.engine
@@ -268,8 +274,8 @@ def serve(workload: pd.DataFrame, config: ServingConfig, qps: float, *, seed: in
                         max_new_tokens=config.max_new_tokens, block_size=config.block_size,
                         pool_pages=config.engine_pool_pages(), tp=config.tp, scheduler=config.scheduler,
                         max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
-                        preemption_mode=config.preemption_mode, arrivals="poisson", qps=qps / config.pp,
-                        seed=seed, record_iterations=record, cost_model=cost_model, **extra)
+                        preemption_mode=config.preemption_mode, seed=seed, **arrivals,
+                        record_iterations=record, cost_model=cost_model, **extra)
 
     if not (config.pipeline_bubbles and isinstance(cost, PipelineCostModel) and cost.peer_stage_s is None):
         return run(cost, record_iterations)
@@ -289,6 +295,11 @@ def with_bubbles(cost: PipelineCostModel, first: SimResult) -> PipelineCostModel
     span_s = float((it["start_s"] + it["duration_s"]).max() - first.requests["arrival_s"].min())
     idle_rounds = max(span_s - float(dur.sum()), 0.0) / float(dur.mean()) if dur.mean() > 0 else 0.0
     return cost.with_peers(dur / cost.pp, idle_rounds=idle_rounds)
+
+
+def slo_verdict(result: SimResult, slo: SLO) -> str:
+    """``"meets the SLO"``, or every way one run misses ``slo`` (joined by ``"; "``)."""
+    return _verdict(slo_metrics(result), slo)
 
 
 def _verdict(m: Mapping[str, float], slo: SLO) -> str:

@@ -4,8 +4,9 @@
 notebooks as papermill reports (see :mod:`kvlab.report`); ``kvlab report --list-params [NOTEBOOK ...]``
 lists their parameters.
 
-``kvlab recommend TRACE --model M --gpu G --slo-p99-tbt SECONDS`` prints the output reservation,
-overflow policy and server flags that meet a latency SLO on a trace (see :mod:`kvlab.recommend`).
+``kvlab recommend TRACE --model M --gpu G [--system vllm]`` prints which server setting meets a
+latency SLO at the trace's real load, each setting's capacity with its interval, and the
+server's flags (see :mod:`kvlab.recommend`).
 """
 from __future__ import annotations
 
@@ -97,26 +98,55 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_recommend(args: argparse.Namespace) -> int:
-    import pandas as pd  # noqa: PLC0415
-
-    from .recommend import recommend  # noqa: PLC0415
+def _load_recommend_trace(args: argparse.Namespace):
+    """The trace file (any kvlab.traces format), or one or two Prometheus scrapes of a vLLM server."""
+    from .prometheus import is_exposition, from_prometheus  # noqa: PLC0415
     from .traces import load  # noqa: PLC0415
 
-    trace = load(args.trace, args.format)
-    sim_kw = {"block_size": args.block_size}
-    if args.qps is not None:
-        sim_kw.update(arrivals="poisson", qps=args.qps)
-    rec = recommend(trace, model=args.model, gpu=args.gpu, slo_p99_tbt_s=args.slo_p99_tbt,
-                    percentiles=args.percentiles, modes=args.modes, max_new_tokens=args.max_new_tokens,
-                    max_rejected_frac=args.max_rejected_frac, num_requests=args.num_requests or None,
-                    seed=args.seed, **sim_kw)
-    with pd.option_context("display.width", 200, "display.max_colwidth", 120):
+    paths = args.trace
+    if len(paths) > 2:
+        raise ValueError(f"give one trace file, or two Prometheus scrapes; got {len(paths)} files")
+    if is_exposition(paths[0]):
+        return from_prometheus(paths[0], paths[1] if len(paths) == 2 else None,
+                               interval_s=args.scrape_interval, seed=args.seed)
+    if len(paths) == 2:
+        raise ValueError(f"{paths[1]}: a second file is only for a second Prometheus scrape; "
+                         f"{paths[0]} is a trace")
+    return load(paths[0], args.format, on_bad=args.on_bad)
+
+
+def _cmd_recommend(args: argparse.Namespace) -> int:
+    import json  # noqa: PLC0415
+    import os  # noqa: PLC0415
+
+    from .capacity import SLO  # noqa: PLC0415
+    from .recommend import recommend  # noqa: PLC0415
+
+    trace = _load_recommend_trace(args)
+    slo = SLO(tbt_p99_s=args.slo_p99_tbt, scheduling_delay_p50_s=args.slo_delay_p50 or None)
+    workers = args.workers if args.workers is not None else min(2, os.cpu_count() or 1)
+    rec = recommend(trace, model=args.model, gpu=args.gpu, system=args.system, slo=slo, tp=args.tp,
+                    block_size=args.block_size, max_new_tokens=args.max_new_tokens,
+                    num_requests=args.num_requests, how="sample" if args.sample else "window",
+                    rate_scale=args.rate_scale, qps=args.qps, num_windows=args.windows,
+                    window_requests=args.window_requests, percentiles=args.percentiles,
+                    max_unserved_frac=args.max_unserved_frac, seed=args.seed, max_workers=workers,
+                    progress=not args.no_progress and not args.json)
+    if args.csv:
+        if args.output:
+            rec.table.to_csv(args.output, index=False)
+        else:
+            sys.stdout.write(rec.table.to_csv(index=False))
+    if args.json:
+        text = json.dumps(rec.to_dict(), indent=1, default=str)
+        if args.output and not args.csv:
+            Path(args.output).write_text(text + "\n")
+        else:
+            print(text)
+    if not args.json and not (args.csv and not args.output):
         print(rec)
-        print()
-        print(rec.table.round(4).to_string(index=False))
-        print()
-        print(rec.flags.to_string(index=False))
+        if args.output:
+            print(f"table written to {args.output}")
     return 0
 
 
@@ -135,27 +165,51 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--list-params", action="store_true",
                      help="print each selected notebook's parameters (type, default, help) and exit")
     rep.set_defaults(func=_cmd_report)
-    rec = sub.add_parser("recommend", help="output reservation, overflow policy and server flags for a trace and SLO")
-    rec.add_argument("trace", help="trace file (.csv, .jsonl, .json, .parquet; any format kvlab.traces.load reads)")
+    rec = sub.add_parser(
+        "recommend", help="which server setting meets a latency SLO at a trace's real load, and its capacity",
+        description="Simulate the trace at its own rate on each setting the server lets you change, find each "
+                    "setting's capacity (highest Poisson rate within the SLO) with an interval over windows of "
+                    "the trace, and print the answer with the server's flags. Default SLO: P99 time between "
+                    "tokens <= 0.1 s and median scheduling delay <= 2 s.")
+    rec.add_argument("trace", nargs="+", help="trace file (.csv, .jsonl, .json, .parquet: any format "
+                                              "kvlab.traces.load reads), or one or two Prometheus scrapes "
+                                              "of a vLLM server's /metrics")
     rec.add_argument("--model", required=True, help="model name (kvlab.specs.models())")
     rec.add_argument("--gpu", required=True, help="GPU name (kvlab.specs.gpus())")
-    rec.add_argument("--slo-p99-tbt", type=float, required=True, metavar="SECONDS",
-                     help="SLO: 99th percentile of the time between output tokens, over every gap (seconds)")
+    rec.add_argument("--system", choices=["vllm", "sglang", "tgi", "tensorrt-llm", "reservation"],
+                     help="the server you run: search its settings and print its flags (default: compare "
+                          "the systems at their defaults)")
+    rec.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs per replica (default 1)")
+    rec.add_argument("--slo-p99-tbt", type=float, default=0.1, metavar="SECONDS",
+                     help="SLO: 99th percentile of the time between output tokens (default 0.1 s)")
+    rec.add_argument("--slo-delay-p50", type=float, default=2.0, metavar="SECONDS",
+                     help="SLO: median delay from arrival to admission (default 2 s; 0: no bound)")
+    rec.add_argument("--max-new-tokens", type=int,
+                     help="output cap (tokens; default the trace's detected cap, else its longest output)")
+    rec.add_argument("--num-requests", type=int, help="serve N requests of the trace (default all)")
+    rec.add_argument("--sample", action="store_true",
+                     help="N requests as a random sample rescaled to the trace's rate (default a window)")
+    rec.add_argument("--rate-scale", type=float, default=1.0, help="serve at this multiple of the trace's rate")
+    rec.add_argument("--qps", type=float, help="serve at this rate (requests/s): the trace's times rescaled, "
+                                               "or Poisson when it has none")
+    rec.add_argument("--windows", type=int, default=5, help="capacity windows (default 5)")
+    rec.add_argument("--window-requests", type=int, default=2048, help="requests per window (default 2048)")
     rec.add_argument("--percentiles", type=float, nargs="+", default=[50, 90, 95, 99],
-                     help="output-length percentiles to try as the reservation (default 50 90 95 99)")
-    rec.add_argument("--modes", nargs="+", default=["recompute", "swap", "reject"],
-                     help="overflow modes to try (default recompute swap reject)")
-    rec.add_argument("--max-new-tokens", type=int, default=2048,
-                     help="server output cap (tokens; default 2048, as notebook 07)")
-    rec.add_argument("--max-rejected-frac", type=float, default=0.0,
-                     help="share of requests the SLO allows to be rejected (default 0)")
-    rec.add_argument("--num-requests", type=int, default=1000,
-                     help="simulate a seeded sample of this many requests (0: all; default 1000)")
-    rec.add_argument("--qps", type=float, help="Poisson arrivals at this rate (requests/s); default the "
-                                               "trace's arrival times, or all at once")
+                     help="output-length percentiles to report (default 50 90 95 99)")
+    rec.add_argument("--max-unserved-frac", type=float, default=0.0,
+                     help="share of requests a setting may reject or truncate (default 0)")
     rec.add_argument("--block-size", type=int, default=16, help="tokens per KV page (default 16)")
     rec.add_argument("--format", default="auto", help="trace format (default: detected from the columns)")
-    rec.add_argument("--seed", type=int, default=0, help="seed of the sample and of arrivals")
+    rec.add_argument("--on-bad", choices=["raise", "drop"], default="raise",
+                     help="bad or failed rows: stop with an error (default) or drop and count them")
+    rec.add_argument("--scrape-interval", type=float, metavar="SECONDS",
+                     help="seconds between two Prometheus scrapes (when their samples carry no timestamps)")
+    rec.add_argument("--seed", type=int, default=0, help="seed of samples and Poisson arrivals")
+    rec.add_argument("--workers", type=int, help="processes (default: up to 2)")
+    rec.add_argument("--json", action="store_true", help="print the decision and full table as JSON")
+    rec.add_argument("--csv", action="store_true", help="write the full table as CSV (to -o FILE or stdout)")
+    rec.add_argument("-o", "--output", help="file for --csv (or --json)")
+    rec.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     rec.set_defaults(func=_cmd_recommend)
     return parser
 

@@ -540,3 +540,5 @@ def from_vllm_outputs(outputs: Iterable[Any]) -> pd.DataFrame:
     return _finish("vllm outputs", "vllm-outputs", pd.Series(prompt), pd.Series(output), arrival_s=times,
                    censored=np.asarray(cens), style="index", on_bad="raise",
                    names=("prompt_token_ids", "outputs[0].token_ids"), max_new_tokens=None)
+
+from .prometheus import from_prometheus  # noqa: E402,F401  (kvlab.traces.from_prometheus: a trace from /metrics)

@@ -1,131 +1,172 @@
-"""The recipe: percentiles by hand, a workload whose overruns are known, the pick, flags, bad input."""
+"""kvlab.recommend: the real load, capacity per setting, ties, the context clamp, overload, flags."""
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from kvlab.costmodel import roofline
-from kvlab.recommend import OVERFLOW_MODES, output_percentiles, recipe_claims, recommend, server_flags
+import kvlab
+from kvlab.capacity import SLO, ServingConfig, capacity
+from kvlab.recommend import (DEFAULT_SLO, LATENCY_COLUMNS, RESERVATION, command_line, fit_to_context,
+                             output_percentiles, recipe_claims, recommend, settings)
 
-ONE_SECOND = dataclasses.replace(
-    roofline("Llama-2-7B", "A100-80GB-SXM"), linear_flops_per_token=0.0, attention_flops_per_pair=0.0,
-    weight_bytes=0.0, kv_bytes_per_token=0.0, allreduce_bytes_per_token=0.0,
-    allreduce_latency_s_per_iteration=0.0, iteration_overhead_s=1.0)
-
-# 90 requests of 8 output tokens and 10 of 40, prompts of 4 tokens, pages of 4 tokens.
-# p50 = 8: reserving 4 + 8 = 12 tokens = 3 pages holds the 11-token context that produces the
-# 8th token, so exactly the 10 long requests overrun. p95 = 40: nobody overruns.
-TRACE = pd.DataFrame({"prompt_tokens": 4, "output_tokens": [8] * 90 + [40] * 10})
-SIM = dict(model="Llama-2-7B", gpu="A100-80GB-SXM", cost_model=ONE_SECOND, block_size=4, pool_pages=40,
-           max_num_batched_tokens=64)
+MODEL, GPU = "Llama-2-7B", "A100-40GB"  # a small KV pool (2,873 pages): windows of 400 requests fill it
 
 
-def rec(**kw):
-    kw.setdefault("slo_p99_tbt_s", 1e9)
-    return recommend(TRACE, percentiles=(50, 95), max_new_tokens=64, **SIM, **kw)
+def _trace(n: int, rate_per_s: float, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"prompt_tokens": rng.integers(200, 1500, n),
+                         "output_tokens": np.maximum(1, np.round(np.exp(rng.normal(4.5, 0.8, n)))).astype(int),
+                         "arrival_s": np.cumsum(rng.exponential(1.0 / rate_per_s, n))})
+
+
+@pytest.fixture(scope="module")
+def at_20():
+    trace = _trace(1500, 20.0)
+    vllm = settings("vllm", model=MODEL, gpu=GPU)[:2]  # default and max_num_seqs=128
+    return trace, recommend(trace, model=MODEL, gpu=GPU, candidates=vllm, num_requests=600, num_windows=2,
+                            window_requests=400, seed=3)
+
+
+def test_offered_rate_is_the_traces(at_20):
+    trace, rec = at_20
+    t = trace["arrival_s"].to_numpy()[:600]
+    assert rec.load["rate_per_s"] == pytest.approx(599 / (t[-1] - t[0]))
+    # what the simulator was offered, read back from its own request table
+    for rate in rec.table["offered_rate_per_s"]:
+        assert rate == pytest.approx(20.0, rel=0.05)
+    assert rec.load["num_requests"] == 600 and rec.load["how"] == "window"
+    assert set(LATENCY_COLUMNS) <= set(rec.table.columns)
+
+
+def test_capacity_is_a_direct_capacity_call(at_20):
+    trace, rec = at_20
+    # the default vLLM V1 setting written out by hand, on the second window (rows 1100-1499)
+    config = ServingConfig(model=MODEL, gpu=GPU, policy="vllm", policy_params={"watermark_frac": 0.0},
+                           max_num_seqs=256, max_num_batched_tokens=2048, scheduler="chunked",
+                           max_new_tokens=int(trace["output_tokens"].max()), block_size=16,
+                           pool_pages=kvlab.pool_pages(MODEL, GPU, gpu_memory_utilization=0.9))
+    window = trace.iloc[1100:1500][["prompt_tokens", "output_tokens"]].reset_index(drop=True)
+    direct = capacity(window, config, SLO(tbt_p99_s=0.1, scheduling_delay_p50_s=2.0), num_requests=400, seed=4,
+                      qps_start=rec.load["rate_per_s"], rel_tol=0.05)
+    assert rec.capacities["vllm: default"][1] == direct.capacity_qps
+    row = rec.row("vllm: default")
+    caps = rec.capacities["vllm: default"]
+    assert row["capacity_lo_qps"] == min(caps) and row["capacity_hi_qps"] == max(caps)
+
+
+def test_overloaded_says_so_with_the_replicas_needed(at_20):
+    _, rec = at_20
+    best = rec.table.loc[rec.table["capacity_qps"].idxmax()]
+    assert best["capacity_qps"] < 20.0 * 0.95  # this GPU cannot carry 20 requests/s
+    assert rec.decision == "overloaded" and rec.chosen is None and not rec.table["recommended"].any()
+    assert rec.answer.startswith("Overloaded") and f"{math.ceil(rec.load['rate_per_s'] / best['capacity_qps'])} " \
+        "replicas" in rec.answer
+
+
+def test_identical_settings_tie_and_all_ties_keep_the_default():
+    trace = _trace(600, 2.0, seed=1)
+    base = settings("vllm", model=MODEL, gpu=GPU)[0]
+    twin = dataclasses.replace(base, label="twin", knob="max_num_seqs")  # the same server under another name
+    starved = dataclasses.replace(base, label="max_num_seqs=2", knob="max_num_seqs", max_num_seqs=2)
+    kw = dict(model=MODEL, gpu=GPU, num_requests=200, num_windows=2, window_requests=200)
+    rec = recommend(trace, candidates=[twin, base, starved], **kw)
+    t = rec.table.set_index("setting")
+    assert t.loc["twin", "capacity_qps"] == t.loc["default", "capacity_qps"]
+    assert t.loc["twin", "tie"] and t.loc["default", "tie"] and not t.loc["max_num_seqs=2", "tie"]
+    assert rec.decision == "keep-default" and rec.chosen == "vllm: default"
+    both = recommend(trace, candidates=[twin, base], **kw)
+    assert both.decision == "all-tie" and both.chosen == "vllm: default"
+    assert "not the bottleneck" in both.answer and "keep the server default" in both.answer
+
+
+def test_context_clamp_counts_what_does_not_fit():
+    # Llama-3-8B: 8,192 tokens of context
+    trace = pd.DataFrame({"prompt_tokens": [100, 8191, 8192, 9000, 5000, 300],
+                          "output_tokens": [50, 10, 5, 5, 4000, 900]})
+    served, fit = fit_to_context(trace, model="Llama-3-8B", max_new_tokens=None)
+    assert fit.max_context_tokens == 8192
+    assert fit.prompts_over_context == 2  # 8192 and 9000 leave no room for a token
+    assert fit.outputs_over_context == 2  # 8191 + 10 and 5000 + 4000 run past 8192
+    assert served["output_tokens"].tolist() == [50, 1, 3192, 900]
+    assert fit.max_new_tokens == 4000 and fit.max_model_len == 8192
+    for s in ("vllm", "sglang", "tgi", "tensorrt-llm"):
+        cmd = command_line(settings(s, model="Llama-3-8B", gpu="H100-SXM")[0], model="Llama-3-8B",
+                           max_model_len=fit.max_model_len, max_prompt_tokens=fit.max_model_len - 1,
+                           max_new_tokens=fit.max_new_tokens)
+        lens = [int(x) for x in re.findall(r"(?:max-model-len|context-length|max-total-tokens|max_seq_len) (\d+)",
+                                           cmd)]
+        assert lens and max(lens) <= 8192, cmd
+    _, capped = fit_to_context(trace, model="Llama-3-8B", max_new_tokens=20000)
+    assert capped.max_new_tokens == 8191 and "clamped" in " ".join(capped.warnings())
+
+
+def test_default_cap_is_the_traces_detected_cap():
+    trace = pd.DataFrame({"prompt_tokens": [10, 20, 30], "output_tokens": [5, 7, 9]})
+    trace.attrs["detected_cap_tokens"] = 1000
+    _, fit = fit_to_context(trace, model="Llama-3-8B", max_new_tokens=None)
+    assert fit.max_new_tokens == 1000 and fit.cap_source == "the trace's detected cap"
+
+
+def test_small_trace_warns_with_the_number_needed():
+    rec = recommend(_trace(300, 1.0), model=MODEL, gpu=GPU, candidates=settings("vllm", model=MODEL, gpu=GPU)[:1],
+                    num_windows=3, window_requests=200)
+    assert any("needs at least 600" in w for w in rec.warnings)
+    assert len(rec.capacities["vllm: default"]) == 3
+
+
+def test_systems_offer_only_what_they_can_set():
+    vllm = settings("vllm", model="Llama-3-8B", gpu="H100-SXM")
+    assert {s.policy for s in vllm} == {"vllm"} and {s.preemption_mode for s in vllm} == {"recompute"}
+    assert vllm[0].is_default and sum(s.is_default for s in vllm) == 1
+    trt = {s.label: s for s in settings("tensorrt-llm", model="Llama-3-8B", gpu="H100-SXM",
+                                        percentiles={"p99": 600}, max_new_tokens=1000)}
+    assert trt["default"].policy == "reserve_max" and trt["max_tokens=600"].output_cap_tokens == 600
+    tgi = settings("tgi", model="Llama-3-8B", gpu="H100-SXM")
+    assert all(s.policy_params["cap_tokens"] == 1024 for s in tgi)  # TGI's cap is not a flag
+    pct = {"p50": 10, "p95": 40, "p99": 80}
+    recipe = settings(RESERVATION, model="Llama-3-8B", gpu="H100-SXM", percentiles=pct, max_new_tokens=64)
+    # p99 = 80 >= the 64-token cap reserves everything anyway: not offered
+    assert [s.label for s in recipe] == ["reserve max_new_tokens", "reserve p50, recompute", "reserve p50, swap",
+                                         "reserve p50, reject", "reserve p95, recompute", "reserve p95, swap",
+                                         "reserve p95, reject"]
 
 
 def test_output_percentiles_by_hand():
     # numpy's linear percentile of 1..100: p50 = 50.5, p90 = 90.1, p99 = 99.01; rounded up
     assert output_percentiles(np.arange(1, 101), (50, 90, 99)) == {"p50": 51, "p90": 91, "p99": 100}
-    assert output_percentiles(TRACE["output_tokens"], (50, 95)) == {"p50": 8, "p95": 40}
 
 
-def test_table_counts_the_overruns():
-    r = rec()
-    t = r.table.set_index(["setting", "overflow"])
-    assert len(t) == 1 + 2 * len(OVERFLOW_MODES)
-    assert t.loc[("max_new_tokens", "none"), "reserve_tokens"] == 64
-    assert t.loc[("p50", "recompute"), "reserve_tokens"] == 8
-    for mode in OVERFLOW_MODES:
-        assert t.loc[("p50", mode), "preempted_request_frac"] == pytest.approx(0.10)
-        assert t.loc[("p95", mode), "preempted_request_frac"] == 0.0
-    assert t.loc[("p50", "reject"), "rejected_frac"] == pytest.approx(0.10)
-    assert t.loc[("p50", "recompute"), "rejected_frac"] == 0.0
-    # the reject row rejects 10% of the requests, more than max_rejected_frac = 0 allows
-    assert not t.loc[("p50", "reject"), "meets_slo"]
-
-
-def test_pick_is_the_best_goodput_that_meets_the_slo():
-    r = rec()
-    ok = r.table[r.table["meets_slo"]]
-    assert r.meets_slo and (ok["rejected_frac"] == 0).all() and len(ok) == len(r.table) - 1  # all but p50 reject
-    best = ok["goodput_tokens_per_s"].max()
-    chosen = r.table[(r.table["setting"] == r.setting) & (r.table["overflow"] == r.overflow)].iloc[0]
-    assert chosen["goodput_tokens_per_s"] == best
-    assert r.reserve_tokens == chosen["reserve_tokens"]
-    # rejecting 10% is allowed when the SLO allows it
-    loose = rec(max_rejected_frac=0.1)
-    assert loose.table.set_index(["setting", "overflow"]).loc[("p50", "reject"), "meets_slo"]
-
-
-def test_no_setting_meets_an_impossible_slo():
-    r = rec(slo_p99_tbt_s=1e-9)
-    assert not r.meets_slo
-    chosen = r.table[(r.table["setting"] == r.setting) & (r.table["overflow"] == r.overflow)].iloc[0]
-    assert chosen["tbt_p99_s"] == r.table["tbt_p99_s"].min()
-    assert "MISSES" in str(r)
-
-
-def test_sample_keeps_trace_order_and_size():
-    r = recommend(TRACE, slo_p99_tbt_s=1e9, percentiles=(50, 99), modes=("recompute",), max_new_tokens=64,
-                  num_requests=50, seed=1, **SIM)
-    assert len(r.table) == 3
-    assert set(r.percentiles) == {"p50", "p99"}
-
-
-def test_server_flags():
-    f = server_flags(120, "swap", max_new_tokens=200, max_prompt_tokens=100).set_index("system")
-    assert list(f.index) == ["vLLM", "TGI", "TensorRT-LLM", "SGLang"]
-    assert "--preemption-mode swap" in f.loc["vLLM", "flags"] and f.loc["vLLM", "supported"] == "partly"
-    assert "--max-total-tokens 300" in f.loc["TGI", "flags"]  # prompt 100 + cap 200
-    assert '"max_new_tokens": 200' in f.loc["vLLM", "flags"]
-    assert f.loc["TGI", "supported"] == "no" and f.loc["SGLang", "supported"] == "no"
-    rej = server_flags(120, "reject", max_new_tokens=200, max_prompt_tokens=100)
-    assert (rej["supported"] == "no").all()
-    assert rej["note"].str.contains("max_new_tokens = 120").all()
-    none = server_flags(200, "none", max_new_tokens=200, max_prompt_tokens=100).set_index("system")
-    assert none.loc["TensorRT-LLM", "supported"] == "yes" and "GUARANTEED_NO_EVICT" in none.loc["TensorRT-LLM", "flags"]
-
-
-def test_recipe_claims_need_a_lighter_light_workload():
-    r = rec()
-    with pytest.raises(ValueError, match="percentiles 50 and 99"):
-        recipe_claims(r, r, r)
-    full = recommend(TRACE, slo_p99_tbt_s=1e9, percentiles=(50, 95, 99), modes=("recompute",), max_new_tokens=64, **SIM)
+def test_recipe_claims_read_the_reservation_search():
+    trace = pd.DataFrame({"prompt_tokens": 64, "output_tokens": [8] * 90 + [40] * 10,
+                          "arrival_s": np.arange(100) * 0.05})
+    kw = dict(model=MODEL, gpu=GPU, system=RESERVATION, percentiles=(50, 99), num_windows=1,
+              window_requests=100, max_new_tokens=64)
+    main = recommend(trace, **kw)
     with pytest.raises(ValueError, match="must be lighter"):
-        recipe_claims(full, full, full)
-
-
-def test_recipe_claims_values():
-    full = recommend(TRACE, slo_p99_tbt_s=1e9, percentiles=(50, 95, 99), modes=("recompute",), max_new_tokens=64, **SIM)
-    light_trace = pd.DataFrame({"prompt_tokens": 4, "output_tokens": [8] * 50 + [10] * 50})
-    light = recommend(light_trace, slo_p99_tbt_s=1e9, percentiles=(50, 95, 99), modes=("recompute",),
-                      max_new_tokens=64, **SIM)
-    claims = recipe_claims(full, light, full)
-    assert len(claims) == 3
-    # at p95 nobody overruns in TRACE: the 5% claim differs by -100%
-    assert claims.iloc[2]["kvlab_value"] == "0" and claims.iloc[2]["verdict"].startswith("differs (-100%)")
-    assert claims.iloc[0]["kvlab_value"].startswith(light.setting)
+        recipe_claims(main, main, main)
+    vllm = recommend(trace, model=MODEL, gpu=GPU, candidates=settings("vllm", model=MODEL, gpu=GPU)[:1],
+                     num_windows=1, window_requests=100)
+    with pytest.raises(ValueError, match="reservation"):
+        recipe_claims(vllm, main, main)
 
 
 def test_bad_input():
+    trace = _trace(50, 1.0)
     with pytest.raises(ValueError, match="output_tokens"):
-        recommend(TRACE.drop(columns="output_tokens"), slo_p99_tbt_s=0.1, **SIM)
-    with pytest.raises(ValueError, match="slo_p99_tbt_s"):
-        recommend(TRACE, slo_p99_tbt_s=0.0, **SIM)
-    with pytest.raises(ValueError, match="percentiles must be in"):
-        recommend(TRACE, slo_p99_tbt_s=0.1, percentiles=(50, 100), **SIM)
-    with pytest.raises(ValueError, match="modes"):
-        recommend(TRACE, slo_p99_tbt_s=0.1, modes=("drop",), **SIM)
-    with pytest.raises(ValueError, match="preemption_mode is chosen by recommend"):
-        recommend(TRACE, slo_p99_tbt_s=0.1, preemption_mode="swap", **SIM)
-    with pytest.raises(ValueError, match="max_rejected_frac"):
-        recommend(TRACE, slo_p99_tbt_s=0.1, max_rejected_frac=2.0, **SIM)
-    with pytest.raises(ValueError, match="trace must be a pandas DataFrame"):
-        recommend([1, 2], slo_p99_tbt_s=0.1, **SIM)
-    with pytest.raises(ValueError, match="overflow"):
-        server_flags(10, "drop", max_new_tokens=20, max_prompt_tokens=5)
+        recommend(trace.drop(columns="output_tokens"), model=MODEL, gpu=GPU)
+    with pytest.raises(ValueError, match="system 'triton' is unknown"):
+        recommend(trace, model=MODEL, gpu=GPU, system="triton")
+    with pytest.raises(ValueError, match="slo must be a kvlab.capacity.SLO"):
+        recommend(trace, model=MODEL, gpu=GPU, slo=0.1)
+    with pytest.raises(ValueError, match="max_unserved_frac"):
+        recommend(trace, model=MODEL, gpu=GPU, max_unserved_frac=2.0)
+    with pytest.raises(ValueError, match="candidates"):
+        recommend(trace, model=MODEL, gpu=GPU, candidates=[])
+    with pytest.raises(ValueError, match="no prompt of the trace fits"):
+        recommend(pd.DataFrame({"prompt_tokens": [5000], "output_tokens": [3]}), model=MODEL, gpu=GPU)
+    assert DEFAULT_SLO.tbt_p99_s == 0.1 and DEFAULT_SLO.scheduling_delay_p50_s == 2.0
