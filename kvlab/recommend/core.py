@@ -544,17 +544,17 @@ def render_text(rec: Recommendation) -> str:
              + f"; max_new_tokens {rec.context.max_new_tokens:,} ({rec.context.cap_source})",
              f"capacity: median [range] over {s['num_windows']} windows of {s['window_requests']:,} requests "
              f"(Poisson), requests/s", ""]
-    head = f"{'setting':<34} {'capacity [range]':>22} {'headroom':>8} {'replicas':>8} {'p99 ttft':>9} " \
-           f"{'p99 itl':>8} {'':<6}"
-    lines += [head, f"{'':<34} {'req/s':>22} {'x':>8} {'':>8} {'ms':>9} {'ms':>8}"]
+    head = f"{'setting':<30} {'capacity [range]':>22} {'headroom':>8} {'replicas':>8} {'p99 ttft':>9} " \
+           f"{'p99 itl':>8}"
+    lines += [head, f"{'':<30} {'req/s':>22} {'x':>8} {'':>8} {'ms':>9} {'ms':>8}"]
     for _, r in rec.table.iterrows():
         name = f"{r['system']}: {r['setting']}" if s["system"] == "comparison" else r["setting"]
         capr = f"{r['capacity_qps']:.3g} [{r['capacity_lo_qps']:.3g}-{r['capacity_hi_qps']:.3g}]"
         mark = "<- run" if r["recommended"] else ("tie" if r["tie"] else "")
         if not r["meets_slo_at_load"] and rate:
             mark = (mark + " MISS").strip()
-        lines.append(f"{name[:34]:<34} {capr:>22} {_fmt(r['headroom'], '.2f'):>8} {_fmt(r['replicas'], 'd'):>8} "
-                     f"{_fmt(r['p99_ttft_ms'], '.0f'):>9} {_fmt(r['p99_itl_ms'], '.1f'):>8} {mark:<6}")
+        lines.append(f"{name[:30]:<30} {capr:>22} {_fmt(r['headroom'], '.2f'):>8} {_fmt(r['replicas'], 'd'):>8} "
+                     f"{_fmt(r['p99_ttft_ms'], '.0f'):>9} {_fmt(r['p99_itl_ms'], '.1f'):>8} {mark}".rstrip())
     lines += ["", *_wrap(f"answer: {rec.answer}")]
     for w in rec.warnings:
         lines += _wrap(f"warning: {w}")
@@ -562,7 +562,7 @@ def render_text(rec: Recommendation) -> str:
         lines += ["", f"{f['system']} ({f['version']}), {f['setting']}:"] + _wrap(f["command"], indent="  ") \
             + _wrap(f["client"], indent="  ")
     lines += ["", f"({rec.elapsed_s:.1f} s; full table: --json or --csv -o FILE)"]
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def _wrap(text: str, indent: str = "") -> list[str]:
