@@ -130,7 +130,8 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
                     num_requests=args.num_requests, how="sample" if args.sample else "window",
                     rate_scale=args.rate_scale, qps=args.qps, num_windows=args.windows,
                     window_requests=args.window_requests, percentiles=args.percentiles,
-                    max_unserved_frac=args.max_unserved_frac, seed=args.seed, max_workers=workers,
+                    max_unserved_frac=args.max_unserved_frac, seed=args.seed, cost_model=args.cost_model,
+                    max_workers=workers,
                     progress=not args.no_progress and not args.json)
     if args.csv:
         if args.output:
@@ -199,6 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--max-unserved-frac", type=float, default=0.0,
                      help="share of requests a setting may reject or truncate (default 0)")
     rec.add_argument("--block-size", type=int, default=16, help="tokens per KV page (default 16)")
+    rec.add_argument("--cost-model", choices=["measured", "roofline"],
+                     help="iteration-time model (default: measured where the GPU has measurements, else roofline)")
     rec.add_argument("--format", default="auto", help="trace format (default: detected from the columns)")
     rec.add_argument("--on-bad", choices=["raise", "drop"], default="raise",
                      help="bad or failed rows: stop with an error (default) or drop and count them")

@@ -20,7 +20,7 @@ def _azure(path, n: int = 400, rate_per_s: float = 4.0, seed: int = 0) -> pd.Dat
     """An Azure-format trace at a known rate; three prompts do not fit a 4,096-token context."""
     rng = np.random.default_rng(seed)
     prompt = rng.integers(100, 1200, n)
-    prompt[[5, 50, n - 10]] = [4096, 5000, 4500]
+    prompt[[5, n // 4, n - 10]] = [4096, 5000, 4500]
     output = np.maximum(1, np.round(np.exp(rng.normal(4.0, 0.7, n)))).astype(int)
     output[7] = 3500  # 3,500 + its prompt runs past the context
     t = np.cumsum(rng.exponential(1.0 / rate_per_s, n))

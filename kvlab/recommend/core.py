@@ -310,7 +310,7 @@ def _decide(table: pd.DataFrame, *, rate: float | None, max_unserved_frac: float
     b = table.loc[best]
     cap = f"{b['capacity_qps']:.3g} requests/s [{b['capacity_lo_qps']:.3g}-{b['capacity_hi_qps']:.3g}]"
     room = f", {b['headroom']:.1f}x the offered {rate:.3g} requests/s" if rate is not None else ""
-    if int(tie.sum()) == int(at_load.sum()) and int(at_load.sum()) > 1:
+    if bool(tie.all()) and len(table) > 1:
         if comparison:
             return "all-tie", (f"The systems tie at their defaults (capacity {cap}{room}): KV reservation is not "
                                f"the bottleneck at this load; keep the server you run at its default."), \
@@ -372,8 +372,10 @@ def recommend(trace: pd.DataFrame, *, model: str, gpu: str, system: str | None =
         Share of requests a setting may reject or truncate and still be chosen, in [0, 1].
     seed : int
         Seed of a sample, of Poisson arrivals, and of window ``i``'s trials (``seed + i``).
-    cost_model : optional
-        Passed to every simulation (``kvlab.capacity.ServingConfig.cost_model``).
+    cost_model : {"measured", "roofline"}, cost model object or None
+        Iteration-time model of every simulation (``kvlab.capacity.ServingConfig.cost_model``);
+        None: measured where the GPU has measurements, else the roofline. The setup records
+        which ran.
     engine : str, optional
         Simulator engine.
     rel_tol : float
@@ -490,7 +492,7 @@ def recommend(trace: pd.DataFrame, *, model: str, gpu: str, system: str | None =
     setup = {"model": model, "gpu": gpu, "tp": tp, "pp": 1, "system": system or "comparison",
              "version_family": VERSION_FAMILY.get(system or "", "each system's default"), "slo": str(slo),
              "slo_p99_tbt_s": slo.tbt_p99_s, "scheduling_delay_p50_s": slo.scheduling_delay_p50_s,
-             "cost_model": _cost_name(cost_model), "scheduler": "chunked", "block_size": block_size,
+             "cost_model": configs[0].cost_label(), "scheduler": "chunked", "block_size": block_size,
              "num_windows": len(starts), "window_requests": n_win, "window_starts": starts, "seed": seed,
              "capacity_rel_tol": rel_tol, "capacity_arrivals": "poisson"}
     load_record = {"source": trace.attrs.get("source", "table"), **load.as_dict(), "rate_scale": rate_scale,
@@ -500,12 +502,6 @@ def recommend(trace: pd.DataFrame, *, model: str, gpu: str, system: str | None =
                           ties=ties, table=table, flags=flags, load=load_record, context=fit, percentiles=pct,
                           setup=setup, warnings=warnings, capacities=capacities,
                           elapsed_s=time.perf_counter() - start)
-
-
-def _cost_name(cost_model: Any) -> str:
-    if cost_model is None:
-        return "default (kvlab.pipeline.pipeline_cost)"
-    return cost_model if isinstance(cost_model, str) else type(cost_model).__name__
 
 
 def _flags(table: pd.DataFrame, candidates: list[Setting], chosen: int | None, comparison: bool, *, model: str,
