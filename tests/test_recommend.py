@@ -148,11 +148,11 @@ def test_recipe_claims_read_the_reservation_search():
               window_requests=100, max_new_tokens=64)
     main = recommend(trace, **kw)
     with pytest.raises(ValueError, match="must be lighter"):
-        recipe_claims(main, main, main)
+        recipe_claims(main, main)
     vllm = recommend(trace, model=MODEL, gpu=GPU, candidates=settings("vllm", model=MODEL, gpu=GPU)[:1],
                      num_windows=1, window_requests=100)
     with pytest.raises(ValueError, match="reservation"):
-        recipe_claims(vllm, main, main)
+        recipe_claims(vllm, main)
 
 
 def test_bad_input():

@@ -144,10 +144,31 @@ class Recommendation:
             raise ValueError(f"no setting {key!r}; the table has {', '.join(keys)}")
         return hit.iloc[0]
 
+    @property
+    def what_to_do(self) -> str:
+        """The action for the operator, computed from the decision and the flags."""
+        rate = self.load.get("rate_per_s")
+        if self.decision == "overloaded":
+            return (f"{self.answer} Then re-run kvlab recommend at one replica's share of the traffic "
+                    f"(--rate-scale 1/replicas) to choose its setting.")
+        row = self.row(self.chosen) if self.chosen else None
+        hit = self.flags if row is None else \
+            self.flags[(self.flags["system"] == row["system"]) & (self.flags["setting"] == row["setting"])]
+        f = (hit if len(hit) else self.flags).iloc[0]
+        grow = ""
+        if row is not None and rate:
+            grow = (f" It carries {row['capacity_lo_qps']:.3g}-{row['capacity_hi_qps']:.3g} requests/s, "
+                    f"{row['capacity_lo_qps'] / rate:.1f}x or more today's {rate:.3g}: re-run with --rate-scale "
+                    f"when traffic grows past that.")
+        elif rate is None:
+            grow = " The trace has no arrival times: give its rate (qps) to check the load."
+        return f"Launch with: {f['command']}; {f['client']}.{grow}"
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: the decision, the load, the full table and the flags."""
         table = self.table.astype(object).where(self.table.notna(), None)
-        return {"decision": self.decision, "answer": self.answer, "chosen": self.chosen, "ties": self.ties,
+        return {"decision": self.decision, "answer": self.answer, "what_to_do": self.what_to_do,
+                "chosen": self.chosen, "ties": self.ties,
                 "load": self.load, "context": self.context.__dict__, "percentiles": self.percentiles,
                 "setup": self.setup, "warnings": self.warnings, "capacities": self.capacities,
                 "elapsed_s": self.elapsed_s, "table": table.to_dict(orient="records"),
@@ -552,6 +573,8 @@ def render_text(rec: Recommendation) -> str:
         lines.append(f"{name[:30]:<30} {capr:>22} {_fmt(r['headroom'], '.2f'):>8} {_fmt(r['replicas'], 'd'):>8} "
                      f"{_fmt(r['p99_ttft_ms'], '.0f'):>9} {_fmt(r['p99_itl_ms'], '.1f'):>8} {mark}".rstrip())
     lines += ["", *_wrap(f"answer: {rec.answer}")]
+    if rec.decision == "overloaded":
+        lines += _wrap(f"what to do: {rec.what_to_do}")
     for w in rec.warnings:
         lines += _wrap(f"warning: {w}")
     for _, f in rec.flags.iterrows():

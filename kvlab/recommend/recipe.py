@@ -55,35 +55,32 @@ def _recipe_claim(claim: str, rec: Recommendation, expected: Sequence[str], rati
                          claimed=" or ".join(expected), kvlab_value=got, verdict=verdict)
 
 
-def recipe_claims(main: Recommendation, light: Recommendation, heavy: Recommendation) -> pd.DataFrame:
+def recipe_claims(light: Recommendation, heavy: Recommendation) -> pd.DataFrame:
     """Notebook 07's claims table: the brief's recipe checked on a light- and a heavy-tailed workload.
 
     Parameters
     ----------
-    main : Recommendation
-        The ``reservation`` search on the notebook's own trace (for the share preempted at p95,
-        at the offered load).
     light, heavy : Recommendation
-        ``reservation`` searches on a short, light-tailed and a high-variance workload (each
-        with percentiles 50 and 99; ``main`` with 95).
+        ``reservation`` searches on a short, light-tailed and a high-variance workload, each with
+        percentiles 50 and 99 (``light`` also 95, for the share preempted at the offered load).
     """
     light_ratio, heavy_ratio = _tail_ratio(light, "light"), _tail_ratio(heavy, "heavy")
-    _check(main, "main")
     if light_ratio >= heavy_ratio:
         raise ValueError(f"the light workload's tail (p99/p50 = {light_ratio:.1f}) must be lighter than the heavy "
                          f"one's ({heavy_ratio:.1f})")
     c1 = _recipe_claim("Short, light-tailed workload: reserve about the p95", light, ("p95",), light_ratio)
     c2 = _recipe_claim("High-variance workload: reserve the p99 or more", heavy, ("p99", "max_new_tokens"),
                        heavy_ratio)
-    at_p95 = main.table[main.table["setting"] == "reserve p95, recompute"]
+    at_p95 = light.table[light.table["setting"] == "reserve p95, recompute"]
     if at_p95.empty:
-        raise ValueError("the main recommendation must include the 95th percentile with recompute")
+        raise ValueError("the light recommendation must include the 95th percentile with recompute (below its "
+                         "max_new_tokens)")
     share = float(at_p95["preempted_request_frac"].iloc[0])
     if share != share:  # NaN: no offered load
-        raise ValueError("the main recommendation has no offered load (no arrival times): give qps")
+        raise ValueError("the light recommendation has no offered load (no arrival times): give qps")
     c3 = _claims.close("Reserving the p95, about 5% of requests overrun and are preempted", "brief section 3",
                        0.05, share, rel_tol=0.2,
-                       note="share of requests preempted at least once at the offered load; a request is "
-                            "preempted when it outgrows its reservation or the pool runs dry, and the "
-                            "reservation rounds up to whole pages")
+                       note="share of requests preempted at least once at the offered load (light workload); "
+                            "a request is preempted when it outgrows its reservation or the pool runs dry, and "
+                            "the reservation rounds up to whole pages")
     return _claims.table([c1, c2, c3])
