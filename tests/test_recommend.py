@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import kvlab
-from kvlab.capacity import SLO, ServingConfig, capacity
+from kvlab.capacity import SLO, ServingConfig, capacity, serve, slo_verdict
 from kvlab.recommend import (DEFAULT_SLO, LATENCY_COLUMNS, RESERVATION, command_line, fit_to_context,
                              output_percentiles, recipe_claims, recommend, settings)
 
@@ -170,3 +170,14 @@ def test_bad_input():
     with pytest.raises(ValueError, match="no prompt of the trace fits"):
         recommend(pd.DataFrame({"prompt_tokens": [5000], "output_tokens": [3]}), model=MODEL, gpu=GPU)
     assert DEFAULT_SLO.tbt_p99_s == 0.1 and DEFAULT_SLO.scheduling_delay_p50_s == 2.0
+
+
+def test_serve_at_the_workloads_own_times_is_simulate_with_them():
+    trace = _trace(120, 3.0, seed=2)
+    config = ServingConfig(model=MODEL, gpu=GPU, policy="vllm", max_num_seqs=64, max_new_tokens=400)
+    got = serve(trace, config, None, seed=1).summary
+    direct = kvlab.simulate(trace, "vllm", model=MODEL, gpu=GPU, max_num_seqs=64, max_new_tokens=400, seed=1,
+                            pool_pages=config.engine_pool_pages(), cost_model=config.cost()).summary
+    assert got["makespan_s"] == direct["makespan_s"] and got["tbt_p99_s"] == direct["tbt_p99_s"]
+    assert slo_verdict(serve(trace, config, None), SLO(tbt_p99_s=1e-6)) \
+        .startswith("P99 TBT")
