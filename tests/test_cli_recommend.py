@@ -14,6 +14,8 @@ from kvlab.cli import main
 MODEL, GPU = "Llama-2-7B", "A100-40GB"  # 4,096 tokens of context
 FAST = ["--model", MODEL, "--gpu", GPU, "--windows", "2", "--window-requests", "150", "--no-progress",
         "--workers", "1"]
+TINY = ["--model", MODEL, "--gpu", GPU, "--windows", "1", "--window-requests", "60", "--no-progress",
+        "--workers", "1"]
 
 
 def _azure(path, n: int = 400, rate_per_s: float = 4.0, seed: int = 0) -> pd.DataFrame:
@@ -64,7 +66,7 @@ def test_text_fits_100_columns_and_csv_holds_the_table(tmp_path, capsys):
     path = tmp_path / "azure.csv"
     _azure(path)
     table = tmp_path / "table.csv"
-    assert main(["recommend", str(path), *FAST, "--system", "tgi", "--csv", "-o", str(table)]) == 0
+    assert main(["recommend", str(path), *TINY, "--system", "tgi", "--csv", "-o", str(table)]) == 0
     text = capsys.readouterr().out
     assert max(len(line) for line in text.splitlines()) <= 100
     assert "answer:" in text and "requests/s" in text and "text-generation-launcher" in text
@@ -82,8 +84,7 @@ def test_text_fits_100_columns_and_csv_holds_the_table(tmp_path, capsys):
 def test_rate_scale_and_qps(tmp_path, capsys):
     path = tmp_path / "azure.csv"
     _azure(path)
-    small = [*FAST[:4], "--windows", "1", "--window-requests", "60", "--no-progress", "--system", "tgi",
-             "--num-requests", "100"]
+    small = [*TINY, "--system", "tgi", "--num-requests", "100"]
     base = _run_json(capsys, str(path), *small)
     twice = _run_json(capsys, str(path), *small, "--rate-scale", "2")
     fixed = _run_json(capsys, str(path), *small, "--qps", "9")
@@ -98,7 +99,7 @@ def test_on_bad_drop_counts_the_rows(tmp_path, capsys):
     df.to_csv(path, index=False)
     assert main(["recommend", str(path), *FAST, "--system", "vllm"]) == 2
     assert "on_bad='drop'" in capsys.readouterr().err
-    out = _run_json(capsys, str(path), *FAST, "--system", "vllm", "--on-bad", "drop")
+    out = _run_json(capsys, str(path), *TINY, "--system", "tgi", "--on-bad", "drop")
     assert any(w.startswith("1 dropped rows") for w in out["warnings"])
     assert out["load"]["trace_requests"] == 200 - 1 - 3  # the bad row dropped, three prompts too long
 
@@ -106,8 +107,7 @@ def test_on_bad_drop_counts_the_rows(tmp_path, capsys):
 def test_comparison_without_system(tmp_path, capsys):
     path = tmp_path / "azure.csv"
     _azure(path, n=200)
-    out = _run_json(capsys, str(path), "--model", MODEL, "--gpu", GPU, "--windows", "1", "--window-requests",
-                    "100", "--no-progress", "--workers", "1")
+    out = _run_json(capsys, str(path), *TINY)
     assert [r["system"] for r in out["table"]] == ["vllm", "sglang", "tgi", "tensorrt-llm"]
     assert all(r["default"] for r in out["table"])
     assert {f["system"] for f in out["flags"]} == {"vllm", "sglang", "tgi", "tensorrt-llm"}
@@ -125,11 +125,11 @@ def test_prometheus_scrapes(tmp_path, capsys):
     a, b = tmp_path / "a.txt", tmp_path / "b.txt"
     a.write_text(scrape(1))
     b.write_text(scrape(4))
-    out = _run_json(capsys, str(a), str(b), "--scrape-interval", "60", *FAST, "--system", "vllm")
+    out = _run_json(capsys, str(a), str(b), "--scrape-interval", "60", *TINY, "--system", "tgi")
     assert out["load"]["rate_per_s"] == pytest.approx(300 / 60, rel=0.3)  # Poisson draws at 5 requests/s
     # 300 requests finished between the scrapes; draws from the open last bucket may not fit the context
     assert out["load"]["trace_requests"] + out["context"]["prompts_over_context"] == 300
-    assert main(["recommend", str(a), *FAST, "--system", "vllm"]) == 0  # one scrape: capacity, no rate
+    assert main(["recommend", str(a), *TINY, "--system", "tgi"]) == 0  # one scrape: capacity, no rate
     assert "offline" in capsys.readouterr().out
 
 

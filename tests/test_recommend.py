@@ -73,7 +73,7 @@ def test_identical_settings_tie_and_all_ties_keep_the_default():
     base = settings("vllm", model=MODEL, gpu=GPU)[0]
     twin = dataclasses.replace(base, label="twin", knob="max_num_seqs")  # the same server under another name
     starved = dataclasses.replace(base, label="max_num_seqs=2", knob="max_num_seqs", max_num_seqs=2)
-    kw = dict(model=MODEL, gpu=GPU, num_requests=200, num_windows=2, window_requests=200)
+    kw = dict(model=MODEL, gpu=GPU, num_requests=150, num_windows=2, window_requests=150)
     rec = recommend(trace, candidates=[twin, base, starved], **kw)
     t = rec.table.set_index("setting")
     assert t.loc["twin", "capacity_qps"] == t.loc["default", "capacity_qps"]
@@ -144,9 +144,9 @@ def test_output_percentiles_by_hand():
 def test_recipe_claims_read_the_reservation_search():
     trace = pd.DataFrame({"prompt_tokens": 64, "output_tokens": [8] * 90 + [40] * 10,
                           "arrival_s": np.arange(100) * 0.05})
-    kw = dict(model=MODEL, gpu=GPU, system=RESERVATION, percentiles=(50, 99), num_windows=1,
-              window_requests=100, max_new_tokens=64)
-    main = recommend(trace, **kw)
+    few = settings(RESERVATION, model=MODEL, gpu=GPU, percentiles={"p50": 8}, max_new_tokens=64)[:2]
+    main = recommend(trace, model=MODEL, gpu=GPU, candidates=few, percentiles=(50, 99), num_windows=1,
+                     window_requests=100, max_new_tokens=64)
     with pytest.raises(ValueError, match="must be lighter"):
         recipe_claims(main, main)
     vllm = recommend(trace, model=MODEL, gpu=GPU, candidates=settings("vllm", model=MODEL, gpu=GPU)[:1],

@@ -78,8 +78,9 @@ class ContextFit:
     def warnings(self) -> list[str]:
         out = []
         if self.prompts_over_context:
-            out.append(f"{self.prompts_over_context:,} prompts do not fit the model's {self.max_context_tokens:,}-"
-                       f"token context: the server rejects them; left out of the simulation")
+            n = self.prompts_over_context
+            out.append(f"{n:,} {'prompt does' if n == 1 else 'prompts do'} not fit the model's "
+                       f"{self.max_context_tokens:,}-token context: the server rejects them; left out of the simulation")
         if self.outputs_over_context:
             out.append(f"{self.outputs_over_context:,} outputs would run past the context: cut at "
                        f"{self.max_context_tokens:,} tokens of prompt + output")
@@ -307,6 +308,21 @@ def _ties(table: pd.DataFrame, eligible: pd.Series) -> tuple[int | None, pd.Seri
     return best, tie
 
 
+def _limit(binding: str) -> str:
+    """What binds, without its numbers: "median scheduling delay", "P99 TBT", "aborted requests"."""
+    first = binding.split(";")[0].strip()
+    if first.startswith(("converged", "unreachable", "not bracketed", "stopped")):
+        return ""
+    if first.split()[0].isdigit():  # "3 requests aborted"
+        return "aborted requests"
+    words = []
+    for w in first.split():
+        if w.replace(".", "", 1).isdigit():
+            break
+        words.append(w)
+    return " ".join(words) or first
+
+
 def _key(row: pd.Series) -> str:
     return f"{row['system']}: {row['setting']}"
 
@@ -344,13 +360,15 @@ def _decide(table: pd.DataFrame, *, rate: float | None, max_unserved_frac: float
     if not comparison and len(default):
         d = table.loc[default[0]]
         how = "it is the best setting" if default[0] == best else f"it ties the best setting ({_key(b)})"
-        return "keep-default", f"Keep the default of {d['system']}: {how}, capacity {cap}{room}.", default[0]
+        limit = f"; the capacity is limited by {_limit(str(d['binding']))}" if _limit(str(d["binding"])) else ""
+        return "keep-default", f"Keep the default of {d['system']}: {how}, capacity {cap}{room}{limit}.", default[0]
     decision = "recommend" if rate is not None else "no-rate"
+    limit = f", limited by {_limit(str(b['binding']))}" if _limit(str(b["binding"])) else ""
     replicas = (f"; {int(b['replicas'])} replica(s) carry the load" if rate is not None and b["replicas"] > 1
                 else "")
     others = int(tie.sum()) - 1
     tied = f" ({others} other setting(s) tie)" if others else ""
-    return decision, f"Run {_key(b)}: capacity {cap}{room}{replicas}{tied}.", best
+    return decision, f"Run {_key(b)}: capacity {cap}{room}{limit}{replicas}{tied}.", best
 
 
 # ------------------------------------------------------------------------------ recommend
