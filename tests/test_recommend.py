@@ -69,7 +69,7 @@ def test_overloaded_says_so_with_the_replicas_needed(at_20):
 
 
 def test_identical_settings_tie_and_all_ties_keep_the_default():
-    trace = _trace(600, 2.0, seed=1)
+    trace = _trace(600, 0.3, seed=1)
     base = settings("vllm", model=MODEL, gpu=GPU)[0]
     twin = dataclasses.replace(base, label="twin", knob="max_num_seqs")  # the same server under another name
     starved = dataclasses.replace(base, label="max_num_seqs=2", knob="max_num_seqs", max_num_seqs=2)

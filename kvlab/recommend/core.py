@@ -25,7 +25,6 @@ What :func:`recommend` does, in order:
 from __future__ import annotations
 
 import math
-import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -80,7 +79,8 @@ class ContextFit:
         if self.prompts_over_context:
             n = self.prompts_over_context
             out.append(f"{n:,} {'prompt does' if n == 1 else 'prompts do'} not fit the model's "
-                       f"{self.max_context_tokens:,}-token context: the server rejects them; left out of the simulation")
+                       f"{self.max_context_tokens:,}-token context: the server rejects them; left out of the "
+                       f"simulation")
         if self.outputs_over_context:
             out.append(f"{self.outputs_over_context:,} outputs would run past the context: cut at "
                        f"{self.max_context_tokens:,} tokens of prompt + output")
@@ -332,16 +332,19 @@ def _decide(table: pd.DataFrame, *, rate: float | None, max_unserved_frac: float
     """(decision, answer, chosen row index)."""
     served = table["unserved_frac"] <= max_unserved_frac + 1e-12
     at_load = served & table["meets_slo_at_load"] if rate is not None else served
-    best_any, _ = _ties(table, served)
+    best_any, tie_any = _ties(table, served)
     if rate is not None and not at_load.any():
+        table["tie"] = tie_any  # capacity ties still read as ties
         if best_any is None:
             return "overloaded", ("No setting serves the trace without dropping or truncating requests; "
                                   "raise max_unserved_frac or the context."), None
         b = table.loc[best_any]
         need = (f"run {int(b['replicas'])} replicas ({int(b['num_gpus'])} GPUs) behind a load balancer"
                 if b["capacity_qps"] > 0 else "use a larger GPU or more tensor parallelism")
+        others = int(tie_any.sum()) - 1
+        tied = f" ({others} other setting(s) tie it)" if others > 0 else ""
         return "overloaded", (f"Overloaded: at {rate:.3g} requests/s no setting meets the SLO ({slo}); the best, "
-                              f"{_key(b)}, sustains {b['capacity_qps']:.3g} requests/s: {need}."), None
+                              f"{_key(b)}, sustains {b['capacity_qps']:.3g} requests/s{tied}: {need}."), None
     best, tie = _ties(table, at_load)
     table["tie"] = tie
     b = table.loc[best]
@@ -565,7 +568,9 @@ WIDTH = 100
 
 
 def _fmt(x: Any, spec: str) -> str:
-    return "-" if x is None or (isinstance(x, float) and not np.isfinite(x)) else format(x, spec)
+    if x is None or (isinstance(x, float) and not np.isfinite(x)):
+        return "-"
+    return format(int(x) if spec == "d" else x, spec)
 
 
 def render_text(rec: Recommendation) -> str:

@@ -37,20 +37,23 @@ def _names(setting: str, expected: Sequence[str]) -> bool:
 
 def _recipe_claim(claim: str, rec: Recommendation, expected: Sequence[str], ratio: float) -> _claims.Claim:
     t = rec.table
-    best = t.loc[t["capacity_qps"].idxmax()]
-    got = f"{best['setting']} ({best['capacity_qps']:.3g} requests/s)"
-    tied = [s for s, tie in zip(t["setting"], t["tie"]) if tie]
-    if rec.decision == "overloaded":
-        verdict = "differs: no setting meets the SLO at the offered load on this model and GPU"
-    elif _names(str(best["setting"]), expected):
-        verdict = "holds"
-    elif any(_names(s, expected) for s in tied):
-        verdict = f"holds as a tie: {', '.join(s for s in tied if _names(s, expected))} ties the best ({best['setting']})"
+    tied = t[t["tie"]]
+    if rec.decision == "overloaded" or tied.empty:
+        verdict, got = "differs: no setting meets the SLO at the offered load on this model and GPU", "none"
     else:
-        alts = t[[_names(s, expected) for s in t["setting"]]]
-        gain = (best["capacity_qps"] / alts["capacity_qps"].max() - 1.0) if len(alts) and alts["capacity_qps"].max() > 0 \
-            else float("inf")
-        verdict = f"differs: {best['setting']} sustains {gain:+.0%} more requests/s than the best of {'/'.join(expected)}"
+        best = tied.loc[tied["capacity_qps"].idxmax()]
+        got = f"{best['setting']} ({best['capacity_qps']:.3g} requests/s)"
+        named = [s for s in tied["setting"] if _names(s, expected)]
+        if _names(str(best["setting"]), expected):
+            verdict = "holds"
+        elif named:
+            verdict = f"holds as a tie: {', '.join(named)} ties the best ({best['setting']})"
+        else:
+            alts = t[[_names(s, expected) for s in t["setting"]]]
+            top = float(alts["capacity_qps"].max()) if len(alts) else 0.0
+            gain = best["capacity_qps"] / top - 1.0 if top > 0 else float("inf")
+            verdict = (f"differs: {best['setting']} sustains {gain:+.0%} more requests/s than the best of "
+                       f"{'/'.join(expected)}")
     return _claims.Claim(claim=f"{claim} (p99/p50 = {ratio:.1f})", source="brief section 3",
                          claimed=" or ".join(expected), kvlab_value=got, verdict=verdict)
 
