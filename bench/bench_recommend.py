@@ -22,6 +22,7 @@ import resource
 import time
 
 import kvlab
+from kvlab._paths import SHARED_DATA_DIR
 from kvlab.recommend import recommend
 
 
@@ -32,7 +33,7 @@ def _cpu_s() -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--trace", default="../shared/data/traces/azure2023_conv.csv")
+    p.add_argument("--trace", default=str(SHARED_DATA_DIR / "traces" / "azure2023_conv.csv"))
     p.add_argument("--model", default="Llama-3-8B")
     p.add_argument("--gpu", default="H100-SXM")
     p.add_argument("--system", default="vllm")
