@@ -11,6 +11,10 @@ from ..._intmath import ceil_div
 from ...costmodel import CostModel
 
 
+#: Entries of a run's row-time list (two per iteration) before its rows are packed into arrays.
+ROWS_PER_BLOCK = 1 << 17
+
+
 @dataclass(frozen=True, kw_only=True)
 class LazyFacts:
     """What a lazy run reads once: the run's limits and each request's fixed answers (host lists).
@@ -335,6 +339,8 @@ class LazyRun:
             rows += (k, num_sched, tokens - decode_tokens, decode_tokens, n_dec + len(P), w_hi - w_lo,
                      pages_used, pages_reserved)
             row_times += (now, duration_s)
+            if len(row_times) >= ROWS_PER_BLOCK:  # keep long runs' rows as arrays (8 bytes an entry)
+                self._pack_rows()
             if decode:
                 v_real.append(k)
                 v += 1
@@ -368,7 +374,10 @@ class LazyRun:
         self.finished_last: list[float] = []  # the token before the run (s)
         self.rows: list[int] = []  # iteration, batch, prefill and decode tokens, running, waiting, pages
         self.row_times: list[float] = []  # start, duration (s)
-        self.costs: list[int] = []  # tokens, attention pairs, KV tokens of the untimed iterations
+        self.costs: list[int] = []  # tokens, attention pairs, KV tokens, sequences of the untimed iterations
+        self.row_blocks: list[np.ndarray] = []  # rows, row times and costs packed as arrays
+        self.time_blocks: list[np.ndarray] = []
+        self.cost_blocks: list[np.ndarray] = []
         self.v_real: list[int] = []  # the iteration of each decode of this run (decodes are numbered from k)
         run = self.host.running()
         self.seq = int(run.ids.size)
@@ -393,17 +402,26 @@ class LazyRun:
             else:
                 self.P[r] = [c, g, res, used, mxu, mxr, i + 1, last[i]]
 
+    def _pack_rows(self) -> None:
+        """Move the rows, row times and costs collected so far into arrays (the lists are emptied in place)."""
+        for items, blocks, dtype in ((self.rows, self.row_blocks, np.int64), (self.row_times, self.time_blocks,
+                                     np.float64), (self.costs, self.cost_blocks, np.int64)):
+            if items:
+                blocks.append(np.asarray(items, dtype=dtype))
+                items.clear()
+
     def _store(self, clock: Clock, k0: int, v_end: int) -> None:
         """Hand the state back to the engine: iteration rows, outcomes, the running requests, the clock."""
         f, host, bs = self.facts, self.host, self.facts.block_size
-        ints = np.asarray(self.rows, dtype=np.int64).reshape(-1, 8)
-        times = np.asarray(self.row_times, dtype=np.float64).reshape(-1, 2)
+        self._pack_rows()
+        ints = np.concatenate(self.row_blocks).reshape(-1, 8)
+        times = np.concatenate(self.time_blocks).reshape(-1, 2)
         num = ints.shape[0]
         start, duration = times[:, 0].copy(), times[:, 1].copy()
         untimed = np.flatnonzero(np.isnan(duration))
         if untimed.size:
             i0 = int(untimed[0])
-            cost = np.asarray(self.costs, dtype=np.int64).reshape(-1, 4)  # the untimed iterations
+            cost = np.concatenate(self.cost_blocks).reshape(-1, 4)  # the untimed iterations
             duration[i0:] = f.cost.iteration_s(cost[:, 0], cost[:, 1], cost[:, 2], cost[:, 3])
             starts = np.cumsum(np.concatenate([[start[i0]], duration[i0:]]))  # sequential, as now += duration
             start[i0:] = starts[:-1]
