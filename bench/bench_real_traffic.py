@@ -3,9 +3,9 @@
 Set-up (issue #16; the one Vidur's event loop was measured on, 370-700 simulated requests/s):
 
 * Requests: the prompt/output lengths of the Azure LLM inference trace 2023, conversation
-  (``../shared/data/traces/azure2023_conv.csv`` beside the repository when present, else the
-  shipped ``azure-2023-conv`` profile fitted to it), resampled with replacement to the size asked
-  (seed 0), each request's total clipped to 4,096 tokens by shortening its prompt (Vidur's
+  (``../shared/data/traces/azure2023_conv.csv`` beside the repository, or under
+  ``$KVLAB_SHARED_DATA``, when present, else the shipped ``azure-2023-conv`` profile fitted to
+  it), resampled with replacement to the size asked (seed 0), each request's total clipped to 4,096 tokens by shortening its prompt (Vidur's
   ``max_tokens`` rule; the output is clipped to 4,095 first so a prompt keeps one token).
 * Serving: ``vllm`` policy (on-demand pages, newest preempted, recompute), Llama-2-70B with
   TP 2 on A100-80GB-SXM, pool from 90% of memory, the spec-sheet roofline cost model (named so
@@ -46,11 +46,12 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from kvlab import traces  # noqa: E402
+from kvlab._paths import SHARED_DATA_DIR  # noqa: E402
 from kvlab.lengths import profile  # noqa: E402
 from kvlab.policies import Policy, Requests  # noqa: E402
 from kvlab.sim import simulate  # noqa: E402
 
-TRACE = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "traces" / "azure2023_conv.csv"
+TRACE = SHARED_DATA_DIR / "traces" / "azure2023_conv.csv"
 PROFILE = "azure-2023-conv"
 MAX_TOTAL_TOKENS = 4096
 TARGET_RATE, TARGET_S, TARGET_GIB = 50_000.0, 15.0, 4.0
