@@ -5,6 +5,7 @@ surfaces as a traceback from deep inside NumPy. Hot loops receive already-checke
 """
 from __future__ import annotations
 
+import datetime
 import numbers
 import warnings
 from typing import Any, Iterable
@@ -211,9 +212,9 @@ def seconds(raw: Any, *, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     if s.dtype == object and len(s):
         sample = s.dropna()
         first = sample.iloc[0] if len(sample) else None
-        if isinstance(first, (pd.Timestamp, np.datetime64)) or type(first).__name__ in ("datetime", "date"):
+        if isinstance(first, (datetime.date, np.datetime64)):  # pandas Timestamps are datetimes
             s = pd.to_datetime(s, errors="coerce", utc=True)
-        elif isinstance(first, (pd.Timedelta, np.timedelta64)) or type(first).__name__ == "timedelta":
+        elif isinstance(first, (datetime.timedelta, np.timedelta64)):
             s = pd.to_timedelta(s, errors="coerce")
     if s.dtype.kind == "M" or isinstance(s.dtype, pd.DatetimeTZDtype):
         t = (s - s.min()).dt.total_seconds().to_numpy(dtype=np.float64, na_value=np.nan)
