@@ -178,6 +178,18 @@ def test_4_percentiles_are_on_one_scale():
             v.percentiles(bad)
 
 
+
+def test_4_and_8_recommend_takes_percentiles_on_one_scale_and_only_contract_traces():
+    from kvlab.recommend import output_percentiles, recommend
+
+    out = np.arange(1, 101)
+    assert output_percentiles(out, 95) == {"p95": 96}  # a scalar is one percentile (ceil of 95.05)
+    with pytest.raises(ValueError, match="0-100 scale"):
+        output_percentiles(out, [0.95])
+    bad = pd.DataFrame({"prompt_tokens": [10, 10], "output_tokens": [5, 1e300]})
+    with pytest.raises(ValueError, match=r"trace: row 1: output_tokens=1e\+300"):
+        recommend(bad, model="Llama-3-8B", gpu="H100-SXM")
+
 def test_4_tp_that_does_not_divide_the_heads():
     # Llama-3-8B: 32 query heads, 8 KV heads
     with pytest.raises(ValueError, match="tp=3 does not divide the 32 attention heads of Llama-3-8B"):

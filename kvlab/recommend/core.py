@@ -211,9 +211,7 @@ def fit_to_context(trace: pd.DataFrame, *, model: str, max_new_tokens: int | Non
 def output_percentiles(output_tokens: Any, percentiles: Sequence[float]) -> dict[str, int]:
     """``{"p50": tokens, ...}``: each percentile of the output lengths, rounded up to a whole token
     (:func:`kvlab.lengths.recommend_max_new_tokens` at ``percentiles / 100``)."""
-    pcts = [float(p) for p in percentiles]
-    if not pcts or any(not 0 < p < 100 for p in pcts):
-        raise ValueError(f"percentiles must be in (0, 100), got {list(percentiles)}")
+    pcts = v.percentiles(percentiles)  # 0-100 scale; 0.95 is refused, not read as the 0.95th
     caps = recommend_max_new_tokens(output_tokens, [p / 100.0 for p in pcts])["max_new_tokens"]
     return {f"p{p:g}": int(cap) for p, cap in zip(pcts, caps)}
 
@@ -440,7 +438,7 @@ def recommend(trace: pd.DataFrame, *, model: str, gpu: str, system: str | None =
         A bad trace (the missing column named), model, GPU, system or parameter.
     """
     start = time.perf_counter()
-    v.require_columns(trace, ("prompt_tokens", "output_tokens"), "trace")
+    trace = v.request_table(trace, "trace")  # the trace contract: lengths, times, no duplicate columns
     if system is not None:
         v.choice(system, "system", SYSTEMS + (RESERVATION,))
     slo = DEFAULT_SLO if slo is None else slo
