@@ -62,7 +62,8 @@ def paper_requests(setup: SourceSetup, num_requests: int, *, seed: int = 0,
 
 def latency_curves(requests: pd.DataFrame, setup: SourceSetup, qps_grid: Sequence[float], *,
                    policies: Sequence[str] = POLICIES, cost_models: Sequence[str] = ("roofline", "measured"),
-                   stop_at_s_per_token: float | None = 2.0, seed: int = 0, engine: str = "fast") -> pd.DataFrame:
+                   stop_at_s_per_token: float | None = 2.0, keep_qps: Sequence[float] = (2.0,), seed: int = 0,
+                   engine: str = "fast") -> pd.DataFrame:
     """Normalized latency against request rate, per policy and cost model (the paper's Fig. 12).
 
     Parameters
@@ -77,8 +78,10 @@ def latency_curves(requests: pd.DataFrame, setup: SourceSetup, qps_grid: Sequenc
     cost_models : sequence of {"roofline", "measured"}
         ``measured`` is skipped where it cannot run (:func:`kvlab.claims.cost_models_for`).
     stop_at_s_per_token : float or None
-        Stop a curve after the first rate whose normalized latency exceeds this (the queue only
-        grows at higher rates; skipping them saves the slowest runs).
+        Skip a curve's higher rates after the first whose normalized latency exceeds this (the
+        queue only grows at higher rates; skipping them saves the slowest runs) ...
+    keep_qps : sequence of float
+        ... except these rates of the grid (the paper's Fig. 13a reads batch sizes at 2 requests/s).
     seed : int
         Seed of the Poisson arrivals.
 
@@ -96,7 +99,10 @@ def latency_curves(requests: pd.DataFrame, setup: SourceSetup, qps_grid: Sequenc
     for cm in [c for c in cost_models if not reasons[c]]:
         for policy in policies:
             extra = {"max_model_len": setup.max_model_len} if policy == "orca_max" else {}
+            over = False
             for qps in grid:
+                if over and not np.any(np.isclose(qps, keep_qps)):
+                    continue
                 s = simulate(requests, policy, arrivals="poisson", qps=float(qps), seed=seed,
                              max_new_tokens=setup.max_model_len, cost_model=cm, engine=engine,
                              **setup.simulate_kw(), **extra).summary
@@ -104,8 +110,8 @@ def latency_curves(requests: pd.DataFrame, setup: SourceSetup, qps_grid: Sequenc
                              "normalized_latency_s_per_token": s["normalized_latency_s_per_token"],
                              "mean_batch_size": s["mean_batch_size"], "max_running": s["max_running"],
                              "tokens_per_s": s["tokens_per_s"], "num_aborted": s["num_aborted"]})
-                if stop_at_s_per_token is not None and s["normalized_latency_s_per_token"] > stop_at_s_per_token:
-                    break
+                over = over or (stop_at_s_per_token is not None
+                                and s["normalized_latency_s_per_token"] > stop_at_s_per_token)
     return pd.DataFrame(rows)
 
 
