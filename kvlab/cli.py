@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import warnings
+from pathlib import Path
 from typing import Sequence
 
 import yaml
