@@ -13,7 +13,6 @@ from kvlab.pipeline import PipelineCostModel
 from kvlab.preemption_cost import crossover
 from kvlab.sim import simulate
 
-
 PATHS: set[str] = set()  # which engine paths priced iterations (scalar, stretch, deferred arrays)
 
 
