@@ -131,7 +131,8 @@ def cost_model_ratio(n: int) -> None:
                     best[cm] = (wall_s, int(res.summary["num_iterations"]))
         (r_s, r_it), (m_s, m_it) = best["roofline"], best["measured"]
         rows.append({"arrivals": label, "requests": n, "roofline_s": r_s, "roofline_iterations": r_it,
-                     "measured_s": m_s, "measured_iterations": m_it, "ratio_per_iteration": (m_s / m_it) / (r_s / r_it)})
+                     "measured_s": m_s, "measured_iterations": m_it,
+                     "ratio_per_iteration": (m_s / m_it) / (r_s / r_it)})
     table = pd.DataFrame(rows)
     print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     worst = float(table["ratio_per_iteration"].max())
