@@ -115,8 +115,14 @@ def _e(text: Any) -> str:
 
 
 def _md_inline(text: str) -> str:
-    """Escape ``text`` and render its ``code`` spans (the only markdown the sidecar sentences use)."""
-    return re.sub(r"`([^`]+)`", r"<code>\1</code>", _e(text))
+    """Escape ``text`` and render its inline markdown: ```code```, ``**bold**`` and ``*italic*``.
+
+    >>> _md_inline("is `s` cheaper to **recompute** or *swap* (a < b)?")
+    'is <code>s</code> cheaper to <b>recompute</b> or <i>swap</i> (a &lt; b)?'
+    """
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", _e(text))
+    out = re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", out)
+    return re.sub(r"(?<![\w*])\*([^*\s][^*]*)\*(?![\w*])", r"<i>\1</i>", out)
 
 
 INDEX_CSS = """
