@@ -58,12 +58,12 @@ def _check_summary_card(name: str, results: dict, folder) -> None:
              "runtime_s": 0.0}
     page = index_html({"name": "test", "date": "", "runtime_s": 0.0, "version": "", "command": "", "inputs": []},
                       [entry])
-    body = re.sub(r"</?code>", "", page.split("<body>", 1)[1])
-    text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", body)).split())
+    body = re.sub(r"</?(code|b|i)>", "", page.split("<body>", 1)[1])  # inline markdown, rendered
+    text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", body)).replace("*", "").split())
     for key in ("question", "answer", "what_to_do"):
         if key in results:
             assert isinstance(results[key], str) and results[key].strip(), f"{name}: sidecar {key!r} is empty"
-            assert " ".join(results[key].replace("`", "").split()) in text, f"{name}: {key} not on the summary page"
+            assert " ".join(re.sub(r"[`*]", "", results[key]).split()) in text, f"{name}: {key} not on the summary page"
     figures = results.get("figures") or []
     for fig in figures:
         assert (folder / fig).is_file(), f"{name}: figure {fig} listed in the sidecar was not written"
