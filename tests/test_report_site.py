@@ -160,9 +160,10 @@ def test_browser_renders_index_and_a_page(quick_report, tmp_path):
     assert links and all((quick_report / h).is_file() for h in links), [h for h in links if not (quick_report / h).is_file()]
     seen = _probe(exe, index)
     assert seen["images"] >= len(MUST_ANSWER) and seen["broken"] == [] and seen["cut"] == [], seen
+    for stem in MUST_ANSWER:
+        seen = _probe(exe, quick_report / f"{stem}.html")
+        assert seen["images"] >= 2 and seen["broken"] == [] and seen["cut"] == [], (stem, seen)
     page = quick_report / "02_length_distributions.html"
-    seen = _probe(exe, page)
-    assert seen["images"] >= 2 and seen["broken"] == [] and seen["cut"] == [], seen
     for p in (index, page):
         _screenshot(exe, p, tmp_path / f"{p.stem}.png")
 

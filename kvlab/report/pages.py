@@ -18,10 +18,11 @@ from .kernel import SETUP_TAG
 TABLE_CSS = """
 <style>
 /* kvlab report: tables whole and wrapped, never cut */
-body.jp-Notebook { max-width: 1180px; margin: 0 auto; }
-.jp-RenderedHTMLCommon table { table-layout: auto; max-width: 100%; }
+body.jp-Notebook { max-width: 1400px; margin: 0 auto; }
+.jp-RenderedHTMLCommon table { table-layout: auto; max-width: 100%; font-size: 12px; }
+.jp-RenderedHTMLCommon td, .jp-RenderedHTMLCommon th { padding: 0.3em 0.45em; }
 .jp-RenderedHTMLCommon td { white-space: normal; overflow-wrap: break-word; max-width: 36em; }
-.jp-RenderedHTMLCommon th { white-space: normal; overflow-wrap: normal; max-width: 14em; }
+.jp-RenderedHTMLCommon th { white-space: normal; overflow-wrap: normal; max-width: 12em; }
 .jp-OutputArea-output { overflow-x: auto; }
 .jp-OutputArea-output pre { white-space: pre-wrap; overflow-wrap: anywhere; }
 .jp-OutputArea-output img { max-width: 100%; height: auto; }
