@@ -81,17 +81,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         params.update(_load_params_file(f))
     for name, value in args.param or []:
         params[name] = _parse_value(value)
-    shown = warnings.showwarning
-
-    def show(message, category, filename, lineno, file=None, line=None):  # one line, as it happens
-        if issubclass(category, ParameterWarning):
-            print(f"kvlab report: warning: {message}", file=sys.stderr)
-        else:
-            shown(message, category, filename, lineno, file, line)
-
-    with warnings.catch_warnings():
+    with warnings.catch_warnings():  # main() prints each warning as one line, as it happens
         warnings.simplefilter("always", ParameterWarning)
-        warnings.showwarning = show
         dest = run_report(args.notebooks, params, out=args.out, progress=not args.no_progress,
                           show_code=args.show_code)
     print(f"report written to {dest}")
