@@ -232,3 +232,17 @@ def test_progress_line_names_the_notebook_its_time_and_its_own_progress(tmp_path
     page = (tmp_path / "run" / "01_slow.html").read_text()
     assert "a warning" in page and "time.sleep" not in page  # stderr kept, code hidden
     assert "fitting" not in page and "IProgress" not in page  # progress bars left out of the page
+
+
+def test_run_inputs_group_values_by_notebook():
+    from pathlib import Path
+
+    from kvlab.report.run import _inputs
+
+    a, b = Path("01_a.ipynb"), Path("02_b.ipynb")
+    declared = {a: {"trace": '""', "model": '"X"', "num_requests": "None", "seed": "0"},
+                b: {"model": '"Y"', "profile": '""', "seed": "0", "gpu": "None"}}
+    rows = _inputs([a, b], declared, {a: {}, b: {"seed": 3}})
+    assert rows == [("model", "X (01); Y (02)"), ("num_requests", "default (all of a trace)"), ("seed", "0 (01); 3 (02)")]
+    rows = _inputs([a, b], declared, {a: {"trace": "t.csv", "seed": 3}, b: {"model": "X", "seed": 3}})
+    assert rows == [("trace", "t.csv"), ("model", "X"), ("num_requests", "default (all of a trace)"), ("seed", "3")]

@@ -94,8 +94,8 @@ def _inputs(paths: list[Path], declared: Mapping[Path, Mapping[str, str]],
         for p in paths:
             if name in declared[p]:
                 value = per[p][name] if name in per[p] else _literal(declared[p][name])
-                if value in ("", None) and name == "trace":
-                    continue
+                if value == "" or (value is None and name != "num_requests"):
+                    continue  # "" (a trace not given) and None (a default chosen inside) say nothing here
                 text = "default (all of a trace)" if value is None and name == "num_requests" else str(value)
                 users.setdefault(text, []).append(p.stem[:2])
         if not users:
