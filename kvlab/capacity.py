@@ -125,6 +125,9 @@ class ServingConfig:
     pipeline_bubbles : bool
         Under PP, price the bubbles of uneven micro-batches (see the module note); False keeps
         every micro-batch's cycle at ``pp x`` its own stage time.
+    max_model_len : int, optional
+        The served context (tokens, prompt + output); the model's ``max_context_tokens`` when
+        None. Longer prompts are rejected and outputs cut at it (:mod:`kvlab.sim.context`).
     """
 
     model: str
@@ -144,6 +147,7 @@ class ServingConfig:
     engine: str | None = None
     stage_link: str = "in-node"
     pipeline_bubbles: bool = True
+    max_model_len: int | None = None
 
     def __post_init__(self) -> None:
         v.positive_int(self.tp, "config.tp")
@@ -275,7 +279,8 @@ def serve(workload: pd.DataFrame, config: ServingConfig, qps: float | None, *, s
                         pool_pages=config.engine_pool_pages(), tp=config.tp, scheduler=config.scheduler,
                         max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
                         preemption_mode=config.preemption_mode, seed=seed, **arrivals,
-                        record_iterations=record, cost_model=cost_model, **extra)
+                        record_iterations=record, cost_model=cost_model,
+                        max_model_len=config.max_model_len, **extra)
 
     if not (config.pipeline_bubbles and isinstance(cost, PipelineCostModel) and cost.peer_stage_s is None):
         return run(cost, record_iterations)

@@ -52,6 +52,9 @@ class Preset:
     source : str
     stage_link : str
         Link between pipeline stages (one of :data:`kvlab.pipeline.STAGE_LINKS`).
+    max_model_len : int, optional
+        The context the paper served (tokens): its chat-trace runs set ``max_seq_len`` 8192
+        whatever the model's own context.
     """
 
     name: str
@@ -66,6 +69,7 @@ class Preset:
     paper_capacity_gain: float
     source: str
     stage_link: str = "in-node"
+    max_model_len: int | None = None
 
     @property
     def num_gpus(self) -> int:
@@ -90,7 +94,7 @@ class Preset:
         budget = self.token_budget_tokens[kind] if scheduler == "chunked" else None
         base = ServingConfig(model=self.model, gpu=self.gpu, tp=self.tp, pp=self.pp, scheduler=scheduler,
                              max_num_batched_tokens=budget, max_num_seqs=self.baseline_max_num_seqs,
-                             stage_link=self.stage_link)
+                             stage_link=self.stage_link, max_model_len=self.max_model_len)
         return replace(base, **changes)
 
 
@@ -111,7 +115,8 @@ def _load() -> dict[str, Preset]:
                            baseline_max_num_seqs=int(p["baseline_max_num_seqs"]),
                            scheduling_delay_p50_s=float(raw["scheduling_delay_p50_s"]),
                            paper_capacity_gain=float(p["paper_capacity_gain"]), source=str(p["source"]),
-                           stage_link=str(p.get("stage_link", "in-node")))
+                           stage_link=str(p.get("stage_link", "in-node")),
+                           max_model_len=raw.get("max_model_len"))
     return out
 
 

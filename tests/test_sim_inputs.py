@@ -54,7 +54,8 @@ def test_bad_workloads(workload, match):
 def test_prompt_larger_than_the_pool_is_rejected_with_a_reason():
     w = pd.DataFrame({"prompt_tokens": [10, 5000, 10], "output_tokens": [5, 5, 5]})
     for policy in ("vllm", "reserve_max", "sglang", "tgi"):
-        res = simulate(w, policy, max_new_tokens=16, **KW)  # 100 pages x 16 = 1600 tokens
+        # 100 pages x 16 = 1600 tokens; a context of 8,192 lets the 5,000-token prompt reach the pool
+        res = simulate(w, policy, max_new_tokens=16, max_model_len=8192, **KW)
         assert res.requests["abort_reason"].tolist() == ["", "exceeds_pool", ""]
 
 

@@ -4,6 +4,7 @@ The engine's rules are written once, at the top of :mod:`kvlab.sim.reference`.
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,10 +15,11 @@ from .. import _validate as v
 from ..arrivals import KINDS as ARRIVAL_KINDS, arrival_times
 from ..backend import get_xp
 from ..costmodel import describe as _describe_cost, resolve as _resolve_cost
-from ..policies import Policy, create_policy
+from ..policies import Policy, create_policy, policy_class
 from ..swap import DEFAULT_COPY_LATENCY_S, swap_model
 from ..reservation import pool_pages as _pool_pages
 from ..specs import GIB, GPUSpec, ModelSpec, gpu as _gpu, model as _model
+from .context import apply_context as _apply_context, merge as _merge_context
 from .config import PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind, SwapConfig
 from .metrics import iteration_table, request_table, summarize
 from .fast import run_fast
@@ -75,7 +77,7 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
              preemption_mode: str = "recompute", arrivals: str = "auto", qps: float | None = None,
              burst_cv: float = 1.0, cpu_pool_pages: int | None = None, copy_latency_s: float = DEFAULT_COPY_LATENCY_S,
              seed: int = 0, record_iterations: bool = False, engine: str = "fast",
-             cost_model: Any = None, **policy_params: Any) -> SimResult:
+             cost_model: Any = None, max_model_len: int | None = None, **policy_params: Any) -> SimResult:
     """Serve ``workload`` under one reservation policy and return per-request and summary figures.
 
     Parameters
@@ -132,12 +134,18 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
         The iteration-time model (:func:`kvlab.costmodel.resolve`): ``None`` (default) is the
         measured model where ``gpu`` has measurements, else the spec-sheet roofline;
         ``params["cost_model"]`` of the result names the one that ran.
+    max_model_len : int, optional
+        The context limit (tokens, prompt + output); default the model's ``max_context_tokens``.
+        A request whose prompt reaches it is rejected (aborted, reason "prompt exceeds the
+        model's context"); the others generate at most ``max_model_len - prompt_tokens`` tokens
+        (length-capped when that cuts them); see :mod:`kvlab.sim.context`. Given explicitly, it
+        is also passed to a policy that takes ``max_model_len`` (Orca (Max)'s reservation).
 
     Returns
     -------
     SimResult
     """
-    prompt, output, trace_arrival, ids = _workload_columns(workload)
+    all_prompt, all_output, trace_arrival, all_ids = _workload_columns(workload)
     m, g = _model(model), _gpu(gpu)
     v.choice(engine, "engine", ENGINES)
     kind = SchedulerKind(v.choice(scheduler, "scheduler", [k.value for k in SchedulerKind]))
@@ -162,7 +170,12 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
         cpu_pool_pages=(int(4 * GIB // page_bytes) if cpu_pool_pages is None
                         else v.nonnegative_int(cpu_pool_pages, "cpu_pool_pages")),
         page_copy_s=swap_model(m, g, tp=tp, copy_latency_s=copy_latency_s).page_copy_s(block_size))
-    arrival_s = _arrivals(arrivals, len(prompt), trace_arrival, qps=qps, burst_cv=burst_cv, seed=seed)
+    all_arrival_s = _arrivals(arrivals, len(all_prompt), trace_arrival, qps=qps, burst_cv=burst_cv, seed=seed)
+    context = _apply_context(all_prompt, all_output, max_new_tokens=max_new_tokens,
+                             max_model_len=(m.max_context_tokens if max_model_len is None
+                                            else v.positive_int(max_model_len, "max_model_len")))
+    kept = ~context.rejected
+    prompt, output, arrival_s, ids = all_prompt[kept], context.output_tokens, all_arrival_s[kept], all_ids[kept]
     cost = _resolve_cost(cost_model, m, g, tp=tp)
     if isinstance(policy, Policy):
         if policy_params:
@@ -170,6 +183,8 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
                              f"pass them to its constructor instead")
         pol = policy
     else:
+        if max_model_len is not None and "max_model_len" in inspect.signature(policy_class(policy)).parameters:
+            policy_params = {**policy_params, "max_model_len": context.max_model_len}
         pol = create_policy(policy, **policy_params)
     pol.bind(output_tokens=output, max_new_tokens=max_new_tokens, block_size=block_size, num_pages=num_pages,
              seed=seed)
@@ -184,11 +199,14 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
         done, rows = ReferenceEngine(requests, policy=pol, pool=pool, scheduler=sched, swap=swap,
                                      cost_model=cost).run()
         req_table, it_table = request_table(done, ids), iteration_table(rows)
+    req_table = _merge_context(req_table, context, prompt_tokens=all_prompt, output_tokens=all_output,
+                               arrival_s=all_arrival_s, request_ids=all_ids)
     params = {"policy": pol.name, "max_new_tokens": max_new_tokens, "block_size": block_size,
               "pool_pages": num_pages, "scheduler": kind.value, "max_num_seqs": sched.max_num_seqs,
               "max_num_batched_tokens": max_num_batched_tokens, "preemption_mode": mode.value,
               "cpu_pool_pages": swap.cpu_pool_pages, "page_copy_s": swap.page_copy_s, "model": m.name,
-              "gpu": g.name, "tp": tp, "engine": engine, "cost_model": _describe_cost(cost)}
+              "gpu": g.name, "tp": tp, "engine": engine, "cost_model": _describe_cost(cost),
+              "max_model_len": context.max_model_len}
     return SimResult(requests=req_table, iterations=it_table if record_iterations else None,
                      summary=summarize(req_table, it_table, num_pages=num_pages), params=params)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .context import CONTEXT_REJECT_REASON
 from .reference import ITERATION_COLUMNS
 from .request import FINISH_REASON, Request, RequestStatus
 
@@ -45,6 +46,9 @@ def iteration_table(rows: list[tuple]) -> pd.DataFrame:
 def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, num_pages: int) -> dict[str, float]:
     """The run's headline figures.
 
+    * ``num_requests``, ``num_completed``, ``num_aborted`` (including ``num_rejected_context``:
+      prompts that reach the model's context), ``num_length_capped`` (including
+      ``num_context_capped``: outputs cut at the context, :mod:`kvlab.sim.context`);
     * ``tokens_per_s``, ``requests_per_s``: generated tokens and completed (not aborted)
       requests over the makespan (first arrival to end of the last iteration);
     * ``{ttft,e2e}_p{50,90,99}_s``: over completed requests;
@@ -72,6 +76,9 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, num_pages: in
         "num_completed": float(len(done)),
         "num_aborted": float(len(requests) - len(done)),
         "num_length_capped": float((requests["outcome"] == "finished_length_capped").sum()),
+        "num_rejected_context": float((requests["abort_reason"] == CONTEXT_REJECT_REASON).sum()),
+        "num_context_capped": (float(requests["context_capped"].sum()) if "context_capped" in requests.columns
+                               else 0.0),
         "makespan_s": makespan_s,
         "tokens_per_s": float(requests["generated_tokens"].sum()) / makespan_s if makespan_s > 0 else float("nan"),
         "requests_per_s": len(done) / makespan_s if makespan_s > 0 else float("nan"),
