@@ -258,7 +258,8 @@ def cost_model_claims(batches: pd.DataFrame) -> pd.DataFrame:
     of the same batches (the measured model with its shipped constants).
     """
     b = batches[~batches["warmup"].astype(bool)].reset_index(drop=True)
-    models = {name: cost_model(SARATHI_MODEL, SARATHI_GPU, tp=SARATHI_TP, source=name) for name in COST_MODELS}
+    models = {name: cost_model(SARATHI_MODEL, SARATHI_GPU, tp=SARATHI_TP, source=name, stack="sarathi-serve")
+              for name in COST_MODELS}
     pred = {name: predict_batches(c, b) for name, c in models.items()}
     setup = _claims.SetUp(model=SARATHI_MODEL, gpu=SARATHI_GPU, tp=SARATHI_TP, scheduler="one batch",
                           metric="batch execution time")

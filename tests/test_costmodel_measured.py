@@ -114,7 +114,7 @@ def test_shipped_constants_reproduce_sarathi_serve_batches():
     fitted on them) within 15% MAPE per kind and 30% per batch; table 2's prefill and hybrid
     batches (never fitted) within 10%, and their linear-layer split within 5%."""
     b = validate.published_batches()
-    c = cm.measured("Yi-34B", "A100-80GB-PCIe", tp=2)
+    c = cm.measured("Yi-34B", "A100-80GB-PCIe", tp=2, stack="sarathi-serve")
     pred = fit.predict_batches(c, b)
     rel = pred / b["measured_s"].to_numpy() - 1
     fig2 = b["source"].str.startswith("figure-2").to_numpy() & ~b["warmup"].to_numpy()
@@ -200,3 +200,16 @@ def test_sarathi_held_out_batches_meet_the_targets():
         assert errors.loc[term, "verdict"] == "meets", errors.loc[term]
     fig9 = t[t["source"] == "figure-9"]
     assert validate.mape(fig9["predicted_s"], fig9["measured_s"]) < 0.15
+
+
+def test_default_measured_model_is_gpu_time_only():
+    """Without ``stack`` the measured model adds no serving-stack overhead: a decode batch costs
+    exactly the Sarathi-Serve stack's price minus its fitted per-iteration and per-sequence terms."""
+    stacks = measured_mod.constants()["stacks"]["sarathi-serve"]
+    bare = cm.measured("Yi-34B", "A100-80GB-PCIe", tp=2)
+    stacked = cm.measured("Yi-34B", "A100-80GB-PCIe", tp=2, stack="sarathi-serve")
+    seqs, ctx = 64, 1024
+    args = (seqs, seqs * ctx, seqs * (ctx + 1))
+    gap = float(stacked.iteration_s(*args, num_seqs=seqs)) - float(bare.iteration_s(*args, num_seqs=seqs))
+    assert gap == pytest.approx(stacks["overhead_s"] + seqs * stacks["overhead_s_per_seq"], rel=1e-9)
+    assert "Sarathi" not in bare.label and "Sarathi" in stacked.label

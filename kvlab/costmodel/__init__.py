@@ -28,7 +28,7 @@ SOURCES = ("measured", "roofline")
 
 
 def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 1,
-               source: str | None = None, stack: str = "sarathi-serve", link: str = "in-node") -> Any:
+               source: str | None = None, stack: str = "none", link: str = "in-node") -> Any:
     """The iteration-time model of ``model`` on ``tp x pp`` GPUs of type ``gpu``.
 
     Parameters
@@ -44,7 +44,10 @@ def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: i
         ``None`` (default): measured where ``gpu`` has measurements, else the roofline. A GPU
         without measurements asked for ``"measured"`` gets the roofline, and its ``label`` says so.
     stack : str
-        Serving stack whose CPU overheads the measured model adds (:func:`measured`).
+        Serving stack whose CPU overheads the measured model adds (:func:`measured`): ``"none"``
+        (default, GPU time only: what a stack that hides its CPU work, such as vLLM V1 with CUDA
+        graphs, approaches) or ``"sarathi-serve"`` (the overheads fitted to Sarathi-Serve's 2023
+        batches, for reproducing that paper's set-up).
     link : str
         Stage link under PP (:func:`kvlab.pipeline.pipeline_cost`).
 

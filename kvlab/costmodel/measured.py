@@ -27,7 +27,12 @@ the iteration, summed over sequences) and ``S`` sequences scheduled:
 * **lm_head(S)**: the vocabulary GEMM over one token per sequence, on the same GEMM curve;
 * **overheads**: per iteration and per sequence (CPU scheduling, input preparation, sampling),
   fitted to Sarathi-Serve's measured batch times after the GPU terms above: a property of that
-  serving stack (Sarathi-Serve on vLLM 0.2-era Python workers), applied as is on every GPU.
+  serving stack (Sarathi-Serve on vLLM 0.2-era Python workers: 14 ms per iteration and 1.1 ms
+  per sequence), added only when asked for (``stack="sarathi-serve"``, used to reproduce that
+  paper's batches). The default (``stack="none"``) is GPU time only: a modern stack that hides its
+  CPU work (vLLM V1, CUDA graphs) comes closer to it than to a 2023 Python stack, whose
+  per-sequence cost would make a 64-sequence Llama-3-8B decode on H100 ~8x slower than the GPU
+  takes. No modern stack's overheads are measured here; measure yours with bench/gpu_check.sh.
 
 The inputs are aggregates over the batch, as for the roofline, so one call prices many
 iterations at once on NumPy or CuPy arrays. The constants live in
@@ -219,7 +224,7 @@ def send_recv(gpu: str | GPUSpec, consts: Mapping[str, Any] | None = None) -> tu
 
 
 def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 1,
-          constants: Mapping[str, Any], stack: str = "sarathi-serve") -> MeasuredCostModel:
+          constants: Mapping[str, Any], stack: str = "none") -> MeasuredCostModel:
     """The :class:`MeasuredCostModel` of ``model`` on ``gpu`` from the ``constants`` dictionary.
 
     :func:`measured` calls it with the shipped constants; :mod:`.fit` with freshly fitted ones.
@@ -268,7 +273,7 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
 
 
 def measured(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 1,
-             stack: str = "sarathi-serve") -> MeasuredCostModel:
+             stack: str = "none") -> MeasuredCostModel:
     """The measured :class:`MeasuredCostModel` of ``model`` on ``gpu`` with TP x PP GPUs.
 
     Parameters
@@ -280,6 +285,6 @@ def measured(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int
         Tensor-parallel GPUs per stage and pipeline stages; the model prices one stage.
     stack : str
         Serving stack whose CPU overheads apply (a key of the constants' ``stacks``:
-        ``"sarathi-serve"``), or ``"none"`` for GPU time only.
+        ``"sarathi-serve"``), or ``"none"`` (default) for GPU time only.
     """
     return build(model, gpu, tp=tp, pp=pp, constants=constants(), stack=stack)
