@@ -51,17 +51,17 @@ def main() -> None:
           f"(P99 TBT {slo.tbt_p99_s} s), workload {args.workload}")
     for sched in kvlab.presets.SCHEDULERS:
         print(f"\n== {sched}")
-        quick, quick_s = timed(lambda: capacity(args.workload, p.config(sched, args.slo, engine="fast"), slo,
+        quick, quick_s = timed(lambda sched=sched: capacity(args.workload, p.config(sched, args.slo, engine="fast"), slo,
                                                 num_requests=64, rel_tol=0.2))
         print(f"quick search (64 requests, rel_tol 0.2): {quick_s:.2f} s for {len(quick.trials)} trials "
               f"-> {quick.capacity_qps:.3g} requests/s (target < 60 s: {'met' if quick_s < 60 else 'MISSED'})")
-        serial, serial_s = timed(lambda: capacity(work, p.config(sched, args.slo, engine="fast"), slo,
+        serial, serial_s = timed(lambda sched=sched: capacity(work, p.config(sched, args.slo, engine="fast"), slo,
                                                   num_requests=args.num_requests, rel_tol=0.05))
         print(f"full search ({args.num_requests} requests, rel_tol 0.05), serial: {serial_s:.2f} s for "
               f"{len(serial.trials)} trials -> {serial.capacity_qps:.4g} requests/s")
         qps = serial.capacity_qps or 0.5
-        fast, fast_s = timed(lambda: serve(work, p.config(sched, args.slo, engine="fast"), qps))
-        ref, ref_s = timed(lambda: serve(work, p.config(sched, args.slo, engine="reference"), qps))
+        fast, fast_s = timed(lambda sched=sched, qps=qps: serve(work, p.config(sched, args.slo, engine="fast"), qps))
+        ref, ref_s = timed(lambda sched=sched, qps=qps: serve(work, p.config(sched, args.slo, engine="reference"), qps))
         mf, mr = slo_metrics(fast), slo_metrics(ref)
         same = all(np.isclose(mf[k], mr[k], rtol=1e-9) for k in ("tbt_p99_s", "scheduling_delay_p50_s"))
         print(f"one trial at {qps:.4g} requests/s: reference {ref_s:.2f} s, fast {fast_s:.2f} s, "

@@ -409,7 +409,7 @@ def _markdown(df: pd.DataFrame) -> str:
 
 def _has_tabulate() -> bool:
     try:
-        import tabulate  # noqa: F401, PLC0415
+        import tabulate  # noqa: F401
     except ImportError:
         return False
     return True

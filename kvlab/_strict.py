@@ -196,7 +196,7 @@ class StrictArray:
         return self._data.dtype
 
     @property
-    def T(self) -> StrictArray:  # noqa: N802  (NumPy's name)
+    def T(self) -> StrictArray:
         return StrictArray(self._data.T)
 
     def __len__(self) -> int:

@@ -140,7 +140,7 @@ def nonnegative_int_array(values: Any, name: str, *, maximum: int = MAX_INT) -> 
 def require_columns(table: Any, columns: Iterable[str], name: str, *, needed_by: str = "") -> None:
     """``ValueError`` unless ``table`` is a DataFrame holding every one of ``columns``; the message
     names the table, the missing columns (all of them), what needs them and what it has."""
-    import pandas as pd  # noqa: PLC0415  (pandas is only needed for this check)
+    import pandas as pd
 
     if not isinstance(table, pd.DataFrame):
         raise ValueError(f"{name} must be a pandas DataFrame, got {type(table).__name__}")
@@ -167,7 +167,7 @@ def _is_bool(x: Any) -> bool:
 def real_values(raw: Any) -> np.ndarray:
     """Values as float64, NaN where not a real number (booleans and strings are not numbers).
     Integers too large for float64 become inf, never a wrapped integer."""
-    import pandas as pd  # noqa: PLC0415
+    import pandas as pd
 
     s = raw if isinstance(raw, pd.Series) else pd.Series(np.asarray(raw, dtype=object))
     kind = s.dtype.kind
@@ -206,7 +206,7 @@ def seconds(raw: Any, *, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     time-zone aware: compared in UTC) become seconds since the earliest; timedeltas become their
     seconds. Neither is ever read as a count of nanoseconds.
     """
-    import pandas as pd  # noqa: PLC0415
+    import pandas as pd
 
     s = raw if isinstance(raw, pd.Series) else pd.Series(raw)
     if s.dtype == object and len(s):
@@ -227,7 +227,7 @@ def seconds(raw: Any, *, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
 
 def booleans(raw: Any) -> tuple[np.ndarray, np.ndarray]:
     """A column of flags as bool and the mask of entries that are not booleans (or 0 / 1)."""
-    import pandas as pd  # noqa: PLC0415
+    import pandas as pd
 
     s = raw if isinstance(raw, pd.Series) else pd.Series(raw)
     if s.dtype == bool:
@@ -267,7 +267,7 @@ def request_table(table: Any, name: str = "workload", *, on_bad: str = "raise",
     max_tokens : int
         The stated maximum of a length (tokens), :data:`MAX_TRACE_TOKENS` by default.
     """
-    import pandas as pd  # noqa: PLC0415
+    import pandas as pd
 
     on_bad = choice(on_bad, "on_bad", ("raise", "drop"))
     if not isinstance(table, pd.DataFrame):
@@ -352,8 +352,8 @@ def read_text_file(path: Any, what: str) -> str:
     UTF-8 with or without a byte-order mark, or UTF-16/32 with one; anything else, a folder, a
     missing or unreadable file is a ``ValueError`` naming ``what`` and the file.
     """
-    import codecs  # noqa: PLC0415
-    import os  # noqa: PLC0415
+    import codecs
+    import os
 
     try:
         if os.path.isdir(path):
@@ -364,12 +364,9 @@ def read_text_file(path: Any, what: str) -> str:
         raise ValueError(f"{what} {path} does not exist") from None
     except OSError as exc:
         raise ValueError(f"{what} {path} cannot be read: {exc.strerror or exc}") from None
-    for bom, enc in ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
-                     (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")):
-        if data.startswith(bom):
-            break
-    else:
-        enc = "utf-8"
+    boms = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
+            (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+    enc = next((name for bom, name in boms if data.startswith(bom)), "utf-8")
     try:
         return data.decode(enc)
     except UnicodeDecodeError as exc:

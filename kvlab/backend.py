@@ -26,7 +26,7 @@ ENV_VAR = "KVLAB_BACKEND"
 
 def _import_cupy() -> ModuleType:
     try:
-        import cupy  # noqa: PLC0415  (lazy: CuPy is an optional extra)
+        import cupy
     except ImportError as exc:  # pragma: no cover - depends on the machine
         raise ImportError(
             "CuPy is not installed: install the GPU extra, `pip install -e \".[gpu]\"` "
@@ -61,7 +61,7 @@ def get_xp(name: str | None = None) -> ModuleType:
     if key == "numpy":
         return np
     if key == "strict":
-        from ._strict import strict  # noqa: PLC0415  (tests only: not loaded otherwise)
+        from ._strict import strict
         return strict
     if key == "cupy":
         cupy = _import_cupy()

@@ -49,17 +49,17 @@ def _parse_value(text: str, name: str = "given with -p"):
     """A command-line parameter value typed as YAML would type it (``32`` -> int,
     ``[128, 512]`` -> list, ``true`` -> bool); anything else, dates included, stays a string."""
     try:
-        value = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
+        value = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError:
         return text
     return _plain(value, name)
 
 
 def _load_params_file(path: str) -> dict:
-    from ._validate import read_text_file  # noqa: PLC0415
+    from ._validate import read_text_file
 
     try:
-        data = yaml.load(read_text_file(path, "parameter file"), Loader=_Loader) or {}  # noqa: S506
+        data = yaml.load(read_text_file(path, "parameter file"), Loader=_Loader) or {}
     except yaml.YAMLError as exc:
         raise ValueError(f"parameter file {path} is not valid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(data, dict):
@@ -69,9 +69,9 @@ def _load_params_file(path: str) -> dict:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    import warnings  # noqa: PLC0415
+    import warnings
 
-    from .report import ParameterWarning, format_parameters, resolve_notebooks, run_report  # noqa: PLC0415
+    from .report import ParameterWarning, format_parameters, resolve_notebooks, run_report
 
     if args.list_params:
         print(format_parameters(resolve_notebooks(args.notebooks)))
@@ -92,8 +92,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _load_recommend_trace(args: argparse.Namespace):
     """The trace file (any kvlab.traces format), or one or two Prometheus scrapes of a vLLM server."""
-    from .prometheus import is_exposition, from_prometheus  # noqa: PLC0415
-    from .traces import load  # noqa: PLC0415
+    from .prometheus import is_exposition, from_prometheus
+    from .traces import load
 
     paths = args.trace
     if len(paths) > 2:
@@ -108,11 +108,11 @@ def _load_recommend_trace(args: argparse.Namespace):
 
 
 def _cmd_recommend(args: argparse.Namespace) -> int:
-    import json  # noqa: PLC0415
-    import os  # noqa: PLC0415
+    import json
+    import os
 
-    from .capacity import SLO  # noqa: PLC0415
-    from .recommend import recommend  # noqa: PLC0415
+    from .capacity import SLO
+    from .recommend import recommend
 
     trace = _load_recommend_trace(args)
     slo = SLO(tbt_p99_s=args.slo_p99_tbt, scheduling_delay_p50_s=args.slo_delay_p50 or None)
@@ -228,8 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
-    from ._staging import Interrupted  # noqa: PLC0415
-    from .report import NotebookError  # noqa: PLC0415
+    from ._staging import Interrupted
+    from .report import NotebookError
 
     def fail(message: str, status: int) -> int:
         print(f"kvlab {args.command}: {message}", file=sys.stderr)

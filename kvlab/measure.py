@@ -58,12 +58,12 @@ def pick_dtype(cp: ModuleType) -> tuple[Any, str]:
                 for shape in ((1, 2, 32, 16), (1, 32, 16), (1, 32, 16)))
     want = causal_attention(q, k, v_, tile_tokens=8)
     try:
-        import ml_dtypes  # noqa: PLC0415  (optional: CuPy's BF16 arrays use its dtype)
+        import ml_dtypes
         bf16 = ml_dtypes.bfloat16
         got = causal_attention(q.astype(bf16), k.astype(bf16), v_.astype(bf16), tile_tokens=8).astype(cp.float32)
         if float(cp.abs(got - want).max()) < 0.1:
             return bf16, "bfloat16"
-    except Exception:  # noqa: BLE001  (any failure means: no usable BF16 in this CuPy)
+    except Exception:
         pass
     return cp.float16, "float16"
 
@@ -184,7 +184,7 @@ class _Shapes:
     vocab: int
 
     @classmethod
-    def of(cls, m: ModelSpec, tp: int) -> "_Shapes":
+    def of(cls, m: ModelSpec, tp: int) -> _Shapes:
         inner = ceil_div(m.intermediate_size, tp)
         return cls(hidden=m.hidden_size, q_heads=ceil_div(m.num_q_heads, tp), kv_heads=m.kv_heads_per_gpu(tp),
                    head_dim=m.head_dim, mlp_cols=2 * inner if m.gated_mlp else inner, mlp_inner=inner,
@@ -269,8 +269,8 @@ def measure_forward(model: str | ModelSpec, *, seq_tokens: Sequence[int] = (256,
     for s in seqs:
         with stream:
             x = _random(cp, (s, sh.hidden), dtype, rng)
-        layer_s = _time_s(cp, lambda: _layer(cp, w, x, sh, None, tile_tokens), repeats, stream)
-        add("prefill", s, 0, 1, layer_s, _time_s(cp, lambda: x @ lm_head, repeats, stream))
+        layer_s = _time_s(cp, lambda x=x: _layer(cp, w, x, sh, None, tile_tokens), repeats, stream)
+        add("prefill", s, 0, 1, layer_s, _time_s(cp, lambda x=x: x @ lm_head, repeats, stream))
         del x
     for c in contexts:
         for b in batches:
@@ -278,8 +278,8 @@ def measure_forward(model: str | ModelSpec, *, seq_tokens: Sequence[int] = (256,
                 x = _random(cp, (b, sh.hidden), dtype, rng)
                 kv = (_random(cp, (b, sh.kv_heads, sh.head_dim, c), dtype, rng),
                       _random(cp, (b, sh.kv_heads, c, sh.head_dim), dtype, rng))
-            layer_s = _time_s(cp, lambda: _layer(cp, w, x, sh, kv, tile_tokens), repeats, stream)
-            add("decode", 1, c, b, layer_s, _time_s(cp, lambda: x @ lm_head, repeats, stream))
+            layer_s = _time_s(cp, lambda x=x, kv=kv: _layer(cp, w, x, sh, kv, tile_tokens), repeats, stream)
+            add("decode", 1, c, b, layer_s, _time_s(cp, lambda x=x: x @ lm_head, repeats, stream))
             del x, kv
     cp.get_default_memory_pool().free_all_blocks()
     return pd.DataFrame(rows)

@@ -120,7 +120,7 @@ class PipelineCostModel:
             return self.pp * own
         return self.pp * expected_max_s(own, self.peer_stage_s, self.pp - 1, table=self.peer_table)
 
-    def with_peers(self, stage_times_s: Any, *, idle_rounds: float = 0.0) -> "PipelineCostModel":
+    def with_peers(self, stage_times_s: Any, *, idle_rounds: float = 0.0) -> PipelineCostModel:
         """This model with the other micro-batches' stage times drawn from ``stage_times_s``.
 
         Parameters

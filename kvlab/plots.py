@@ -27,8 +27,8 @@ _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 def style() -> None:
     """Apply kvlab's figure style (seaborn whitegrid, colour-blind palette, readable font sizes,
     tight bounding boxes)."""
-    import matplotlib as mpl  # noqa: PLC0415
-    import seaborn as sns  # noqa: PLC0415
+    import matplotlib as mpl
+    import seaborn as sns
 
     sns.set_theme(style="whitegrid", context="notebook", palette="colorblind")
     mpl.rcParams.update({"figure.figsize": (8.0, 4.5), "figure.dpi": 100, "savefig.dpi": 120,

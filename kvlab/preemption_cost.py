@@ -481,7 +481,7 @@ def fig19_claims(*, setup: str = "vllm-sosp23-fig19", cost_models: Sequence[str]
     (DataFrame, DataFrame)
         The claims table and the ratios (:func:`recompute_over_swap` with a ``cost_model`` column).
     """
-    from .presets import source_setup  # noqa: PLC0415  (presets sit beside this analysis)
+    from .presets import source_setup
 
     s = source_setup(setup)
     sizes = v.positive_int_array(block_sizes, "block_sizes").tolist()
@@ -573,7 +573,7 @@ def preemption_claims(model: str | ModelSpec, gpu: str | GPUSpec, *, catalogue: 
             claimed="recompute quadratic in s",
             kvlab_value=(f"attention FLOPs pass linear-layer FLOPs at {s_att:,.0f} tokens; "
                          f"at the {m.max_context_tokens:,}-token context attention is {att_share:.0%} of FLOPs"),
-            verdict=("holds above {:,.0f} tokens only".format(s_att) if s_att < m.max_context_tokens
+            verdict=(f"holds above {s_att:,.0f} tokens only" if s_att < m.max_context_tokens
                      else f"differs: recompute is dominated by O(s) linear layers up to the "
                           f"{m.max_context_tokens:,}-token context (swap is O(s) throughout)")),
     ]

@@ -96,7 +96,7 @@ class Histogram:
     def total(self) -> int:
         return int(self.counts.sum())
 
-    def __sub__(self, earlier: "Histogram") -> "Histogram":
+    def __sub__(self, earlier: Histogram) -> Histogram:
         if not np.array_equal(self.upper, earlier.upper):
             raise ValueError(f"{self.name}: the two scrapes have different buckets")
         diff = self.counts - earlier.counts

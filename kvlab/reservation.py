@@ -185,7 +185,7 @@ def reservation_claims(output_tokens: np.ndarray, *, block_size: int = 16) -> pd
       5% of their reservation" (checked on ``output_tokens``, whatever its median);
     * "with max_new_tokens 2048 and P99 226, 99% of requests reserve over 9x what they use".
     """
-    from . import claims as c  # noqa: PLC0415
+    from . import claims as c
 
     out = v.positive_int_array(output_tokens, "output_tokens")
     ref = reservation_table([128, 512, 2048], pool_pages=1000, block_size=16)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import Any, Mapping
 
 import pandas as pd
@@ -268,12 +268,12 @@ class GPUSpec:
     source: str = ""
 
 
-@lru_cache(maxsize=None)
+@cache
 def _model_table() -> pd.DataFrame:
     return pd.read_csv(DATA_DIR / "models.csv")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _gpu_table() -> pd.DataFrame:
     return pd.read_csv(DATA_DIR / "gpus.csv")
 

@@ -31,7 +31,7 @@ import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -51,13 +51,13 @@ _NOT_SWEPT = ("workload", "seed", "record_iterations")
 _LOCAL_EXECUTORS = ("serial", "processes", "dask-local")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _simulate_keys() -> tuple[str, ...]:
     sig = inspect.signature(simulate).parameters.values()
     return tuple(p.name for p in sig if p.kind is not p.VAR_KEYWORD and p.name not in _NOT_SWEPT)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _policy_keys() -> dict[str, frozenset[str]]:
     """Policy name -> the keyword parameters its constructor takes."""
     return {name: frozenset(inspect.signature(type(create_policy(name))).parameters)
@@ -212,7 +212,7 @@ def _processes(source: _Source, tasks: list, max_workers: int) -> Iterator[list]
 
 def _import_distributed() -> Any:
     try:
-        import distributed  # noqa: PLC0415  (lazy: Dask is the optional `dist` extra)
+        import distributed
     except ImportError as exc:
         raise ImportError("a Dask executor needs dask.distributed: pip install -e \".[dist]\"") from exc
     return distributed
@@ -361,9 +361,9 @@ def _progress_bar(total: int) -> Any:
     # may lack tqdm (kvlab's other modules do not need it). tqdm.auto draws a widget in Jupyter
     # but only warns and falls back to text without ipywidgets, so go to text directly then.
     if importlib.util.find_spec("ipywidgets") is None:
-        from tqdm import tqdm  # noqa: PLC0415
+        from tqdm import tqdm
     else:
-        from tqdm.auto import tqdm  # noqa: PLC0415
+        from tqdm.auto import tqdm
     return tqdm(total=total, desc="sweep", unit="config")
 
 

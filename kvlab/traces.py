@@ -94,7 +94,7 @@ def _open_binary(path: Path, compression: str | None) -> IO[bytes]:
         return lzma.open(path, "rb")
     if compression == "zstd":
         try:
-            import zstandard  # noqa: PLC0415  (optional)
+            import zstandard
         except ImportError:
             raise ValueError(f"{path}: the file is zstd-compressed and the 'zstandard' package is not installed; "
                              f"decompress it (zstd -d) or pip install zstandard") from None
@@ -446,7 +446,7 @@ def load(path: str | Path, format: str = "auto", *, columns: Mapping[str, str] |
         if str(path) in str(exc):
             raise
         raise ValueError(f"{path}: {exc}") from None
-    except Exception as exc:  # the file decides what a reader meets: every failure names it  # noqa: BLE001
+    except Exception as exc:  # the file decides what a reader meets: every failure names it
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else " ".join(str(exc).split())
         raise ValueError(f"{path}: cannot be read as a trace ({type(exc).__name__}: {reason[:300]})") from exc
 

@@ -9,10 +9,10 @@ _cfg = tempfile.mkdtemp(prefix="kvlab-test-cfg-")
 for var, sub in (("JUPYTER_CONFIG_DIR", "jupyter"), ("IPYTHONDIR", "ipython"), ("MPLCONFIGDIR", "mpl")):
     os.environ.setdefault(var, os.path.join(_cfg, sub))
 
-import pytest  # noqa: E402
-from hypothesis import HealthCheck, settings  # noqa: E402
+import pytest
+from hypothesis import HealthCheck, settings
 
-from kvlab.backend import cupy_usable  # noqa: E402
+from kvlab.backend import cupy_usable
 
 settings.register_profile("kvlab", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("kvlab")

@@ -373,7 +373,7 @@ def test_8_the_cli_prints_a_warning_in_one_line(tmp_path, capsys, monkeypatch):
     import kvlab.traces
 
     def warn_then_fail(*a, **k):
-        warnings.warn("a weak answer\nover two lines", UserWarning)
+        warnings.warn("a weak answer\nover two lines", UserWarning, stacklevel=2)
         raise ValueError("stop here")
     monkeypatch.setattr(kvlab.traces, "load", warn_then_fail)
     status, err = _cli(capsys, "recommend", "x.csv", "--model", "Llama-3-8B", "--gpu", "H100-SXM",

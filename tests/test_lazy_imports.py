@@ -35,4 +35,4 @@ def test_every_public_name_resolves_and_unknown_names_raise():
     for name in ("simulate", "crossover", "SLO", "Recommendation", "studies", "swap"):
         assert getattr(kvlab, name) is not None
     with pytest.raises(AttributeError, match="no attribute 'simulat'"):
-        kvlab.simulat
+        _ = kvlab.simulat

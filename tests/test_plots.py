@@ -2,11 +2,11 @@
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-import pytest  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
+import pytest
 
-from kvlab import plots  # noqa: E402
+from kvlab import plots
 
 
 def test_tie_groups_names_the_settings_that_share_a_point():

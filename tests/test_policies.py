@@ -66,7 +66,7 @@ def test_duplicate_registration_and_bad_names_raise():
 
 def test_fits_empty_pool_is_derived_not_overridden():
     with pytest.raises(TypeError, match="fits_empty_pool"):
-        class Bad(Policy):  # noqa: F841  (defining it is the test)
+        class Bad(Policy):
             name = "bad"
 
             def reservation_tokens(self, reqs):
@@ -191,7 +191,8 @@ def _state(p: Policy) -> dict:
 def test_array_rules_equal_scalar_rules(name, data):
     """Each rule on arrays of requests answers what it answers for each request alone (as the reference asks)."""
     n = data.draw(st.integers(1, 12), label="n")
-    ints = lambda lo, hi: np.array(data.draw(st.lists(st.integers(lo, hi), min_size=n, max_size=n)), dtype=np.int64)
+    def ints(lo: int, hi: int) -> np.ndarray:
+        return np.array(data.draw(st.lists(st.integers(lo, hi), min_size=n, max_size=n)), dtype=np.int64)
     bs, mnt = data.draw(st.sampled_from([1, 2, 4, 16])), data.draw(st.integers(1, 300))
     num_pages = data.draw(st.integers(1, 200))
     prompt, output, free = ints(1, 500), ints(1, 400), ints(0, 220)

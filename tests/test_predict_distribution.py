@@ -30,7 +30,8 @@ def test_ppf_hand_worked_median_and_p90():
 def test_ppf_is_the_smallest_integer_reaching_q(mu, sigma, nu, q):
     p = LogTPredictive(mu=[mu], sigma=[sigma], nu=nu)
     k = int(p.ppf(q)[0])
-    cdf = lambda j: stats.t.cdf((np.log(j + 0.5) - mu) / sigma, nu)   # P(K <= j) for j >= 1
+    def cdf(j: int) -> float:   # P(K <= j) for j >= 1
+        return stats.t.cdf((np.log(j + 0.5) - mu) / sigma, nu)
     assert k >= 1 and cdf(k) >= q - 1e-12
     assert k == 1 or cdf(k - 1) < q + 1e-12
 

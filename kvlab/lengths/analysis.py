@@ -13,7 +13,6 @@ from .. import claims as _claims
 from .. import traces
 from ..reservation import pages_for
 from ..trace_window import trace_window
-from ..trace_window import trace_window
 from .fit import fit_family, lengths_array
 from .profiles import list_profiles, profile
 

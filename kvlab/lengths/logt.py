@@ -28,7 +28,7 @@ def _special() -> ModuleType:
     Every simulation imports this module (through the prediction-based policy), and importing
     SciPy costs more than simulating a small workload; only the log-t computations need it.
     """
-    import scipy.special  # noqa: PLC0415  (deferred, see above)
+    import scipy.special
     return scipy.special
 
 

@@ -240,8 +240,8 @@ def mean_matched_profile(*, name: str, source: str, note: str, prompt_mean_token
     mu_p = np.log(targets["prompt"]) - prompt_sigma ** 2 / 2
     mu_o = np.log(targets["output"]) - output_sigma ** 2 / 2
     for _ in range(2):
-        mu_p = solve(lambda m: gap("prompt", m, mu_o), mu_p)
-        mu_o = solve(lambda m: gap("output", mu_p, m), mu_o)
+        mu_p = solve(lambda m, mu_o=mu_o: gap("prompt", m, mu_o), mu_p)
+        mu_o = solve(lambda m, mu_p=mu_p: gap("output", mu_p, m), mu_o)
     return _with_check(build(float(mu_p), float(mu_o)), n, seed)
 
 
@@ -351,7 +351,7 @@ def regenerate(names: Iterable[str] | None = None, *, traces_dir: str | Path | N
     DataFrame, one row per profile and marginal: family, the trace's (or published) percentiles
     and mean, the profile's sampled ones and the largest relative percentile error.
     """
-    from ..traces import load  # noqa: PLC0415  (facts layer; only the regeneration reads traces)
+    from ..traces import load
 
     names = list(SHIPPED) if names is None else [v.choice(n, "profile", list(SHIPPED)) for n in names]
     traces_dir = Path(SHARED_DATA_DIR / "traces" if traces_dir is None else traces_dir)

@@ -23,7 +23,7 @@ copula's dependence).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -305,7 +305,7 @@ def read_profile(path: str | Path, name: str | None = None) -> Profile:
                    max_total_tokens=raw.get("max_total_tokens"), copula_rho=rho, trace=str(raw.get("trace", "")))
 
 
-@lru_cache(maxsize=None)
+@cache
 def profile(name: str) -> Profile:
     """The shipped workload profile ``name`` (see :func:`list_profiles`).
 

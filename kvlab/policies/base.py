@@ -76,12 +76,12 @@ class Requests:
         return int(shape[0]) if shape else 1
 
     @classmethod
-    def one(cls, index: int, prompt_tokens: int, output_tokens: int, generated_tokens: int) -> "Requests":
+    def one(cls, index: int, prompt_tokens: int, output_tokens: int, generated_tokens: int) -> Requests:
         """One request's view (Python ints, NumPy rules)."""
         return cls(index, prompt_tokens, output_tokens, generated_tokens, np)
 
     @classmethod
-    def empty(cls, xp: ModuleType = np) -> "Requests":
+    def empty(cls, xp: ModuleType = np) -> Requests:
         """No requests (length-0 arrays)."""
         z = xp.zeros(0, dtype=xp.int64)
         return cls(z, z, z, z, xp)
@@ -163,7 +163,8 @@ class Policy(ABC):
         """Position in ``running`` (admission order) of the request to preempt: the most recent."""
         return running.size - 1
 
-    def end_schedule(self, *, num_preempted: int, running: Requests, num_iterations: int = 1) -> None:
+    # A default, not abstract (B027): keeps_state derives from whether a policy overrides it.
+    def end_schedule(self, *, num_preempted: int, running: Requests, num_iterations: int = 1) -> None:  # noqa: B027
         """Update per-iteration state after an iteration is scheduled (default: no state).
 
         ``running`` holds the requests still running after it. ``num_iterations > 1`` stands for

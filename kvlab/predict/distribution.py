@@ -95,7 +95,7 @@ class LogTPredictive:
     def __len__(self) -> int:
         return int(self.mu.shape[0])
 
-    def __getitem__(self, index: Any) -> "LogTPredictive":
+    def __getitem__(self, index: Any) -> LogTPredictive:
         mu = np.atleast_1d(self.mu[index])
         if mu.size == 0:
             raise ValueError(f"index {index!r} selects no requests out of {len(self)}")

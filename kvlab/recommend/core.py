@@ -290,7 +290,7 @@ def _run(jobs: list[tuple[Callable, Any]], max_workers: int, progress: bool) -> 
 
 
 def _bar(total: int) -> Any:
-    from tqdm import tqdm  # noqa: PLC0415  (only the progress bar needs it)
+    from tqdm import tqdm
 
     return tqdm(total=total, desc="recommend", unit="run", leave=False)
 
@@ -606,7 +606,7 @@ def render_text(rec: Recommendation) -> str:
 
 
 def _wrap(text: str, indent: str = "") -> list[str]:
-    import textwrap  # noqa: PLC0415
+    import textwrap
 
     return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
                          break_on_hyphens=False) or [indent]

@@ -56,7 +56,7 @@ class _Stream(io.TextIOBase):
 
 def _with_setup_cell(path: Path):
     """The notebook with the hidden :mod:`kvlab.report.kernel` set-up cell first."""
-    import nbformat  # noqa: PLC0415
+    import nbformat
 
     nb = nbformat.read(str(path), as_version=4)
     cell = nbformat.v4.new_code_cell(SETUP_SOURCE, metadata={"tags": [SETUP_TAG], "jupyter": {"source_hidden": True}})
@@ -67,7 +67,7 @@ def _with_setup_cell(path: Path):
 def _record_input_path(executed: Path, source: Path) -> None:
     """Name the source notebook in the executed one's papermill metadata (papermill was given the
     notebook with its set-up cell as an object, and records that object otherwise)."""
-    import nbformat  # noqa: PLC0415
+    import nbformat
 
     if executed.exists():
         nb = nbformat.read(str(executed), as_version=4)
@@ -100,8 +100,8 @@ def execute_notebook(notebook: str | os.PathLike, output_path: str | os.PathLike
     NotebookError
         Naming the notebook and the failing cell (its index, first source line and the error).
     """
-    import papermill  # noqa: PLC0415
-    from papermill.exceptions import PapermillExecutionError  # noqa: PLC0415
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
 
     path = Path(notebook)
     if not (path.suffix == ".ipynb" and path.exists()):

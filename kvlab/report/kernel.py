@@ -41,7 +41,7 @@ def format_number(x: float) -> str:
 
 def setup() -> None:
     """Set the kernel's table display and progress bars for a report run (see the module note)."""
-    import pandas as pd  # noqa: PLC0415
+    import pandas as pd
 
     pd.set_option("display.max_columns", None)
     pd.set_option("display.max_colwidth", None)
@@ -49,12 +49,12 @@ def setup() -> None:
     pd.set_option("display.width", None)
     pd.set_option("display.float_format", format_number)
 
-    import warnings  # noqa: PLC0415
+    import warnings
 
     with warnings.catch_warnings():  # tqdm warns that ipywidgets is missing: no widget is wanted here
         warnings.simplefilter("ignore")
-        import tqdm.auto  # noqa: PLC0415
-    import tqdm.std  # noqa: PLC0415
+        import tqdm.auto
+    import tqdm.std
 
     os.environ.setdefault("TQDM_MININTERVAL", "1")
     tqdm.auto.tqdm, tqdm.auto.trange = tqdm.std.tqdm, tqdm.std.trange

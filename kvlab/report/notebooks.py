@@ -71,7 +71,7 @@ def _type_name(default: str) -> str:
 
 def _assigned_names(path: str | os.PathLike) -> list[str]:
     """Names assigned in the notebook's ``parameters`` cell, read with Python's parser."""
-    import nbformat  # noqa: PLC0415
+    import nbformat
 
     nb = nbformat.read(str(path), as_version=4)
     src = next((c.source for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])), "")
@@ -89,7 +89,7 @@ def parameters(path: str | os.PathLike) -> list[Parameter]:
     ``type`` is the type of the default literal (``None`` where the default is ``None``; the help
     says what else it takes); ``help`` is the line's trailing comment.
     """
-    import papermill  # noqa: PLC0415  (slow import, only for reports)
+    import papermill
 
     info = papermill.inspect_notebook(str(path))
     missed = [name for name in _assigned_names(path) if name not in info]

@@ -43,7 +43,7 @@ def _terminal_text(text: str) -> str:
 
 
 def _clean(nb: Any, *, show_code: bool, parameters: Mapping[str, Any] | None) -> Any:
-    import nbformat  # noqa: PLC0415
+    import nbformat
 
     cells = []
     for cell in nb.cells:
@@ -85,8 +85,8 @@ def export_html(executed: str | Path, html_path: str | Path, *, show_code: bool 
     parameters : mapping, optional
         The run's parameter values, listed in a folded block under the title.
     """
-    import nbformat  # noqa: PLC0415
-    from nbconvert import HTMLExporter  # noqa: PLC0415
+    import nbformat
+    from nbconvert import HTMLExporter
 
     nb = _clean(nbformat.read(str(executed), as_version=4), show_code=show_code, parameters=parameters)
     exporter = HTMLExporter(exclude_input=not show_code, exclude_input_prompt=not show_code,
@@ -101,7 +101,7 @@ def export_html(executed: str | Path, html_path: str | Path, *, show_code: bool 
 def notebook_title(executed: str | Path) -> tuple[str, str]:
     """A notebook's title (its first heading) and question (the paragraph starting
     ``**Question.**``, else empty), read from its first markdown cell."""
-    import nbformat  # noqa: PLC0415
+    import nbformat
 
     nb = nbformat.read(str(executed), as_version=4)
     md = next((c.source for c in nb.cells if c.cell_type == "markdown"), "")

@@ -35,7 +35,7 @@ class _Progress:
     text the notebook printed to stderr (a long cell's tqdm bar)."""
 
     def __init__(self, total: int, enabled: bool):
-        from tqdm.auto import tqdm  # noqa: PLC0415
+        from tqdm.auto import tqdm
 
         self.bar = tqdm(total=total, unit="nb", disable=not enabled, dynamic_ncols=True,
                         bar_format="{desc} |{bar:12}| {n_fmt}/{total_fmt} notebooks [{elapsed}]{postfix}")
@@ -108,7 +108,7 @@ def _inputs(paths: list[Path], declared: Mapping[Path, Mapping[str, str]],
 
 
 def _version() -> str:
-    from .. import __version__  # noqa: PLC0415
+    from .. import __version__
 
     try:
         commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,

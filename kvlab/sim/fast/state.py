@@ -31,7 +31,7 @@ class Rules:
         requests only decode: admission depends on the request's own pages and no state.
     """
 
-    def __init__(self, policy: Policy, eng: "FastEngine") -> None:
+    def __init__(self, policy: Policy, eng: FastEngine) -> None:
         self.policy, self.eng = policy, eng
         self.on_demand = bool(policy.on_demand)
         self.own_pages = bool(policy.admits_on_own_pages)
