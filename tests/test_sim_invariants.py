@@ -81,6 +81,8 @@ def test_invariants_hold_on_random_cases(cfg, rows):
     assert (t.loc[~done, "abort_reason"] != "").all() and (t.loc[done, "abort_reason"] == "").all()
     # tokens generated equal the workload's output lengths, capped at max_new_tokens
     expected = np.minimum(w["output_tokens"], cfg["max_new_tokens"])
+    if "max_model_len" in extra:  # it also caps each output at the context left after its prompt
+        expected = np.minimum(expected, extra["max_model_len"] - w["prompt_tokens"])
     assert (t.loc[done, "generated_tokens"] == expected[done]).all()
     assert (t.loc[~done, "generated_tokens"] <= expected[~done]).all()
     # reservation policies that cover the whole request never preempt

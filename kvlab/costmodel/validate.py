@@ -225,7 +225,7 @@ def published_check(consts: Mapping[str, Any] | None = None, batches: pd.DataFra
     """The shipped (or given) constants against the published batch times, in-sample (no hold-out)."""
     c = shipped_constants() if consts is None else consts
     b = published_batches() if batches is None else batches
-    full = build(_fit.SARATHI_MODEL, _fit.SARATHI_GPU, tp=_fit.SARATHI_TP, constants=c)
+    full = build(_fit.SARATHI_MODEL, _fit.SARATHI_GPU, tp=_fit.SARATHI_TP, constants=c, stack="sarathi-serve")
     gpu_only = build(_fit.SARATHI_MODEL, _fit.SARATHI_GPU, tp=_fit.SARATHI_TP, constants=c, stack="none")
     held = np.where(b["warmup"], "warm-up (not scored)",
                     np.where(b["source"].str.startswith("figure-2"), "in-sample (fitted on)", "never fitted"))
