@@ -137,6 +137,10 @@ def test_verdicts_are_counted_by_their_first_word():
               {"verdict": "not reproducible here: no H200 measurements"}, {"claim": "no verdict key"}]
     assert report.verdict_counts(claims) == {"holds": 2, "differs": 1, "not reproducible": 1, "no verdict": 1}
     assert report.verdict_counts(None) == {}
+    per_model = [{"verdict": "roofline: differs (+92%); measured: differs (+37%)"},
+                 {"verdict": "roofline: differs (-49%); measured: holds"},
+                 {"verdict": "holds under roofline and measured"}]
+    assert report.verdict_counts(per_model) == {"differs": 1, "mixed": 1, "holds": 1}
 
 
 @pytest.mark.parametrize("mask", [0o022, 0o077])

@@ -75,10 +75,23 @@ def verdict_kind(verdict: Any) -> str:
     'differs'
     >>> verdict_kind("not reproducible here: no measurements for H200")
     'not reproducible'
+
+    A verdict per cost model (``"roofline: differs (...); measured: holds"``) is the kind both
+    models agree on, else ``mixed``:
+
+    >>> verdict_kind("roofline: differs (+92%); measured: differs (+37%); best on arxiv")
+    'differs'
+    >>> verdict_kind("roofline: differs (1.4x below 1.7-2.7x); measured: holds")
+    'mixed'
     """
     text = str(verdict or "").strip().lower()
     if text.startswith("not reproducible"):
         return "not reproducible"
+    per_model = [part.split(":", 1)[1] for part in text.split(";")
+                 if part.strip().split(":", 1)[0] in ("roofline", "measured") and ":" in part]
+    if per_model:
+        kinds = {verdict_kind(part) for part in per_model}
+        return kinds.pop() if len(kinds) == 1 else "mixed"
     words = text.split()
     return words[0].strip(".,:;()") if words else "no verdict"
 
