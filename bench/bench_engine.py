@@ -71,7 +71,8 @@ def _child(n: int, qps: float | None) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def _same(a, b) -> bool:
+def same_results(a, b) -> bool:
+    """Whether two SimResults hold the same per-request and per-iteration tables (floats to 1e-9)."""
     for x, y in ((a.requests, b.requests), (a.iterations, b.iterations)):
         for col in x.columns:
             u, v = x[col].to_numpy(), y[col].to_numpy()
@@ -101,7 +102,7 @@ def main(n: int = 1_000_000, n_ref: int = 10_000, n_cost: int = 200_000) -> None
         ref, t_ref = _run(n_ref, "reference", rate, record_iterations=True)
         fst, t_fast = _run(n_ref, "fast", rate, record_iterations=True)
         rows.append({"arrivals": label, "requests": n_ref, "reference_s": t_ref, "fast_s": t_fast,
-                     "ratio": t_ref / t_fast, "identical": _same(ref, fst),
+                     "ratio": t_ref / t_fast, "identical": same_results(ref, fst),
                      "iterations": int(ref.summary["num_iterations"])})
     table = pd.DataFrame(rows)
     print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))

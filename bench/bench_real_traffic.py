@@ -51,6 +51,8 @@ from kvlab.lengths import profile  # noqa: E402
 from kvlab.policies import Policy, Requests  # noqa: E402
 from kvlab.sim import simulate  # noqa: E402
 
+from bench_engine import same_results  # noqa: E402  (the same check; bench/ is on sys.path when run)
+
 TRACE = SHARED_DATA_DIR / "traces" / "azure2023_conv.csv"
 PROFILE = "azure-2023-conv"
 MAX_TOTAL_TOKENS = 4096
@@ -113,18 +115,6 @@ def one(n: int, config: str, qps: float, trace: Path | None) -> None:
                       "preemptions_per_request": res.summary["preemptions_per_request"]}))
 
 
-def _same(a, b) -> bool:
-    for x, y in ((a.requests, b.requests), (a.iterations, b.iterations)):
-        for col in x.columns:
-            u, v = x[col].to_numpy(), y[col].to_numpy()
-            if u.dtype.kind == "f":
-                if not np.allclose(u, v, rtol=1e-9, atol=0, equal_nan=True):
-                    return False
-            elif not (u == v).all():
-                return False
-    return True
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("n", nargs="?", type=int, default=10_000)
@@ -157,7 +147,7 @@ def main() -> None:
                 fast_ref, t_fast_ref, _ = (fast, t_fast, None) if args.n_ref == args.n else \
                     _run(w_ref, config, qps, record_iterations=True)
                 row.update({"ref_requests": args.n_ref, "ref_req_per_s": args.n_ref / t_ref,
-                            "ratio": t_ref / t_fast_ref, "identical": _same(ref, fast_ref)})
+                            "ratio": t_ref / t_fast_ref, "identical": same_results(ref, fast_ref)})
             rows.append(row)
     table = pd.DataFrame(rows)
     print(table.to_string(index=False, float_format=lambda x: f"{x:,.3f}"))
@@ -170,7 +160,7 @@ def main() -> None:
     retold, t_retold, _ = _run(w, config, qps, record_iterations=True, policy=RetoldVLLM())
     print(f"vLLM's rule as a policy class written in this script vs the built-in vllm ({config}, 90%): "
           f"{t_retold:.2f} s vs {t_built_in:.2f} s, ratio {t_retold / t_built_in:.2f} "
-          f"(issue #16 measured 50x before); results identical: {_same(built_in, retold)}")
+          f"(issue #16 measured 50x before); results identical: {same_results(built_in, retold)}")
     if args.skip_big:
         return
     for config in CONFIGS:
