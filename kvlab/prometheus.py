@@ -8,10 +8,10 @@ requests by reason (``vllm:request_success_total{finished_reason="stop"|"length"
 
 * each length histogram is fitted by maximum likelihood as **interval-censored** data: a
   request in bucket ``(le[i-1], le[i]]`` contributes ``log(F(le[i]) - F(le[i-1]))``, the last
-  bucket ``(le[-1], inf)`` is right-censored (the families of :mod:`kvlab.lengths.families`,
-  minimised with ``scipy.optimize``; the lowest AIC wins);
+  bucket ``(le[-1], inf)`` is right-censored (:func:`kvlab.lengths.fit.fit_binned`, the same
+  interval likelihood as every length fit; the lowest AIC wins);
 * ``num_requests`` requests are drawn from the two fits (independently: the histograms carry no
-  joint information), rounded up to whole tokens;
+  joint information), rounded to whole tokens by the one rounding rule of :mod:`kvlab._intmath`;
 * with two scrapes, the histograms are the requests finished between them and the rate is the
   counter's increase over the time between the scrapes (the samples' timestamps, or
   ``interval_s``); arrivals are then Poisson at that rate. One scrape gives no rate.
@@ -25,15 +25,14 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import optimize
 
 from . import _validate as v
 from .arrivals import arrival_times
-from .lengths.families import family as _family
+from .lengths.fit import FittedLength, fit_binned
 
 PROMPT = "vllm:request_prompt_tokens"
 OUTPUT = "vllm:request_generation_tokens"
@@ -127,71 +126,17 @@ def histogram(samples: Sequence[Sample], name: str, source: str = "text") -> His
     return Histogram(name=name, upper=upper, counts=np.round(counts).astype(np.int64))
 
 
-@dataclass(frozen=True, kw_only=True)
-class BinnedFit:
-    """A length distribution fitted to a histogram (interval-censored maximum likelihood)."""
-
-    family: str
-    params: dict[str, float]
-    nll: float
-    aic: float
-    num_requests: int
-
-    @property
-    def dist(self) -> Any:
-        return _family(self.family).frozen(self.params)
-
-    def ppf(self, q: Any) -> np.ndarray:
-        """Quantiles (tokens, continuous)."""
-        return np.asarray(self.dist.ppf(q), dtype=np.float64)
-
-    def percentiles(self, q: Sequence[float] = (50, 90, 99)) -> dict[str, float]:
-        """``{"p50": tokens, ...}`` of the fit."""
-        return {f"p{p:g}": float(self.ppf(p / 100.0)) for p in q}
-
-    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """``n`` lengths, rounded up to whole tokens (>= 1)."""
-        x = self.ppf(rng.uniform(size=n))
-        return np.maximum(1, np.ceil(np.nan_to_num(x, nan=1.0, posinf=1e7))).astype(np.int64)
-
-
-def fit_histogram(h: Histogram, families: Sequence[str] = FAMILIES) -> BinnedFit:
-    """The family of ``families`` whose interval-censored fit to ``h`` has the lowest AIC."""
-    keep = h.counts > 0
-    if h.total < 2 or keep.sum() < 1:
+def fit_histogram(h: Histogram, families: Sequence[str] = FAMILIES) -> FittedLength:
+    """The family of ``families`` whose interval-censored fit to ``h`` has the lowest AIC
+    (:func:`kvlab.lengths.fit.fit_binned`: the buckets are the intervals)."""
+    if h.total < 2:
         raise ValueError(f"{h.name}: {h.total} requests counted; need at least 2 to fit a distribution")
-    lower = np.concatenate([[0.0], h.upper[:-1]])[keep]
-    upper, counts = h.upper[keep], h.counts[keep].astype(np.float64)
-    # starting point: moments of the log of each bucket's geometric middle
-    mid = np.where(np.isinf(upper), 2.0 * np.maximum(lower, 1.0), np.sqrt(np.maximum(lower, 0.5) * upper))
-    w = counts / counts.sum()
-    m = float((w * np.log(mid)).sum())
-    s = max(float(np.sqrt((w * (np.log(mid) - m) ** 2).sum())), 0.1)
-    mean = float((w * mid).sum())
-    var = max(float((w * (mid - mean) ** 2).sum()), 1e-2 * mean * mean)
-    best = None
-    for name in families:
-        fam = _family(name)
+    return fit_binned(h.upper, h.counts, families)
 
-        def nll(theta: np.ndarray, fam: Any = fam) -> float:
-            try:
-                d = fam.frozen(fam.from_theta(theta))
-                p = np.asarray(d.cdf(upper), dtype=np.float64) - np.asarray(d.cdf(lower), dtype=np.float64)
-            except (ValueError, OverflowError, FloatingPointError):
-                return 1e300
-            if not np.all(np.isfinite(p)):
-                return 1e300
-            return float(-(counts * np.log(np.maximum(p, 1e-300))).sum())
 
-        res = optimize.minimize(nll, fam.to_theta(fam.initial(m, s, mean, var)), method="Nelder-Mead",
-                                options={"xatol": 1e-6, "fatol": 1e-8, "maxiter": 4000})
-        params = dict(zip(fam.param_names, fam.from_theta(res.x)))
-        fit = BinnedFit(family=name, params=params, nll=float(res.fun), aic=2 * len(params) + 2 * float(res.fun),
-                        num_requests=h.total)
-        if best is None or fit.aic < best.aic:
-            best = fit
-    assert best is not None
-    return best
+def _percentiles(fit: FittedLength, q: Sequence[float] = (50, 90, 99)) -> dict[str, int]:
+    """``{"p50": tokens, ...}`` of a fit."""
+    return {f"p{p:g}": int(t) for p, t in zip(q, fit.ppf(np.asarray(q) / 100.0))}
 
 
 def _read(source: str | Path) -> tuple[str, str]:
@@ -287,8 +232,7 @@ def from_prometheus(first: str | Path, second: str | Path | None = None, *, inte
     prompt_fit, output_fit = fit_histogram(hp), fit_histogram(ho)
     observed = min(hp.total, ho.total)
     n = min(observed, MAX_REQUESTS) if num_requests is None else v.positive_int(num_requests, "num_requests")
-    rng = np.random.default_rng(seed)
-    table = {"prompt_tokens": prompt_fit.sample(n, rng), "output_tokens": output_fit.sample(n, rng),
+    table = {"prompt_tokens": prompt_fit.sample(n, seed), "output_tokens": output_fit.sample(n, seed + 1),
              "censored": np.zeros(n, dtype=bool)}
     if rate is not None:
         table["arrival_s"] = arrival_times(n, "poisson", qps=rate, seed=seed)
@@ -306,12 +250,12 @@ def from_prometheus(first: str | Path, second: str | Path | None = None, *, inte
                      "notes": notes,
                      "prometheus": {"observed_requests": observed, "rate_per_s": rate, "interval_s": interval,
                                     "prompt_fit": {"family": prompt_fit.family, **prompt_fit.params,
-                                                   **prompt_fit.percentiles()},
+                                                   **_percentiles(prompt_fit)},
                                     "output_fit": {"family": output_fit.family, **output_fit.params,
-                                                   **output_fit.percentiles()},
+                                                   **_percentiles(output_fit)},
                                     "finished": finished}})
     return df
 
 
-__all__ = ["BinnedFit", "Histogram", "Sample", "fit_histogram", "from_prometheus", "histogram", "is_exposition",
+__all__ = ["Histogram", "Sample", "fit_histogram", "from_prometheus", "histogram", "is_exposition",
            "parse_exposition"]

@@ -10,7 +10,7 @@ __getattr__, __dir__, __all__ = _attach(__name__, {
     **dict.fromkeys(["censoring_bias", "cdf_curves", "length_claims", "qq_points", "recommend_max_new_tokens",
                      "workload_sample"], "analysis"),
     **dict.fromkeys(["DEFAULT_FAMILIES", "FAMILIES", "family"], "families"),
-    **dict.fromkeys(["FittedLength", "fit", "fit_family", "percentile_ci", "percentiles"], "fit"),
+    **dict.fromkeys(["FittedLength", "fit", "fit_binned", "fit_family", "percentile_ci", "percentiles"], "fit"),
     "LogT": "logt",
     "fit_profile": "profile_fit",
     **dict.fromkeys(["Marginal", "Profile", "calibrate", "list_profiles", "profile", "read_profile"], "profiles"),

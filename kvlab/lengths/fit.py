@@ -204,11 +204,20 @@ def _loglik(dist: Any, d: _Collapsed) -> float:
     return total
 
 
-def _fit_collapsed(fam: Family, d: _Collapsed, x: np.ndarray) -> tuple[dict[str, float], float]:
-    logs = np.log(x.astype(np.float64))
-    m, s = float(logs.mean()), max(float(logs.std()), 1e-3)
-    mean, var = float(x.mean()), max(float(x.var()), 1e-6)
-    theta0 = fam.to_theta(fam.initial(m, s, mean, var))
+def _moments(x: np.ndarray, w: np.ndarray | None = None) -> tuple[float, float, float, float]:
+    """Starting moments (mean and sd of log x, mean and variance of x), weighted by ``w``."""
+    x = x.astype(np.float64)
+    w = np.ones_like(x) if w is None else w / w.sum() * x.size
+    logs = np.log(x)
+    m = float(np.average(logs, weights=w))
+    s = max(float(np.sqrt(np.average((logs - m) ** 2, weights=w))), 1e-3)
+    mean = float(np.average(x, weights=w))
+    return m, s, mean, max(float(np.average((x - mean) ** 2, weights=w)), 1e-6)
+
+
+def _fit_collapsed(fam: Family, d: _Collapsed, start: tuple[float, float, float, float]
+                   ) -> tuple[dict[str, float], float]:
+    theta0 = fam.to_theta(fam.initial(*start))
     n = float(d.w.sum() + d.cens_w.sum())
 
     def nll(theta: np.ndarray) -> float:
@@ -276,8 +285,58 @@ def fit_family(x: Any, family: str, *, censored: Any = None, upper_tokens: int |
     fam = _family(family)
     arr, cens = _check_sample(x, censored)
     upper_tokens = _check_upper(upper_tokens, arr)
-    params, ll = _fit_collapsed(fam, _collapse(arr, cens, upper_tokens), arr)
+    params, ll = _fit_collapsed(fam, _collapse(arr, cens, upper_tokens), _moments(arr))
     return FittedLength(family=family, params=params, loglik=ll, n=arr.size, n_censored=int(cens.sum()))
+
+
+def fit_binned(upper_tokens: Any, counts: Any, families: Iterable[str] = DEFAULT_FAMILIES) -> FittedLength:
+    """The lowest-AIC fit of ``families`` to lengths known only by histogram bucket.
+
+    Bucket ``i`` counts lengths in ``(upper_tokens[i - 1], upper_tokens[i]]`` (the first from 0);
+    a last bound of ``inf`` counts lengths above the one before it (right-censored there). The
+    likelihood is the same weighted interval likelihood as :func:`fit`'s, over bucket intervals.
+
+    Parameters
+    ----------
+    upper_tokens : array of float, increasing
+        Upper bound of each bucket (tokens), e.g. Prometheus ``le`` values.
+    counts : array of int
+        Lengths in each bucket (not cumulative).
+    """
+    upper = np.asarray(upper_tokens, dtype=np.float64)
+    w = np.asarray(counts, dtype=np.float64)
+    if upper.ndim != 1 or upper.shape != w.shape or upper.size == 0 or np.any(np.diff(upper) <= 0) \
+            or upper[0] <= 0 or np.any(~np.isfinite(upper[:-1])):
+        raise ValueError("upper_tokens must be increasing positive bucket bounds (only the last may be inf), "
+                         "one per count")
+    if np.any(w < 0) or w.sum() < 2:
+        raise ValueError(f"counts must be >= 0 and hold at least 2 lengths, got {w.sum():g}")
+    censored = not np.isfinite(upper[-1])
+    finite = upper[:-1] if censored else upper
+    edges = np.concatenate([[0.0], finite])
+    keep = w[:finite.size] > 0
+    lo_idx = np.flatnonzero(keep)
+    cens_w = w[-1:] if censored and w[-1] > 0 else np.zeros(0)
+    mid = np.sqrt(np.maximum(edges[:-1], 0.5) * edges[1:])
+    if cens_w.size:
+        mid = np.append(mid, 2.0 * edges[-1])
+    wm = w[:mid.size]
+    kept = wm > 0
+    median = float(mid[kept][np.searchsorted(np.cumsum(wm[kept]), wm.sum() / 2)])
+    d = _Collapsed(edges=edges, split=int(np.searchsorted(edges, median, side="right")), lo_idx=lo_idx,
+                   w=w[:finite.size][keep], cens_idx=np.full(cens_w.size, edges.size - 1, dtype=np.int64),
+                   cens_w=cens_w)
+    start = _moments(mid[kept], wm[kept])
+    n, n_cens = int(round(w.sum())), int(round(cens_w.sum()))
+    best: FittedLength | None = None
+    for name in ([families] if isinstance(families, str) else families):
+        params, ll = _fit_collapsed(_family(name), d, start)
+        f = FittedLength(family=_family(name).name, params=params, loglik=ll, n=n, n_censored=n_cens)
+        if best is None or f.aic < best.aic:
+            best = f
+    if best is None:
+        raise ValueError("families must name at least one family")
+    return best
 
 
 def ks_statistic(fitted: FittedLength, x: np.ndarray, censored: np.ndarray) -> float:
@@ -325,10 +384,11 @@ def fit(x: Any, families: Iterable[str] = DEFAULT_FAMILIES, *, censored: Any = N
     if not names:
         raise ValueError("families must name at least one family")
     d = _collapse(arr, cens, _check_upper(upper_tokens, arr))
+    start = _moments(arr)
     emp = np.percentile(arr, [50, 90, 99])
     rows = []
     for name in names:
-        params, ll = _fit_collapsed(_family(name), d, arr)
+        params, ll = _fit_collapsed(_family(name), d, start)
         f = FittedLength(family=name, params=params, loglik=ll, n=arr.size, n_censored=int(cens.sum()))
         p50, p90, p99 = f.ppf([0.5, 0.9, 0.99])
         rows.append({"family": name, "params": params, "num_params": len(params), "loglik": ll,
