@@ -58,7 +58,8 @@ def piggyback(cost: Any) -> Any:
     """
     if callable(getattr(cost, "marginal", None)):
         return cost.marginal()
-    return replace(cost, weight_bytes=0.0, iteration_overhead_s=0.0, allreduce_latency_s_per_iteration=0.0)
+    return replace(cost, weight_bytes=0.0, iteration_overhead_s=0.0, allreduce_latency_s_per_iteration=0.0,
+                   label=f"{cost.label}, marginal")
 
 
 def _chunk_iterations(cost: CostModel, chunk_tokens: Any, context_tokens: Any) -> np.ndarray:
@@ -416,7 +417,7 @@ def crossover_table(models: Sequence[str] | None = None, gpus: Sequence[str] | N
                 swp = sw._swap_s(seq, bs)
                 rows.append({"model": m.name, "gpu": g.name, "host_link": g.host_link, "tp": tp,
                              "block_size": bs, "max_seq_tokens": m.max_context_tokens,
-                             "cost_model": _describe_cost(alone),
+                             "cost_model": _describe_cost(cost),
                              **_dense_crossover(seq, rec, swp),
                              "recompute_over_swap_at_ref": float(rec[ref - 1] / swp[ref - 1]),
                              "reference_tokens": ref,

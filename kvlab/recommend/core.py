@@ -483,6 +483,7 @@ def recommend(trace: pd.DataFrame, *, model: str, gpu: str, system: str | None =
     for key in ("dropped_rows", "failed_requests"):
         if trace.attrs.get(key):
             warnings.append(f"{trace.attrs[key]:,} {key.replace('_', ' ')} in the trace file, not served")
+    warnings += [n for n in trace.attrs.get("notes", []) if trace.attrs.get("format") == "prometheus"]
     if trace.get("censored") is not None and bool(trace["censored"].any()):
         warnings.append(f"{int(trace['censored'].sum()):,} outputs hit the recording's cap: their true lengths "
                         f"are longer, so high percentiles are lower bounds")
@@ -576,6 +577,7 @@ def render_text(rec: Recommendation) -> str:
     ld, s = rec.load, rec.setup
     rate = ld["rate_per_s"]
     lines = [f"{s['model']} on {s['tp']} x {s['gpu']}; {s['system']} ({s['version_family']}); SLO {s['slo']}",
+             *_wrap(f"cost model: {s['cost_model']}; {s['scheduler']} scheduler, block {s['block_size']}"),
              f"load: {ld['num_requests']:,} of {ld['trace_requests']:,} requests ({ld['how']}) over "
              f"{ld['duration_s']:,.0f} s at " + (f"{rate:.3g} requests/s" if rate else "no arrival times (offline)"),
              "output tokens: " + ", ".join(f"{k} {val:,}" for k, val in rec.percentiles.items())
