@@ -31,6 +31,20 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
 
 
+@pytest.fixture(params=["compiled", "array"])
+def fast_loop(request, monkeypatch):
+    """Run a test under each loop of the fast engine: the compiled loop where it applies (the
+    default), and the array engine (``KVLAB_COMPILED=0``, what CuPy and other policies run)."""
+    monkeypatch.setenv("KVLAB_COMPILED", "1" if request.param == "compiled" else "0")
+    return request.param
+
+
+@pytest.fixture
+def array_loop(monkeypatch):
+    """The fast engine's array loop only (tests that spy on its stretches, lazy runs and loops)."""
+    monkeypatch.setenv("KVLAB_COMPILED", "0")
+
+
 @pytest.fixture
 def run_notebook(tmp_path):
     """Execute ``notebooks/<name>.ipynb`` with ``params`` through papermill; return its JSON results."""

@@ -76,7 +76,7 @@ def test_test_policies_are_not_registered():
 
 
 @pytest.mark.parametrize("cls", [HalfHeadroom, FewestDecodedVictim, CountingRatio])
-def test_new_policy_equals_reference_on_random_cases(cls):
+def test_new_policy_equals_reference_on_random_cases(cls, fast_loop):
     for seed in range(40):
         w, _, kw = random_case(seed)
         kw = {k: v for k, v in kw.items() if k not in ("max_model_len", "cap_tokens", "queue_order", "watermark_frac")}
@@ -91,7 +91,7 @@ def test_new_policy_equals_reference_on_random_cases(cls):
 
 
 @pytest.mark.parametrize("scheduler", ["chunked", "prefill_first"])
-def test_new_policy_takes_the_lazy_path_and_matches_vllm(scheduler, monkeypatch):
+def test_new_policy_takes_the_lazy_path_and_matches_vllm(scheduler, monkeypatch, array_loop):
     """The vLLM rule retold in this file (watermark 1/20 of the pool) gives vLLM's results with
     ``watermark_frac=0.05`` on 300 requests at load, and most iterations run lazily (a spy)."""
     lazy_iterations = []

@@ -77,13 +77,13 @@ def assert_same(a, b) -> None:
 
 
 @pytest.mark.parametrize("block", range(NUM_CASES // 20))
-def test_fast_equals_reference_on_random_cases(block):
+def test_fast_equals_reference_on_random_cases(block, fast_loop):
     for seed in range(block * 20, block * 20 + 20):
         w, policy, kw = random_case(seed)
         assert_same(run(w, policy, "reference", **kw), run(w, policy, "fast", **kw))
 
 
-def test_random_cases_exercise_every_path(monkeypatch):
+def test_random_cases_exercise_every_path(monkeypatch, array_loop):
     """The cases above reach lazy runs, decode-only stretches, preemption, swapping, aborts and the loops."""
     seen = {"stretch": 0, "loop": 0, "admit_loop": 0, "lazy": 0}
 
@@ -114,7 +114,7 @@ def test_random_cases_exercise_every_path(monkeypatch):
 
 
 @pytest.mark.parametrize("policy, scheduler", [("sglang", "chunked"), ("vllm", "chunked"), ("vllm", "prefill_first")])
-def test_decode_run_is_hand_worked(policy, scheduler):
+def test_decode_run_is_hand_worked(policy, scheduler, array_loop):
     """One request (prompt 4, output 10, 4-token pages, pool of 4 pages): a prefill, then nine decodes.
     Decode i caches context 4 + i, so it holds ceil((4 + i) / 4) pages: 2 from context 5, 3 from 9,
     4 from 13 (the whole pool); iteration i starts at the sum of the first i latencies.
@@ -184,7 +184,7 @@ def test_device_and_numpy_runs_are_identical(device_xp):
     ("orca_pow2", {"pool_pages": 300, "arrivals": "poisson", "qps": 60.0, "max_num_batched_tokens": 256}),
     ("sglang", {"pool_pages": 60, "max_new_tokens": 256}),
 ])
-def test_fast_equals_reference_on_longer_runs(policy, kw):
+def test_fast_equals_reference_on_longer_runs(policy, kw, fast_loop):
     """Hundreds of requests from the brief-sharegpt profile: long lazy runs and stretches, many page phases."""
     from kvlab.lengths import profile
 

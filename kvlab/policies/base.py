@@ -29,6 +29,8 @@ what it overrides, so they cannot drift from the code):
   iterations lazily.
 * ``keeps_state``: :meth:`~Policy.end_schedule` is overridden, so it must be called after every
   iteration.
+* ``preempts_newest``: :meth:`~Policy.choose_victim` is the default (the most recently admitted
+  running request), a rule the compiled engine loop applies without asking.
 
 A new serving system is one module in this package: a subclass decorated with :func:`register`
 (modules are imported, and so registered, in name order).
@@ -98,6 +100,7 @@ class Policy(ABC):
     on_demand: ClassVar[bool] = False
     admits_on_own_pages: ClassVar[bool] = True
     keeps_state: ClassVar[bool] = False
+    preempts_newest: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -105,6 +108,7 @@ class Policy(ABC):
             raise TypeError(f"{cls.__name__} overrides fits_empty_pool, which is derived from admission_pages")
         cls.admits_on_own_pages = cls.can_admit is Policy.can_admit
         cls.keeps_state = cls.end_schedule is not Policy.end_schedule
+        cls.preempts_newest = cls.choose_victim is Policy.choose_victim
 
     def __init__(self) -> None:
         self.max_new_tokens = 0

@@ -59,6 +59,7 @@ from ...costmodel import CostModel
 from ...policies import Policy
 from ..config import PoolConfig, SchedulerConfig, SwapConfig
 from ..request import RequestStatus
+from .compiled import run_compiled, why_not
 from .engine import FastEngine
 from .lazy import LazyRun
 
@@ -73,10 +74,16 @@ def run_fast(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arrival_s:
     The tables are those of :func:`kvlab.sim.metrics.request_table` and
     :func:`kvlab.sim.metrics.iteration_table` for the reference engine, column for column.
     """
-    requests, iterations = FastEngine(
-        prompt_tokens=prompt_tokens, output_tokens=output_tokens, arrival_s=arrival_s,
-        max_new_tokens=max_new_tokens, policy=policy, pool=pool, scheduler=scheduler, swap=swap,
-        cost_model=cost_model, xp=xp).run_all()
+    if why_not(policy, cost_model, xp) is None:
+        requests, iterations = run_compiled(
+            prompt_tokens=prompt_tokens, output_tokens=output_tokens, arrival_s=arrival_s,
+            max_new_tokens=max_new_tokens, policy=policy, pool=pool, scheduler=scheduler, swap=swap,
+            cost_model=cost_model)
+    else:
+        requests, iterations = FastEngine(
+            prompt_tokens=prompt_tokens, output_tokens=output_tokens, arrival_s=arrival_s,
+            max_new_tokens=max_new_tokens, policy=policy, pool=pool, scheduler=scheduler, swap=swap,
+            cost_model=cost_model, xp=xp).run_all()
     requests.insert(0, "request_id", request_ids)
     at = requests.columns.get_loc("mean_tbt_s")
     requests.insert(at, "ttft_s", requests["first_token_s"] - requests["arrival_s"])

@@ -14,10 +14,10 @@ from ...costmodel import CostModel
 from ...policies import Policy
 from ..config import PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind, SwapConfig
 from ..reference import ITERATION_COLUMNS
-from ..request import FINISH_REASON, RequestStatus
 from .lazy import Clock, LazyFacts, LazyRun, Running
 from .queue import Waiting
 from .state import ABORT_REASONS, ABORTED, CAPPED, PREEMPTED, RUNNING, STOPPED, SWAPPED, WAITING, Rules
+from .tables import STATE_COLUMNS, iteration_table, request_columns, rows_block
 
 # Array iterations to run before trying a lazy run again after one could not start.
 LAZY_RETRY_ITERATIONS = 16
@@ -636,39 +636,15 @@ class FastEngine:
     # ------------------------------------------------------------------ results
     def _flush_rows(self) -> None:
         if self._rows:
-            cols = list(zip(*self._rows))
-            self._blocks.append([np.asarray(col, dtype=np.float64 if name in ("start_s", "duration_s") else np.int64)
-                                 for name, col in zip(ITERATION_COLUMNS, cols)])
+            self._blocks.append(rows_block(self._rows))
             self._rows = []
 
     def _iteration_table(self) -> pd.DataFrame:
         self._flush_rows()
-        if not self._blocks:
-            return pd.DataFrame({name: np.zeros(0, dtype=np.float64 if name in ("start_s", "duration_s")
-                                                else np.int64) for name in ITERATION_COLUMNS})
-        return pd.DataFrame({name: np.concatenate([b[i] for b in self._blocks])
-                             for i, name in enumerate(ITERATION_COLUMNS)})
+        return iteration_table(self._blocks)
 
     def _request_columns(self) -> pd.DataFrame:
-        h = {name: to_numpy(getattr(self, name)) for name in (
-            "prompt", "output", "admitted_iter", "first_token_iter", "finish_iter", "admitted_s", "first_token_s",
-            "finish_s", "gen", "num_preemptions", "num_swaps", "max_res", "max_used", "last_token_s", "max_tbt_s",
-            "status", "abort_code")}
-        gen = h["gen"]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mean_tbt_s = np.where(gen > 1, (h["last_token_s"] - h["first_token_s"]) / (gen - 1), np.nan)
-        names = np.array([s.name.lower() for s in RequestStatus], dtype=object)
-        reasons = np.array([FINISH_REASON.get(s, "") for s in RequestStatus], dtype=object)
-        status = h["status"].astype(np.int64)
-        return pd.DataFrame({
-            "prompt_tokens": h["prompt"], "output_tokens": h["output"], "arrival_s": self.arrival_h,
-            "admitted_iter": h["admitted_iter"], "first_token_iter": h["first_token_iter"],
-            "finish_iter": h["finish_iter"], "admitted_s": h["admitted_s"], "first_token_s": h["first_token_s"],
-            "finish_s": h["finish_s"], "generated_tokens": gen, "num_preemptions": h["num_preemptions"],
-            "num_swaps": h["num_swaps"], "max_reserved_pages": h["max_res"], "max_used_pages": h["max_used"],
-            "mean_tbt_s": mean_tbt_s, "max_tbt_s": h["max_tbt_s"], "outcome": names[status],
-            "finish_reason": reasons[status], "abort_reason": np.array(ABORT_REASONS, dtype=object)[h["abort_code"]],
-        })
+        return request_columns({name: to_numpy(getattr(self, name)) for name in STATE_COLUMNS}, self.arrival_h)
 
 
 def crossings(first: np.ndarray, period: int, length: int) -> np.ndarray:

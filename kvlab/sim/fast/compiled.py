@@ -1,0 +1,143 @@
+"""The compiled path of the fast engine: when it applies, and the Python side of its loop.
+
+The loop itself (:mod:`.kernel`) is the reference engine's rules compiled by Numba; it runs on the
+host (NumPy arrays). It applies when
+
+* the array module is NumPy (CuPy and the strict stand-in keep the array engine);
+* the policy's traits say its answers about a request depend only on that request
+  (``admits_on_own_pages``), it keeps no per-iteration state (not ``keeps_state``), keeps the
+  waiting queue FCFS (not ``orders_queue``) and preempts the newest running request
+  (``preempts_newest``); the policy is asked on arrays here, once for every request and again for
+  each request preempted after it generated tokens, never from the compiled code;
+* the cost model has a compiled form (:func:`kvlab.costmodel.kernel.constants`);
+* Numba imports (it is a dependency of kvlab; an image without it, such as the GPU check's,
+  keeps the array engine), and the environment does not set ``KVLAB_COMPILED=0`` (which the
+  tests use to run the array engine on the same cases).
+
+Otherwise :func:`why_not` says why and :func:`kvlab.sim.fast.run_fast` runs the array engine.
+"""
+from __future__ import annotations
+
+import os
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..._intmath import ceil_div
+from ...costmodel import CostModel
+from ...policies import Policy, Requests
+from ..config import PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind, SwapConfig
+from ..reference import ITERATION_COLUMNS
+from .tables import STATE_COLUMNS, iteration_table, request_columns
+
+#: Iteration rows the loop fills before it hands them back (13 ints and 2 floats each).
+ROWS_PER_BLOCK = 1 << 16
+
+
+def why_not(policy: Policy, cost_model: CostModel, xp: ModuleType) -> str | None:
+    """Why the compiled loop cannot run this simulation, or ``None`` when it can."""
+    if os.environ.get("KVLAB_COMPILED", "1") == "0":
+        return "KVLAB_COMPILED=0"
+    if xp is not np:
+        return f"array module {xp.__name__} (the compiled loop runs on NumPy)"
+    if not (policy.admits_on_own_pages and not policy.keeps_state and not policy.orders_queue
+            and policy.preempts_newest):
+        return f"policy {policy.name} needs the array engine (its answers depend on more than one request)"
+    try:
+        from ...costmodel.kernel import constants
+    except ImportError:
+        return "Numba is not installed"
+    if constants(cost_model) is None:
+        return f"cost model {type(cost_model).__name__} has no compiled form"
+    return None
+
+
+class _Facts:
+    """The policy's answers per request, asked on arrays: reservation pages, admission pages, fits."""
+
+    def __init__(self, policy: Policy, prompt: np.ndarray, output: np.ndarray, block_size: int) -> None:
+        self.policy, self.prompt, self.output, self.bs = policy, prompt, output, block_size
+        n = prompt.shape[0]
+        self.res_pages = np.zeros(n, dtype=np.int64)
+        self.adm_pages = np.zeros(n, dtype=np.int64)
+        self.fits = np.zeros(n, dtype=np.bool_)
+        self.gen = np.zeros(n, dtype=np.int64)  # generated tokens the answers are for
+
+    def ask(self, ids: np.ndarray, gen: np.ndarray) -> None:
+        """Ask the policy about requests ``ids`` with ``gen`` generated tokens."""
+        reqs = Requests(ids, self.prompt[ids], self.output[ids], gen, np)
+        size = ids.shape
+        self.res_pages[ids] = np.broadcast_to(ceil_div(np.asarray(self.policy.reservation_tokens(reqs)), self.bs),
+                                              size)
+        self.adm_pages[ids] = np.broadcast_to(np.asarray(self.policy.admission_pages(reqs)), size)
+        self.fits[ids] = np.broadcast_to(np.asarray(self.policy.fits_empty_pool(reqs)), size)
+        self.gen[ids] = gen
+
+
+def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arrival_s: np.ndarray,
+                 max_new_tokens: int, policy: Policy, pool: PoolConfig, scheduler: SchedulerConfig, swap: SwapConfig,
+                 cost_model: CostModel) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Simulate with the compiled loop (when :func:`why_not` is ``None``); the fast engine's tables."""
+    from ...costmodel.kernel import constants
+    from . import kernel as kn
+
+    n = len(prompt_tokens)
+    i64 = np.int64
+    prompt = np.ascontiguousarray(prompt_tokens, dtype=i64)
+    output = np.ascontiguousarray(output_tokens, dtype=i64)
+    arrival_h = np.asarray(arrival_s, dtype=np.float64)
+    order = np.argsort(arrival_h, kind="stable").astype(i64)  # arrival order, ties by row
+    facts = _Facts(policy, prompt, output, pool.block_size)
+    facts.ask(np.arange(n, dtype=i64), np.zeros(n, dtype=i64))
+    cost_kind, cost_params = constants(cost_model)
+    mode = {PreemptionMode.RECOMPUTE: kn.MODE_RECOMPUTE, PreemptionMode.SWAP: kn.MODE_SWAP,
+            PreemptionMode.REJECT: kn.MODE_REJECT}[scheduler.preemption_mode]
+    C = np.array([pool.block_size, pool.num_pages, scheduler.max_num_batched_tokens, scheduler.max_num_seqs,
+                  scheduler.kind == SchedulerKind.PREFILL_FIRST, policy.on_demand, mode, swap.cpu_pool_pages], dtype=i64)
+    h = {name: np.zeros(n, dtype=i64) for name in ("comp", "gen", "res", "used", "cpu", "num_preemptions",
+                                                   "num_swaps", "max_res", "max_used", "abort_code")}
+    h.update({name: np.full(n, -1, dtype=i64) for name in ("admitted_iter", "first_token_iter", "finish_iter")})
+    h.update({name: np.full(n, np.nan) for name in ("admitted_s", "first_token_s", "last_token_s", "max_tbt_s",
+                                                    "finish_s")})
+    h["status"] = np.full(n, kn.WAITING, dtype=np.int8)
+    h["prompt"], h["output"] = prompt, output
+    target = np.minimum(output, max_new_tokens)
+    S, F = np.zeros(kn.NUM_INT_STATE, dtype=i64), np.zeros(1)
+    cap = max(min(scheduler.max_num_seqs, n), 1)  # running (and scheduled) requests at most
+    queues = [np.zeros(max(n, 1), dtype=i64) for _ in range(2)]  # waiting, swapped (ring buffers)
+    scratch = [np.zeros(cap, dtype=i64) for _ in range(4)]  # running, scheduled ids and chunks, snapshot
+    stale = np.zeros(cap, dtype=i64)
+    blocks: list[list[np.ndarray]] = []
+    while True:
+        R, RT = np.zeros((ROWS_PER_BLOCK, kn.NUM_ROW_INTS), dtype=i64), np.zeros((ROWS_PER_BLOCK, 2))
+        S[kn.NROWS] = 0
+        while True:
+            event = kn.simulate_kernel(
+                S, F, C, swap.page_copy_s, cost_kind, cost_params, prompt, output, target, order, arrival_h,
+                facts.res_pages, facts.adm_pages, facts.fits, facts.gen, h["comp"], h["gen"], h["res"], h["used"],
+                h["cpu"], h["status"], h["admitted_iter"], h["first_token_iter"], h["finish_iter"],
+                h["num_preemptions"], h["num_swaps"], h["max_res"], h["max_used"], h["abort_code"], h["admitted_s"],
+                h["first_token_s"], h["last_token_s"], h["max_tbt_s"], h["finish_s"], *queues, *scratch, stale, R, RT)
+            if event != kn.STALE:
+                break
+            ids = stale[:S[kn.NSTALE]].copy()
+            facts.ask(ids, h["gen"][ids])
+        blocks.append(_block(R[:S[kn.NROWS]], RT[:S[kn.NROWS]]))
+        if event == kn.NO_PROGRESS:
+            running = scratch[0][:S[kn.NRUN]]
+            raise RuntimeError(
+                f"iteration {S[kn.K]} at {F[kn.NOW]:.6f} s makes no progress: running={running[:5]}, "
+                f"waiting={S[kn.WQ_LEN]}, swapped={S[kn.SW_LEN]}, "
+                f"free pages={pool.num_pages - S[kn.USED]}, unpromised pages={pool.num_pages - S[kn.COMMITTED]}")
+        if event == kn.DONE:
+            break
+    return request_columns({name: h[name] for name in STATE_COLUMNS}, arrival_h), iteration_table(blocks)
+
+
+def _block(R: np.ndarray, RT: np.ndarray) -> list[Any]:
+    """One block of iteration columns (:data:`ITERATION_COLUMNS` order) from the loop's row buffers."""
+    ints = iter(R.T.copy())
+    return [RT[:, 0].copy() if name == "start_s" else RT[:, 1].copy() if name == "duration_s" else next(ints)
+            for name in ITERATION_COLUMNS]

@@ -1,0 +1,358 @@
+"""The compiled loop: the reference engine's rules, one request at a time, compiled by Numba.
+
+Written by hand because no library simulates a serving loop: it is a line-by-line port of
+:mod:`kvlab.sim.reference` (read its top-of-file note for the rules) onto integer and float
+arrays, so that Numba compiles it to machine code. The policy and the cost model are not
+called from inside: the policy's rules arrive as per-request answers (reservation pages,
+admission pages, whether the request fits an empty pool), valid for the request's generated
+tokens when they were asked; the cost model arrives as constants for
+:func:`kvlab.costmodel.kernel.iteration_s`.
+
+The loop stops and returns an event code when Python must act, with every scalar of its state
+saved in ``S`` and ``F`` so that the next call resumes where it stopped (always between two
+iterations):
+
+* ``DONE``: every request has finished;
+* ``ROWS_FULL``: the iteration-row buffer is full (the caller keeps it and hands a fresh one);
+* ``STALE``: requests were preempted after generating tokens, so the policy must be asked
+  again about them (ids in ``stale[:S[NSTALE]]``) before any can be readmitted; a preempted
+  request is never readmitted in the iteration that preempted it;
+* ``NO_PROGRESS``: the iteration at ``S[K]`` computes nothing (the reference's livelock error).
+
+Only the default victim rule (the newest running request) is compiled; the engine routes other
+policies to the array engine.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from ...costmodel.kernel import iteration_s
+
+# ---- scalar state: S (int64) and F (float64) slots
+K, ARRIVED, COMMITTED, USED, CPU_USED, IDLE, NROWS, WQ_HEAD, WQ_LEN, SW_HEAD, SW_LEN, NRUN, NSTALE = range(13)
+NUM_INT_STATE = 13
+NOW = 0
+# ---- configuration: C (int64)
+BLOCK_SIZE, NUM_PAGES, MNBT, MAX_SEQS, PREFILL_FIRST, ON_DEMAND, MODE, CPU_POOL = range(8)
+MODE_RECOMPUTE, MODE_SWAP, MODE_REJECT = 0, 1, 2
+# ---- events
+DONE, ROWS_FULL, STALE, NO_PROGRESS = 0, 1, 2, 3
+# ---- status codes (kvlab.sim.request.RequestStatus) and abort reasons (state.ABORT_REASONS)
+WAITING, RUNNING, PREEMPTED, SWAPPED, STOPPED, CAPPED, ABORTED = 0, 1, 2, 3, 4, 5, 6
+EXCEEDS_POOL, EXCEEDS_TOKEN_BUDGET, KV_EXCEEDS_POOL, PREEMPTED_REJECTED = 1, 2, 3, 4
+# ---- iteration rows: R (int64 columns) and RT (start, duration)
+R_K, R_BATCH, R_PREFILL, R_DECODE, R_RUNNING, R_WAITING, R_SWAPPED, R_PREEMPTED, R_USED, R_RESERVED, R_FREE, \
+    R_CPU, R_MOVED = range(13)
+NUM_ROW_INTS = 13
+
+
+@numba.njit(cache=True, nogil=True)
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@numba.njit(cache=True, nogil=True)
+def _release(r, res, used):  # pragma: no cover (compiled)
+    """Free request ``r``'s pages; return (promised pages freed, used pages freed)."""
+    freed = max(res[r], used[r]), used[r]
+    res[r] = used[r] = 0
+    return freed
+
+
+@numba.njit(cache=True, nogil=True)
+def _grow(r, extra, res, used):  # pragma: no cover (compiled)
+    """Request ``r`` takes ``extra`` more pages; return the pages this adds to the promised total."""
+    before = max(res[r], used[r])
+    used[r] += extra
+    return max(res[r], used[r]) - before
+
+
+@numba.njit(cache=True, nogil=True)
+def _reserve(r, pages, res, used, max_res):  # pragma: no cover (compiled)
+    """Request ``r`` reserves ``pages`` pages; return the change in promised pages."""
+    before = max(res[r], used[r])
+    res[r] = pages
+    if pages > max_res[r]:
+        max_res[r] = pages
+    return max(pages, used[r]) - before
+
+
+@numba.njit(cache=True, nogil=True)
+def _allocate(r, chunk, bs, comp, res, used, max_res, max_used):  # pragma: no cover (compiled)
+    """Pages for request ``r``'s chunk (``chunk`` tokens); return (promised pages added, used pages added)."""
+    extra = _ceil(comp[r] + chunk, bs) - used[r]
+    grown = 0
+    if extra > 0:
+        grown = _grow(r, extra, res, used)
+    else:
+        extra = 0
+    if used[r] > max_used[r]:
+        max_used[r] = used[r]
+    if res[r] > max_res[r]:
+        max_res[r] = res[r]
+    return grown, extra
+
+
+@numba.njit(cache=True, nogil=True)
+def _abort(r, code, k, start, status, abort_code, fin_iter, fin_s):  # pragma: no cover (compiled)
+    status[r] = ABORTED
+    abort_code[r] = code
+    fin_iter[r], fin_s[r] = k, start
+
+
+@numba.njit(cache=True, nogil=True)
+def _preempt(v, k, start, mode, bs, cpu_free, sched_ids, sched_chunk, nsched, comp, gen, res, used, cpu, status,
+             npre, nswap, abort_code, fin_iter, fin_s, facts_gen, stale, nstale):  # pragma: no cover (compiled)
+    """Preempt running request ``v`` (already out of the running list).
+
+    Returns (budget returned, scheduled count, promised pages freed, used pages freed, CPU pages
+    taken, stale count, where it goes: 0 aborted, 1 swapped, 2 waiting).
+    """
+    back = 0
+    for i in range(nsched):  # a victim already scheduled in this iteration is unscheduled first
+        if sched_ids[i] == v:
+            back = sched_chunk[i]
+            for j in range(i, nsched - 1):
+                sched_ids[j] = sched_ids[j + 1]
+                sched_chunk[j] = sched_chunk[j + 1]
+            nsched -= 1
+            break
+    freed_commit, freed_used = _release(v, res, used)
+    npre[v] += 1
+    if mode == MODE_REJECT:
+        _abort(v, PREEMPTED_REJECTED, k, start, status, abort_code, fin_iter, fin_s)
+        return back, nsched, freed_commit, freed_used, 0, nstale, 0
+    if gen[v] != facts_gen[v]:  # the policy's answers about it change with its generated tokens
+        stale[nstale] = v
+        nstale += 1
+    kv_pages = _ceil(comp[v], bs)
+    if mode == MODE_SWAP and kv_pages <= cpu_free:
+        status[v] = SWAPPED
+        cpu[v] = kv_pages
+        nswap[v] += 1
+        return back, nsched, freed_commit, freed_used, kv_pages, nstale, 1
+    status[v] = PREEMPTED
+    comp[v] = 0
+    return back, nsched, freed_commit, freed_used, 0, nstale, 2
+
+
+@numba.njit(cache=True, nogil=True)
+def simulate_kernel(S, F, C, page_copy_s, cost_kind, cost_params,
+                    prompt, output, target, order, arrival,
+                    res_pages, adm_pages, fits, facts_gen,
+                    comp, gen, res, used, cpu, status, adm_iter, ft_iter, fin_iter, npre, nswap, max_res, max_used,
+                    abort_code, adm_s, ft_s, last_s, max_tbt, fin_s,
+                    wq, sw, run, sched_ids, sched_chunk, snap, stale, R, RT):  # pragma: no cover (compiled)
+    """Run iterations until an event; return its code (see the module note). Arrays are mutated in place."""
+    n = prompt.shape[0]
+    bs, num_pages, mnbt, max_seqs = C[BLOCK_SIZE], C[NUM_PAGES], C[MNBT], C[MAX_SEQS]
+    pf, on_demand, mode, cpu_pool = C[PREFILL_FIRST] != 0, C[ON_DEMAND] != 0, C[MODE], C[CPU_POOL]
+    k, arrived, committed, num_used, cpu_used = S[K], S[ARRIVED], S[COMMITTED], S[USED], S[CPU_USED]
+    idle_before, nrows = S[IDLE] != 0, S[NROWS]
+    wq_head, wq_len, sw_head, sw_len, nrun, nstale = S[WQ_HEAD], S[WQ_LEN], S[SW_HEAD], S[SW_LEN], S[NRUN], 0
+    now = F[NOW]
+    wcap, scap, rcap = wq.shape[0], sw.shape[0], R.shape[0]
+    event = DONE
+    while arrived < n or wq_len > 0 or nrun > 0 or sw_len > 0:
+        while arrived < n and arrival[arrived] <= now:  # arrivals join the back of the waiting queue
+            wq[(wq_head + wq_len) % wcap] = order[arrived]
+            wq_len += 1
+            arrived += 1
+        if wq_len == 0 and nrun == 0 and sw_len == 0:
+            now = arrival[arrived]
+            continue
+        if nrows == rcap:
+            event = ROWS_FULL
+            break
+        start = now
+        budget = mnbt
+        nsched = npreempted = swap_pages = naborted = 0
+        # phases: 0 whole admissions (prefill_first), 1 running requests, 2 swapped, 3 chunked admissions
+        for phase in range(4):
+            if phase == 0 and not (pf and sw_len == 0):
+                continue
+            if (phase == 1 and nsched > 0) or (phase == 2 and npreempted > 0) or (phase == 3 and (sw_len > 0 or pf)):
+                break
+            if phase == 1:  # decodes first, then the others, each in admission order
+                m = 0
+                for pass_ in range(2):
+                    for i in range(nrun):
+                        r = run[i]
+                        if (gen[r] > 0 and prompt[r] + gen[r] - comp[r] == 1) == (pass_ == 0):
+                            snap[m] = r
+                            m += 1
+                for i in range(m):
+                    r = snap[i]
+                    if status[r] != RUNNING:
+                        continue  # preempted as a victim earlier in this loop
+                    if budget == 0:
+                        break
+                    rem = prompt[r] + gen[r] - comp[r]
+                    chunk = rem if rem < budget else budget
+                    need = _ceil(comp[r] + chunk, bs)
+                    beyond = need - max(res[r], used[r])
+                    fits_now = beyond <= 0
+                    while not fits_now:  # preempt until it fits (on demand) or preempt itself
+                        if on_demand and beyond <= num_pages - committed:
+                            committed += _reserve(r, need, res, used, max_res)
+                            fits_now = True
+                            break
+                        victim = run[nrun - 1] if on_demand else r  # the newest running request
+                        if victim == r and nrun == 1 and on_demand:
+                            nrun = 0
+                            freed = _release(r, res, used)
+                            committed -= freed[0]
+                            num_used -= freed[1]
+                            _abort(r, KV_EXCEEDS_POOL, k, start, status, abort_code, fin_iter, fin_s)
+                            naborted += 1
+                            break
+                        j = nrun - 1
+                        while run[j] != victim:
+                            j -= 1
+                        for i2 in range(j, nrun - 1):
+                            run[i2] = run[i2 + 1]
+                        nrun -= 1
+                        ev = _preempt(victim, k, start, mode, bs, cpu_pool - cpu_used, sched_ids, sched_chunk,
+                                      nsched, comp, gen, res, used, cpu, status, npre, nswap, abort_code, fin_iter,
+                                      fin_s, facts_gen, stale, nstale)
+                        budget += ev[0]
+                        nsched = ev[1]
+                        committed -= ev[2]
+                        num_used -= ev[3]
+                        cpu_used += ev[4]
+                        swap_pages += ev[4]
+                        nstale = ev[5]
+                        naborted += ev[6] == 0
+                        npreempted += 1
+                        if ev[6] == 1:
+                            sw_head = (sw_head - 1) % scap
+                            sw[sw_head] = victim
+                            sw_len += 1
+                        elif ev[6] == 2:
+                            wq_head = (wq_head - 1) % wcap
+                            wq[wq_head] = victim
+                            wq_len += 1
+                        if victim == r:
+                            break
+                    if fits_now:
+                        grown = _allocate(r, chunk, bs, comp, res, used, max_res, max_used)
+                        committed += grown[0]
+                        num_used += grown[1]
+                        sched_ids[nsched] = r
+                        sched_chunk[nsched] = chunk
+                        nsched += 1
+                        budget -= chunk
+                continue
+            # phase 2: swapped requests (FCFS); phase 0 or 3: waiting ones (FCFS; whole prompts in phase 0)
+            swapped = phase == 2
+            whole = phase == 0
+            while (sw_len if swapped else wq_len) > 0 and nrun < max_seqs and budget > 0:
+                r = sw[sw_head] if swapped else wq[wq_head]
+                rem = prompt[r] + gen[r] - comp[r]
+                code = 0
+                if not fits[r]:
+                    code = EXCEEDS_POOL
+                elif whole and rem > mnbt:
+                    code = EXCEEDS_TOKEN_BUDGET
+                elif (whole and rem > budget) or (nrun > 0 and adm_pages[r] > num_pages - committed):
+                    break
+                if swapped:
+                    sw_head = (sw_head + 1) % scap
+                    sw_len -= 1
+                    cpu_used -= cpu[r]
+                else:
+                    wq_head = (wq_head + 1) % wcap
+                    wq_len -= 1
+                if code:
+                    freed = _release(r, res, used)
+                    committed -= freed[0]
+                    num_used -= freed[1]
+                    _abort(r, code, k, start, status, abort_code, fin_iter, fin_s)
+                    naborted += 1
+                    continue
+                status[r] = RUNNING
+                if adm_iter[r] < 0:
+                    adm_iter[r], adm_s[r] = k, start
+                committed += _reserve(r, res_pages[r], res, used, max_res)
+                if swapped:  # its KV comes back from the CPU pool
+                    back = cpu[r]
+                    cpu[r] = 0
+                    swap_pages += back
+                    committed += _grow(r, back, res, used)
+                    num_used += back
+                run[nrun] = r
+                nrun += 1
+                chunk = rem if rem < budget else budget
+                grown = _allocate(r, chunk, bs, comp, res, used, max_res, max_used)
+                committed += grown[0]
+                num_used += grown[1]
+                sched_ids[nsched] = r
+                sched_chunk[nsched] = chunk
+                nsched += 1
+                budget -= chunk
+        # ---- execute the iteration
+        if nsched == 0 and naborted == 0 and (idle_before or npreempted == 0):
+            event = NO_PROGRESS
+            break
+        num_tokens = pairs = kv = decode_tokens = 0
+        for i in range(nsched):
+            r, c = sched_ids[i], sched_chunk[i]
+            num_tokens += c
+            pairs += c * comp[r] + c * (c + 1) // 2
+            kv += comp[r] + c
+            if gen[r] > 0 and prompt[r] + gen[r] - comp[r] == 1:
+                decode_tokens += 1
+        duration = swap_pages * page_copy_s
+        if num_tokens > 0:
+            duration += iteration_s(cost_kind, cost_params, num_tokens, pairs, kv, nsched)
+        end = start + duration
+        pages_used, pages_reserved = num_used, committed
+        finished = 0
+        for i in range(nsched):
+            r = sched_ids[i]
+            comp[r] += sched_chunk[i]
+            if comp[r] < prompt[r] + gen[r]:
+                continue
+            gen[r] += 1
+            if gen[r] == 1:
+                ft_iter[r], ft_s[r] = k, end
+            else:
+                gap = end - last_s[r]
+                if np.isnan(max_tbt[r]) or gap > max_tbt[r]:
+                    max_tbt[r] = gap
+            last_s[r] = end
+            if gen[r] < target[r]:
+                continue
+            status[r] = CAPPED if output[r] > target[r] else STOPPED
+            fin_iter[r], fin_s[r] = k, end
+            freed = _release(r, res, used)
+            committed -= freed[0]
+            num_used -= freed[1]
+            finished += 1
+        if finished > 0:
+            j = 0
+            for i in range(nrun):
+                r = run[i]
+                if status[r] == RUNNING:
+                    run[j] = r
+                    j += 1
+            nrun = j
+        row = R[nrows]
+        row[R_K], row[R_BATCH], row[R_PREFILL], row[R_DECODE] = k, nsched, num_tokens - decode_tokens, decode_tokens
+        row[R_RUNNING], row[R_WAITING], row[R_SWAPPED], row[R_PREEMPTED] = nrun, wq_len, sw_len, npreempted
+        row[R_USED], row[R_RESERVED], row[R_FREE] = pages_used, pages_reserved, num_pages - pages_reserved
+        row[R_CPU], row[R_MOVED] = cpu_used, swap_pages
+        RT[nrows, 0], RT[nrows, 1] = start, duration
+        nrows += 1
+        idle_before = nsched == 0 and naborted == 0
+        now = end
+        k += 1
+        if nstale > 0:
+            event = STALE
+            break
+    S[K], S[ARRIVED], S[COMMITTED], S[USED], S[CPU_USED] = k, arrived, committed, num_used, cpu_used
+    S[IDLE], S[NROWS] = 1 if idle_before else 0, nrows
+    S[WQ_HEAD], S[WQ_LEN], S[SW_HEAD], S[SW_LEN], S[NRUN], S[NSTALE] = wq_head, wq_len, sw_head, sw_len, nrun, nstale
+    F[NOW] = now
+    return event

@@ -1,0 +1,52 @@
+"""The fast engines' result tables, built from host arrays (the reference's tables, column for column)."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..reference import ITERATION_COLUMNS
+from ..request import FINISH_REASON, RequestStatus
+from .state import ABORT_REASONS
+
+#: The per-request state columns :func:`request_columns` reads (host arrays indexed by request row).
+STATE_COLUMNS = ("prompt", "output", "admitted_iter", "first_token_iter", "finish_iter", "admitted_s",
+                 "first_token_s", "finish_s", "gen", "num_preemptions", "num_swaps", "max_res", "max_used",
+                 "last_token_s", "max_tbt_s", "status", "abort_code")
+
+
+def request_columns(h: Mapping[str, np.ndarray], arrival_s: np.ndarray) -> pd.DataFrame:
+    """The per-request columns from the engine state ``h`` (:data:`STATE_COLUMNS`; tokens, pages, seconds)."""
+    gen = h["gen"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_tbt_s = np.where(gen > 1, (h["last_token_s"] - h["first_token_s"]) / (gen - 1), np.nan)
+    names = np.array([s.name.lower() for s in RequestStatus], dtype=object)
+    reasons = np.array([FINISH_REASON.get(s, "") for s in RequestStatus], dtype=object)
+    status = h["status"].astype(np.int64)
+    return pd.DataFrame({
+        "prompt_tokens": h["prompt"], "output_tokens": h["output"], "arrival_s": arrival_s,
+        "admitted_iter": h["admitted_iter"], "first_token_iter": h["first_token_iter"],
+        "finish_iter": h["finish_iter"], "admitted_s": h["admitted_s"], "first_token_s": h["first_token_s"],
+        "finish_s": h["finish_s"], "generated_tokens": gen, "num_preemptions": h["num_preemptions"],
+        "num_swaps": h["num_swaps"], "max_reserved_pages": h["max_res"], "max_used_pages": h["max_used"],
+        "mean_tbt_s": mean_tbt_s, "max_tbt_s": h["max_tbt_s"], "outcome": names[status],
+        "finish_reason": reasons[status], "abort_reason": np.array(ABORT_REASONS, dtype=object)[h["abort_code"]],
+    })
+
+
+def _dtype(name: str) -> type:
+    return np.float64 if name in ("start_s", "duration_s") else np.int64
+
+
+def iteration_table(blocks: Sequence[Sequence[np.ndarray]]) -> pd.DataFrame:
+    """The iteration table from blocks of columns (each block: one array per :data:`ITERATION_COLUMNS` name)."""
+    if not blocks:
+        return pd.DataFrame({name: np.zeros(0, dtype=_dtype(name)) for name in ITERATION_COLUMNS})
+    return pd.DataFrame({name: np.concatenate([b[i] for b in blocks]).astype(_dtype(name), copy=False)
+                         for i, name in enumerate(ITERATION_COLUMNS)})
+
+
+def rows_block(rows: Sequence[tuple]) -> list[np.ndarray]:
+    """One block of columns from row tuples in :data:`ITERATION_COLUMNS` order."""
+    return [np.asarray(col, dtype=_dtype(name)) for name, col in zip(ITERATION_COLUMNS, zip(*rows))]

@@ -1,0 +1,108 @@
+"""The compiled loop of the fast engine: when it runs, that it equals the reference engine through
+its hand-backs (row blocks, re-asked policy answers), and that its cost models price as theirs do."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, strategies as st
+
+import kvlab.sim.fast as fast
+from kvlab.costmodel import cost_model, roofline
+from kvlab.costmodel.kernel import constants, iteration_s
+from kvlab.lengths import profile
+from kvlab.policies import create_policy, policy_class, policy_names
+
+from test_policy_extension import SETUP, CountingRatio, FewestDecodedVictim, HalfHeadroom
+from test_sim_fast_equivalence import COST, assert_same, run
+
+MEASURED = [cost_model("Llama-2-7B", "A100-80GB-SXM", source="measured"),
+            cost_model("Llama-2-70B", "A100-80GB-SXM", tp=2, source="measured"),
+            cost_model("Llama-2-7B", "A100-80GB-SXM", source="measured", stack="sarathi-serve")]
+
+
+@given(t=st.integers(1, 20_000), extra_pairs=st.integers(0, 10**9), kv=st.integers(0, 10**7), s=st.integers(1, 512))
+def test_compiled_cost_equals_the_model(t, extra_pairs, kv, s):
+    """The compiled ``iteration_s`` repeats each model's formula: the same float as the model's own."""
+    pairs = t * (t + 1) // 2 + extra_pairs
+    for model in [COST, roofline("Llama-2-70B", "H100-SXM", tp=4), *MEASURED]:
+        kind, consts = constants(model)
+        assert iteration_s(kind, consts, t, pairs, kv, s) == pytest.approx(
+            float(model.iteration_s(t, pairs, kv, s)), rel=1e-13, abs=0)
+
+
+def test_models_without_a_compiled_form_keep_the_array_engine():
+    pipe = cost_model("Llama-2-7B", "A100-80GB-SXM", pp=2)
+    assert constants(pipe) is None
+    assert "no compiled form" in fast.why_not(create_policy("vllm"), pipe, np)
+
+
+def test_which_policies_take_the_compiled_loop():
+    """Traits decide: every registered policy whose answers concern one request, with FCFS, no state
+    and the newest as victim, runs compiled; a test policy with its own victim rule does not."""
+    for name in policy_names():
+        cls = policy_class(name)
+        pol = create_policy(name)
+        expect = cls.admits_on_own_pages and not cls.keeps_state and cls.preempts_newest and not pol.orders_queue
+        assert (fast.why_not(pol, COST, np) is None) == expect, name
+    assert fast.why_not(HalfHeadroom(), COST, np) is None
+    assert "array engine" in fast.why_not(FewestDecodedVictim(), COST, np)
+    assert "array engine" in fast.why_not(CountingRatio(), COST, np)
+    assert fast.why_not(create_policy("vllm"), COST, np) is None
+    assert "sglang" in fast.why_not(create_policy("sglang"), COST, np)
+
+
+@pytest.mark.parametrize("scheduler", ["chunked", "prefill_first"])
+def test_a_test_policy_runs_compiled_and_matches_vllm(scheduler, monkeypatch):
+    """vLLM's rule retold in a test file takes the compiled loop (a spy) and gives vLLM's tables."""
+    calls = []
+    compiled = fast.run_compiled
+
+    def spy(**kw):
+        calls.append(kw["policy"].name)
+        return compiled(**kw)
+
+    monkeypatch.setattr(fast, "run_compiled", spy)
+    w = profile("brief-sharegpt").sample(300, seed=3)
+    kw = dict(SETUP, scheduler=scheduler, pool_pages=120, arrivals="poisson", qps=20.0, seed=1)
+    mine = simulate_fast(w, HalfHeadroom(), **kw)
+    assert calls == ["test_half_headroom"]
+    assert_same(simulate_fast(w, "vllm", watermark_frac=0.05, **kw), mine)
+    assert (mine.requests["num_preemptions"] > 0).any()  # re-asked answers after preemption were needed
+
+
+def simulate_fast(w, policy, **kw):
+    from kvlab.sim import simulate
+
+    return simulate(w, policy, engine="fast", **kw)
+
+
+@pytest.mark.parametrize("mode", ["recompute", "swap", "reject"])
+def test_small_row_blocks_and_reasked_answers_change_nothing(mode, monkeypatch):
+    """Row blocks of 7 iterations (hundreds of hand-backs) and preemptions after tokens were
+    generated (the policy asked again): the reference engine's tables."""
+    monkeypatch.setattr(fast.compiled, "ROWS_PER_BLOCK", 7)
+    asked = []
+    ask = fast.compiled._Facts.ask
+
+    def counting(self, ids, gen):
+        asked.append(int(np.count_nonzero(gen)))
+        ask(self, ids, gen)
+
+    monkeypatch.setattr(fast.compiled._Facts, "ask", counting)
+    w = profile("brief-sharegpt").sample(200, seed=5)
+    w["prompt_tokens"] = np.minimum(w["prompt_tokens"], 300)
+    kw = {"block_size": 16, "cost_model": COST, "seed": 2, "pool_pages": 90, "arrivals": "poisson", "qps": 40.0,
+          "preemption_mode": mode, "cpu_pool_pages": 60}
+    for policy in ("vllm", "tgi"):
+        ref, mine = run(w, policy, "reference", **kw), run(w, policy, "fast", **kw)
+        assert_same(ref, mine)
+        assert len(mine.iterations) > 100 * 7
+    if mode != "reject":
+        assert sum(asked[1:]) > 0  # answers re-asked for requests that had generated tokens
+
+
+def test_empty_workload_and_idle_gaps():
+    w = pd.DataFrame({"prompt_tokens": [4, 9, 3], "output_tokens": [2, 5, 1], "arrival_s": [0.0, 50.0, 50.0]})
+    kw = {"block_size": 4, "cost_model": COST, "pool_pages": 8}
+    assert_same(run(w, "vllm", "reference", **kw), run(w, "vllm", "fast", **kw))
