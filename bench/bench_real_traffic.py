@@ -16,13 +16,16 @@ Set-up (issue #16; the one Vidur's event loop was measured on, 370-700 simulated
 * Load: Poisson arrivals at 90% of the configuration's capacity and at twice it; capacity is
   the offline throughput (requests/s, all arrive at 0) of the same requests, measured here.
 
-Printed, in one run: per configuration the fast engine's simulated requests per second on ``N``
-requests (target >= 50,000 on 2 cores), the reference engine's on the first ``N_REF`` of them and
-the ratio (results checked identical); vLLM's rule written as a policy class in this script
-against the built-in ``vllm`` (same speed and results expected); then each configuration on
-1,000,000 requests in its own process: time (target < 15 s) and peak resident memory (target
-< 4 GiB). Times are the process's CPU seconds, so that a shared machine does not inflate them;
-wall seconds are printed beside them.
+Printed, in one run: the one-off cost of the compiled loop (Numba compiles it on first use and
+caches the machine code beside the module; later processes only load it); per configuration the
+fast engine's simulated requests per second on ``N`` requests (target >= 50,000 on 2 cores), its
+array loop's (``KVLAB_COMPILED=0``: what CuPy and the policies the compiled loop does not take
+run), the reference engine's on the first ``N_REF`` of them and the ratio (results checked
+identical, for both loops); vLLM's rule written as a policy class in this script against the
+built-in ``vllm`` (same speed and results expected); then each configuration on 1,000,000
+requests in its own process: time (target < 15 s) and peak resident memory (target < 4 GiB).
+Times are the process's CPU seconds, so that a shared machine does not inflate them; wall
+seconds are printed beside them.
 
 Run: ``python bench/bench_real_traffic.py [N] [N_REF] [N_BIG] [--trace PATH] [--skip-big]``
 (defaults 10,000, 10,000, 1,000,000). Threads are pinned to one; the array module is NumPy.
@@ -96,9 +99,10 @@ class RetoldVLLM(Policy):
 
 
 def _run(w: pd.DataFrame, config: str, qps: float | None, engine: str = "fast", record_iterations: bool = False,
-         policy: str | Policy = "vllm"):
+         policy: str | Policy = "vllm", compiled: bool = True):
     """One simulation; returns (result, CPU seconds of this process, wall seconds)."""
     arrivals = {"arrivals": "offline"} if qps is None else {"arrivals": "poisson", "qps": qps}
+    os.environ["KVLAB_COMPILED"] = "1" if compiled else "0"
     t0, c0 = time.perf_counter(), time.process_time()
     res = simulate(w, policy, engine=engine, record_iterations=record_iterations, **SETUP, **CONFIGS[config],
                    **arrivals)
@@ -131,6 +135,9 @@ def main() -> None:
     print(f"{source}; {SETUP['model']} TP{SETUP['tp']} on {SETUP['gpu']}, {SETUP['cost_model']} cost model, "
           f"policy vllm, NumPy backend, {os.cpu_count()} CPUs")
     print("Times are this process's CPU seconds (the machine may be shared); wall seconds beside them.")
+    _, t_warm, wall_warm = _run(w.iloc[:50], "chunked-512", None)
+    print(f"compiled loop ready in {t_warm:.2f} CPU s (wall {wall_warm:.2f} s): compiled on first use, then loaded "
+          f"from Numba's cache (kvlab/**/__pycache__)")
     rows, capacity = [], {}
     for config in CONFIGS:
         offline, _, _ = _run(w, config, None)
@@ -138,16 +145,20 @@ def main() -> None:
         for load, share in LOADS.items():
             qps = share * capacity[config]
             fast, t_fast, wall_fast = _run(w, config, qps, record_iterations=True)
+            array, t_array, _ = _run(w, config, qps, record_iterations=True, compiled=False)
             row = {"config": config, "load": load, "qps": qps, "requests": args.n, "fast_cpu_s": t_fast,
-                   "fast_wall_s": wall_fast, "fast_req_per_s": args.n / t_fast,
+                   "fast_wall_s": wall_fast, "fast_req_per_s": args.n / t_fast, "array_req_per_s": args.n / t_array,
                    "preempt_per_req": fast.summary["preemptions_per_request"]}
             if args.n_ref:
                 w_ref = w.iloc[:args.n_ref]
                 ref, t_ref, _ = _run(w_ref, config, qps, engine="reference", record_iterations=True)
                 fast_ref, t_fast_ref, _ = (fast, t_fast, None) if args.n_ref == args.n else \
                     _run(w_ref, config, qps, record_iterations=True)
+                array_ref = array if args.n_ref == args.n else _run(w_ref, config, qps, record_iterations=True,
+                                                                    compiled=False)[0]
                 row.update({"ref_requests": args.n_ref, "ref_req_per_s": args.n_ref / t_ref,
-                            "ratio": t_ref / t_fast_ref, "identical": same_results(ref, fast_ref)})
+                            "ratio": t_ref / t_fast_ref,
+                            "identical": same_results(ref, fast_ref) and same_results(ref, array_ref)})
             rows.append(row)
     table = pd.DataFrame(rows)
     print(table.to_string(index=False, float_format=lambda x: f"{x:,.3f}"))

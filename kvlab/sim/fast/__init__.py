@@ -1,4 +1,16 @@
-"""The fast engine: the reference engine's rules (:mod:`kvlab.sim.reference`) on arrays.
+"""The fast engine: the reference engine's rules (:mod:`kvlab.sim.reference`), compiled or on arrays.
+
+Two loops, one contract (the reference engine's tables, integer for integer):
+
+* the **compiled loop** (:mod:`.kernel`, driven by :mod:`.compiled`): the reference's rules one
+  request at a time, compiled by Numba, on the host. It runs whenever it applies (NumPy; a
+  policy whose answers concern one request, FCFS, no per-iteration state, newest-first
+  preemption, by its traits; a cost model with a compiled form). It is several times faster than
+  the array loop on real traffic (``bench/bench_real_traffic.py`` prints both), most of all
+  under preemption, where the array loop falls back to per-request Python;
+* the **array loop** (:mod:`.engine`, :mod:`.lazy`), below, for everything else: CuPy on a GPU,
+  policies that read the running batch, keep state, order the queue or choose their own victims,
+  and cost models without a compiled form.
 
 NOTE (how it stays equal to the reference, integer for integer)
 ---------------------------------------------------------------
@@ -43,7 +55,8 @@ changes is how they are executed:
   (``on_demand``, ``admits_on_own_pages``, ``keeps_state``, ``orders_queue``). A policy class
   kvlab does not ship takes the same paths at the same speed.
 
-Modules: :mod:`.state` (status codes, the policy asked about requests by id), :mod:`.queue`
+Modules: :mod:`.compiled` and :mod:`.kernel` (the compiled loop), :mod:`.tables` (the result
+tables both loops build), :mod:`.state` (status codes, the policy asked about requests by id), :mod:`.queue`
 (the waiting queue), :mod:`.engine` (the array engine and its stretches), :mod:`.lazy` (lazy
 runs, which see the engine only through :class:`.lazy.LazyHost`: its clock, its running
 requests, and the outcome columns they write).
