@@ -41,7 +41,7 @@ def constants(cost: Any) -> tuple[int, np.ndarray] | None:
     return None
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def _gemm_s(c, m, n, k):  # pragma: no cover (compiled)
     """:meth:`kvlab.costmodel.measured.GemmCurve.time_s` with the curve at ``c[2:8]``."""
     mem = c[7] * (m * (k + n) + k * n) / c[3]

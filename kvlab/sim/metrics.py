@@ -160,7 +160,7 @@ def _weighted_percentiles(values: np.ndarray, counts: np.ndarray, qs: tuple[floa
     values, counts = values[keep], counts[keep]
     if values.size == 0:
         return [float("nan")] * len(qs)
-    order = np.argsort(values, kind="stable")
+    order = np.argsort(values)  # ties hold equal values: their order changes no order statistic
     values, ends = values[order], np.cumsum(counts[order])  # element k of the sorted sample is in
     out = []                                                # run searchsorted(ends, k, "right")
     for q in qs:

@@ -68,11 +68,10 @@ class _Facts:
     def ask(self, ids: np.ndarray, gen: np.ndarray) -> None:
         """Ask the policy about requests ``ids`` with ``gen`` generated tokens."""
         reqs = Requests(ids, self.prompt[ids], self.output[ids], gen, np)
-        size = ids.shape
-        self.res_pages[ids] = np.broadcast_to(ceil_div(np.asarray(self.policy.reservation_tokens(reqs)), self.bs),
-                                              size)
-        self.adm_pages[ids] = np.broadcast_to(np.asarray(self.policy.admission_pages(reqs)), size)
-        self.fits[ids] = np.broadcast_to(np.asarray(self.policy.fits_empty_pool(reqs)), size)
+        self.res_pages[ids] = ceil_div(self.policy.reservation_tokens(reqs), self.bs)
+        adm = self.policy.admission_pages(reqs)
+        self.adm_pages[ids] = adm
+        self.fits[ids] = adm <= self.policy.num_pages  # Policy.fits_empty_pool, which no policy overrides
         self.gen[ids] = gen
 
 
@@ -107,11 +106,11 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
     S, F = np.zeros(kn.NUM_INT_STATE, dtype=i64), np.zeros(1)
     cap = max(min(scheduler.max_num_seqs, n), 1)  # running (and scheduled) requests at most
     queues = [np.zeros(max(n, 1), dtype=i64) for _ in range(2)]  # waiting, swapped (ring buffers)
-    scratch = [np.zeros(cap, dtype=i64) for _ in range(4)]  # running, scheduled ids and chunks, snapshot
+    scratch = [np.zeros(cap * m, dtype=i64) for m in (1, 1, 1, 2)]  # running, scheduled ids and chunks, snapshot
     stale = np.zeros(cap, dtype=i64)
     blocks: list[list[np.ndarray]] = []
     while True:
-        R, RT = np.zeros((ROWS_PER_BLOCK, kn.NUM_ROW_INTS), dtype=i64), np.zeros((ROWS_PER_BLOCK, 2))
+        R, RT = np.zeros((kn.NUM_ROW_INTS, ROWS_PER_BLOCK), dtype=i64), np.zeros((2, ROWS_PER_BLOCK))
         S[kn.NROWS] = 0
         while True:
             event = kn.simulate_kernel(
@@ -124,7 +123,7 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
                 break
             ids = stale[:S[kn.NSTALE]].copy()
             facts.ask(ids, h["gen"][ids])
-        blocks.append(_block(R[:S[kn.NROWS]], RT[:S[kn.NROWS]]))
+        blocks.append(_block(R[:, :S[kn.NROWS]], RT[:, :S[kn.NROWS]]))
         if event == kn.NO_PROGRESS:
             running = scratch[0][:S[kn.NRUN]]
             raise RuntimeError(
@@ -138,6 +137,5 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
 
 def _block(R: np.ndarray, RT: np.ndarray) -> list[Any]:
     """One block of iteration columns (:data:`ITERATION_COLUMNS` order) from the loop's row buffers."""
-    ints = iter(R.T.copy())
-    return [RT[:, 0].copy() if name == "start_s" else RT[:, 1].copy() if name == "duration_s" else next(ints)
-            for name in ITERATION_COLUMNS]
+    ints = iter(R)
+    return [RT[0] if name == "start_s" else RT[1] if name == "duration_s" else next(ints) for name in ITERATION_COLUMNS]

@@ -41,68 +41,44 @@ DONE, ROWS_FULL, STALE, NO_PROGRESS = 0, 1, 2, 3
 # ---- status codes (kvlab.sim.request.RequestStatus) and abort reasons (state.ABORT_REASONS)
 WAITING, RUNNING, PREEMPTED, SWAPPED, STOPPED, CAPPED, ABORTED = 0, 1, 2, 3, 4, 5, 6
 EXCEEDS_POOL, EXCEEDS_TOKEN_BUDGET, KV_EXCEEDS_POOL, PREEMPTED_REJECTED = 1, 2, 3, 4
-# ---- iteration rows: R (int64 columns) and RT (start, duration)
+# ---- iteration rows: R (int64, one row per column) and RT (start, duration)
 R_K, R_BATCH, R_PREFILL, R_DECODE, R_RUNNING, R_WAITING, R_SWAPPED, R_PREEMPTED, R_USED, R_RESERVED, R_FREE, \
     R_CPU, R_MOVED = range(13)
 NUM_ROW_INTS = 13
 
 
-@numba.njit(cache=True, nogil=True)
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
+@numba.njit(cache=True, nogil=True, inline="always")
+def _pages(tokens, bs, shift):  # pragma: no cover (compiled)
+    """Pages holding ``tokens >= 0`` tokens: a shift when ``bs == 1 << shift`` (no division), else ceil division."""
+    if shift >= 0:
+        return (tokens + bs - 1) >> shift
+    return -(-tokens // bs)
 
 
-@numba.njit(cache=True, nogil=True)
-def _release(r, res, used):  # pragma: no cover (compiled)
-    """Free request ``r``'s pages; return (promised pages freed, used pages freed)."""
-    freed = max(res[r], used[r]), used[r]
-    res[r] = used[r] = 0
-    return freed
+@numba.njit(cache=True, nogil=True, inline="always")
+def _promised(res_r, used_r):  # pragma: no cover (compiled)
+    """Pages a request promises: the larger of its reservation and its used pages."""
+    return max(res_r, used_r)
 
 
-@numba.njit(cache=True, nogil=True)
-def _grow(r, extra, res, used):  # pragma: no cover (compiled)
-    """Request ``r`` takes ``extra`` more pages; return the pages this adds to the promised total."""
-    before = max(res[r], used[r])
-    used[r] += extra
-    return max(res[r], used[r]) - before
+@numba.njit(cache=True, nogil=True, inline="always")
+def _allocated(need, res_r, used_r):  # pragma: no cover (compiled)
+    """(promised pages added, used pages added) when a request holding ``res_r`` reserved and
+    ``used_r`` used pages needs ``need`` pages (scalars: array arguments would cost reference counts)."""
+    if need <= used_r:
+        return 0, 0
+    return _promised(res_r, need) - _promised(res_r, used_r), need - used_r
 
 
-@numba.njit(cache=True, nogil=True)
-def _reserve(r, pages, res, used, max_res):  # pragma: no cover (compiled)
-    """Request ``r`` reserves ``pages`` pages; return the change in promised pages."""
-    before = max(res[r], used[r])
-    res[r] = pages
-    if pages > max_res[r]:
-        max_res[r] = pages
-    return max(pages, used[r]) - before
-
-
-@numba.njit(cache=True, nogil=True)
-def _allocate(r, chunk, bs, comp, res, used, max_res, max_used):  # pragma: no cover (compiled)
-    """Pages for request ``r``'s chunk (``chunk`` tokens); return (promised pages added, used pages added)."""
-    extra = _ceil(comp[r] + chunk, bs) - used[r]
-    grown = 0
-    if extra > 0:
-        grown = _grow(r, extra, res, used)
-    else:
-        extra = 0
-    if used[r] > max_used[r]:
-        max_used[r] = used[r]
-    if res[r] > max_res[r]:
-        max_res[r] = res[r]
-    return grown, extra
-
-
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def _abort(r, code, k, start, status, abort_code, fin_iter, fin_s):  # pragma: no cover (compiled)
     status[r] = ABORTED
     abort_code[r] = code
     fin_iter[r], fin_s[r] = k, start
 
 
-@numba.njit(cache=True, nogil=True)
-def _preempt(v, k, start, mode, bs, cpu_free, sched_ids, sched_chunk, nsched, comp, gen, res, used, cpu, status,
+@numba.njit(cache=True, nogil=True, inline="always")
+def _preempt(v, k, start, mode, bs, shift, cpu_free, sched_ids, sched_chunk, nsched, comp, gen, res, used, cpu, status,
              npre, nswap, abort_code, fin_iter, fin_s, facts_gen, stale, nstale):  # pragma: no cover (compiled)
     """Preempt running request ``v`` (already out of the running list).
 
@@ -118,7 +94,8 @@ def _preempt(v, k, start, mode, bs, cpu_free, sched_ids, sched_chunk, nsched, co
                 sched_chunk[j] = sched_chunk[j + 1]
             nsched -= 1
             break
-    freed_commit, freed_used = _release(v, res, used)
+    freed_commit, freed_used = _promised(res[v], used[v]), used[v]
+    res[v] = used[v] = 0
     npre[v] += 1
     if mode == MODE_REJECT:
         _abort(v, PREEMPTED_REJECTED, k, start, status, abort_code, fin_iter, fin_s)
@@ -126,7 +103,7 @@ def _preempt(v, k, start, mode, bs, cpu_free, sched_ids, sched_chunk, nsched, co
     if gen[v] != facts_gen[v]:  # the policy's answers about it change with its generated tokens
         stale[nstale] = v
         nstale += 1
-    kv_pages = _ceil(comp[v], bs)
+    kv_pages = _pages(comp[v], bs, shift)
     if mode == MODE_SWAP and kv_pages <= cpu_free:
         status[v] = SWAPPED
         cpu[v] = kv_pages
@@ -147,12 +124,17 @@ def simulate_kernel(S, F, C, page_copy_s, cost_kind, cost_params,
     """Run iterations until an event; return its code (see the module note). Arrays are mutated in place."""
     n = prompt.shape[0]
     bs, num_pages, mnbt, max_seqs = C[BLOCK_SIZE], C[NUM_PAGES], C[MNBT], C[MAX_SEQS]
+    shift = -1
+    if bs & (bs - 1) == 0:
+        shift = 0
+        while (1 << shift) < bs:
+            shift += 1
     pf, on_demand, mode, cpu_pool = C[PREFILL_FIRST] != 0, C[ON_DEMAND] != 0, C[MODE], C[CPU_POOL]
     k, arrived, committed, num_used, cpu_used = S[K], S[ARRIVED], S[COMMITTED], S[USED], S[CPU_USED]
     idle_before, nrows = S[IDLE] != 0, S[NROWS]
     wq_head, wq_len, sw_head, sw_len, nrun, nstale = S[WQ_HEAD], S[WQ_LEN], S[SW_HEAD], S[SW_LEN], S[NRUN], 0
     now = F[NOW]
-    wcap, scap, rcap = wq.shape[0], sw.shape[0], R.shape[0]
+    wcap, scap, rcap, half = wq.shape[0], sw.shape[0], R.shape[1], snap.shape[0] // 2
     event = DONE
     while arrived < n or wq_len > 0 or nrun > 0 or sw_len > 0:
         while arrived < n and arrival[arrived] <= now:  # arrivals join the back of the waiting queue
@@ -175,35 +157,38 @@ def simulate_kernel(S, F, C, page_copy_s, cost_kind, cost_params,
             if (phase == 1 and nsched > 0) or (phase == 2 and npreempted > 0) or (phase == 3 and (sw_len > 0 or pf)):
                 break
             if phase == 1:  # decodes first, then the others, each in admission order
-                m = 0
-                for pass_ in range(2):
-                    for i in range(nrun):
-                        r = run[i]
-                        if (gen[r] > 0 and prompt[r] + gen[r] - comp[r] == 1) == (pass_ == 0):
-                            snap[m] = r
-                            m += 1
-                for i in range(m):
-                    r = snap[i]
+                num_dec = num_other = 0  # decodes in snap[:half], the others in snap[half:]
+                for i in range(nrun):
+                    r = run[i]
+                    if gen[r] > 0 and prompt[r] + gen[r] - comp[r] == 1:
+                        snap[num_dec] = r
+                        num_dec += 1
+                    else:
+                        snap[half + num_other] = r
+                        num_other += 1
+                for i in range(num_dec + num_other):
+                    r = snap[i] if i < num_dec else snap[half + i - num_dec]
                     if status[r] != RUNNING:
                         continue  # preempted as a victim earlier in this loop
                     if budget == 0:
                         break
                     rem = prompt[r] + gen[r] - comp[r]
                     chunk = rem if rem < budget else budget
-                    need = _ceil(comp[r] + chunk, bs)
+                    need = _pages(comp[r] + chunk, bs, shift)
                     beyond = need - max(res[r], used[r])
                     fits_now = beyond <= 0
                     while not fits_now:  # preempt until it fits (on demand) or preempt itself
                         if on_demand and beyond <= num_pages - committed:
-                            committed += _reserve(r, need, res, used, max_res)
+                            committed += _promised(need, used[r]) - _promised(res[r], used[r])
+                            res[r] = need
                             fits_now = True
                             break
                         victim = run[nrun - 1] if on_demand else r  # the newest running request
                         if victim == r and nrun == 1 and on_demand:
                             nrun = 0
-                            freed = _release(r, res, used)
-                            committed -= freed[0]
-                            num_used -= freed[1]
+                            committed -= _promised(res[r], used[r])
+                            num_used -= used[r]
+                            res[r] = used[r] = 0
                             _abort(r, KV_EXCEEDS_POOL, k, start, status, abort_code, fin_iter, fin_s)
                             naborted += 1
                             break
@@ -213,7 +198,7 @@ def simulate_kernel(S, F, C, page_copy_s, cost_kind, cost_params,
                         for i2 in range(j, nrun - 1):
                             run[i2] = run[i2 + 1]
                         nrun -= 1
-                        ev = _preempt(victim, k, start, mode, bs, cpu_pool - cpu_used, sched_ids, sched_chunk,
+                        ev = _preempt(victim, k, start, mode, bs, shift, cpu_pool - cpu_used, sched_ids, sched_chunk,
                                       nsched, comp, gen, res, used, cpu, status, npre, nswap, abort_code, fin_iter,
                                       fin_s, facts_gen, stale, nstale)
                         budget += ev[0]
@@ -236,9 +221,12 @@ def simulate_kernel(S, F, C, page_copy_s, cost_kind, cost_params,
                         if victim == r:
                             break
                     if fits_now:
-                        grown = _allocate(r, chunk, bs, comp, res, used, max_res, max_used)
+                        grown = _allocated(need, res[r], used[r])
                         committed += grown[0]
                         num_used += grown[1]
+                        used[r] += grown[1]
+                        max_used[r] = max(max_used[r], used[r])
+                        max_res[r] = max(max_res[r], res[r])
                         sched_ids[nsched] = r
                         sched_chunk[nsched] = chunk
                         nsched += 1
@@ -264,29 +252,29 @@ def simulate_kernel(S, F, C, page_copy_s, cost_kind, cost_params,
                 else:
                     wq_head = (wq_head + 1) % wcap
                     wq_len -= 1
-                if code:
-                    freed = _release(r, res, used)
-                    committed -= freed[0]
-                    num_used -= freed[1]
+                if code:  # it holds no GPU pages
                     _abort(r, code, k, start, status, abort_code, fin_iter, fin_s)
                     naborted += 1
                     continue
                 status[r] = RUNNING
                 if adm_iter[r] < 0:
                     adm_iter[r], adm_s[r] = k, start
-                committed += _reserve(r, res_pages[r], res, used, max_res)
+                res[r] = res_pages[r]  # it holds no GPU pages yet
                 if swapped:  # its KV comes back from the CPU pool
-                    back = cpu[r]
+                    used[r] = cpu[r]
+                    num_used += cpu[r]
+                    swap_pages += cpu[r]
                     cpu[r] = 0
-                    swap_pages += back
-                    committed += _grow(r, back, res, used)
-                    num_used += back
+                committed += _promised(res[r], used[r])
                 run[nrun] = r
                 nrun += 1
                 chunk = rem if rem < budget else budget
-                grown = _allocate(r, chunk, bs, comp, res, used, max_res, max_used)
+                grown = _allocated(_pages(comp[r] + chunk, bs, shift), res[r], used[r])
                 committed += grown[0]
                 num_used += grown[1]
+                used[r] += grown[1]
+                max_used[r] = max(max_used[r], used[r])
+                max_res[r] = max(max_res[r], res[r])
                 sched_ids[nsched] = r
                 sched_chunk[nsched] = chunk
                 nsched += 1
@@ -326,9 +314,9 @@ def simulate_kernel(S, F, C, page_copy_s, cost_kind, cost_params,
                 continue
             status[r] = CAPPED if output[r] > target[r] else STOPPED
             fin_iter[r], fin_s[r] = k, end
-            freed = _release(r, res, used)
-            committed -= freed[0]
-            num_used -= freed[1]
+            committed -= _promised(res[r], used[r])
+            num_used -= used[r]
+            res[r] = used[r] = 0
             finished += 1
         if finished > 0:
             j = 0
@@ -338,12 +326,12 @@ def simulate_kernel(S, F, C, page_copy_s, cost_kind, cost_params,
                     run[j] = r
                     j += 1
             nrun = j
-        row = R[nrows]
-        row[R_K], row[R_BATCH], row[R_PREFILL], row[R_DECODE] = k, nsched, num_tokens - decode_tokens, decode_tokens
-        row[R_RUNNING], row[R_WAITING], row[R_SWAPPED], row[R_PREEMPTED] = nrun, wq_len, sw_len, npreempted
-        row[R_USED], row[R_RESERVED], row[R_FREE] = pages_used, pages_reserved, num_pages - pages_reserved
-        row[R_CPU], row[R_MOVED] = cpu_used, swap_pages
-        RT[nrows, 0], RT[nrows, 1] = start, duration
+        R[R_K, nrows], R[R_BATCH, nrows], R[R_PREFILL, nrows] = k, nsched, num_tokens - decode_tokens
+        R[R_DECODE, nrows], R[R_RUNNING, nrows], R[R_WAITING, nrows] = decode_tokens, nrun, wq_len
+        R[R_SWAPPED, nrows], R[R_PREEMPTED, nrows], R[R_USED, nrows] = sw_len, npreempted, pages_used
+        R[R_RESERVED, nrows], R[R_FREE, nrows] = pages_reserved, num_pages - pages_reserved
+        R[R_CPU, nrows], R[R_MOVED, nrows] = cpu_used, swap_pages
+        RT[0, nrows], RT[1, nrows] = start, duration
         nrows += 1
         idle_before = nsched == 0 and naborted == 0
         now = end
