@@ -78,10 +78,11 @@ def simulate_fast(w, policy, **kw):
 
 
 @pytest.mark.parametrize("mode", ["recompute", "swap", "reject"])
-def test_small_row_blocks_and_reasked_answers_change_nothing(mode, monkeypatch):
-    """Row blocks of 7 iterations (hundreds of hand-backs) and preemptions after tokens were
-    generated (the policy asked again): the reference engine's tables."""
-    monkeypatch.setattr(fast.compiled, "ROWS_PER_BLOCK", 7)
+def test_small_row_buffer_and_reasked_answers_change_nothing(mode, monkeypatch):
+    """A row buffer that starts at 7 iterations (doubled when full) and preemptions after tokens
+    were generated (the policy asked again): the reference engine's tables."""
+    monkeypatch.setattr(fast.compiled, "MIN_ROWS", 7)
+    monkeypatch.setattr(fast.compiled, "ROWS_PER_REQUEST", 0)
     asked = []
     ask = fast.compiled._Facts.ask
 
@@ -97,7 +98,7 @@ def test_small_row_blocks_and_reasked_answers_change_nothing(mode, monkeypatch):
     for policy in ("vllm", "tgi"):
         ref, mine = run(w, policy, "reference", **kw), run(w, policy, "fast", **kw)
         assert_same(ref, mine)
-        assert len(mine.iterations) > 100 * 7
+        assert len(mine.iterations) > 2**7 * 7  # doubled at least 7 times
     if mode != "reject":
         assert sum(asked[1:]) > 0  # answers re-asked for requests that had generated tokens
 

@@ -155,18 +155,29 @@ def _token_gap_counts(requests: pd.DataFrame, iterations: pd.DataFrame) -> tuple
 
 def _weighted_percentiles(values: np.ndarray, counts: np.ndarray, qs: tuple[float, ...]) -> list[float]:
     """``np.percentile(np.repeat(values, counts), q)`` for each q (linear interpolation), without
-    the repeat: one sort of the distinct values, then the two order statistics around each q."""
+    the repeat and without sorting every value: the order statistics each q needs are found in
+    buckets cut at a sorted sample of the values, and only the buckets that hold them are sorted."""
     keep = counts > 0
     values, counts = values[keep], counts[keep]
     if values.size == 0:
         return [float("nan")] * len(qs)
-    order = np.argsort(values)  # ties hold equal values: their order changes no order statistic
-    values, ends = values[order], np.cumsum(counts[order])  # element k of the sorted sample is in
-    out = []                                                # run searchsorted(ends, k, "right")
-    for q in qs:
-        pos = q / 100.0 * (ends[-1] - 1)
+    total = int(counts.sum())
+    positions = [q / 100.0 * (total - 1) for q in qs]
+    ranks = sorted({r for pos in positions for r in (int(np.floor(pos)), min(int(np.floor(pos)) + 1, total - 1))})
+    edges = np.unique(values[::max(values.size // 4096, 1)])  # bucket b: edges[b - 1] < value <= edges[b]
+    bucket = np.searchsorted(edges, values, side="left")
+    ends = np.cumsum(np.bincount(bucket, weights=counts, minlength=edges.size + 1))  # exact below 2**53
+    at: dict[int, float] = {}
+    for b in np.unique(np.searchsorted(ends, ranks, side="right")).tolist():
+        start = int(ends[b - 1]) if b else 0
+        inside = bucket == b
+        order = np.argsort(values[inside])  # ties hold equal values: their order changes no order statistic
+        v, c = values[inside][order], start + np.cumsum(counts[inside][order])
+        for r in ranks:
+            if start <= r < int(ends[b]):
+                at[r] = float(v[np.searchsorted(c, r, side="right")])
+    out = []
+    for pos in positions:
         lo = int(np.floor(pos))
-        lo_value = values[np.searchsorted(ends, lo, side="right")]
-        hi_value = values[np.searchsorted(ends, min(lo + 1, ends[-1] - 1), side="right")]
-        out.append(float(lo_value + (hi_value - lo_value) * (pos - lo)))
+        out.append(at[lo] + (at[min(lo + 1, total - 1)] - at[lo]) * (pos - lo))
     return out

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 from types import ModuleType
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -29,11 +28,12 @@ from ..._intmath import ceil_div
 from ...costmodel import CostModel
 from ...policies import Policy, Requests
 from ..config import PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind, SwapConfig
-from ..reference import ITERATION_COLUMNS
-from .tables import STATE_COLUMNS, iteration_table, request_columns
+from .tables import STATE_COLUMNS, iteration_frame, request_columns
 
-#: Iteration rows the loop fills before it hands them back (13 ints and 2 floats each).
-ROWS_PER_BLOCK = 1 << 16
+#: Iteration rows the buffer first holds per request (13 ints and 2 floats each; it doubles when
+#: full, and pages of it that are never written cost no memory).
+ROWS_PER_REQUEST = 16
+MIN_ROWS = 1 << 12
 
 
 def why_not(policy: Policy, cost_model: CostModel, xp: ModuleType) -> str | None:
@@ -108,10 +108,11 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
     queues = [np.zeros(max(n, 1), dtype=i64) for _ in range(2)]  # waiting, swapped (ring buffers)
     scratch = [np.zeros(cap * m, dtype=i64) for m in (1, 1, 1, 2)]  # running, scheduled ids and chunks, snapshot
     stale = np.zeros(cap, dtype=i64)
-    blocks: list[list[np.ndarray]] = []
+    rows = MIN_ROWS + ROWS_PER_REQUEST * n
+    R, RT = np.zeros((kn.NUM_ROW_INTS, rows), dtype=i64), np.zeros((2, rows))
     while True:
-        R, RT = np.zeros((kn.NUM_ROW_INTS, ROWS_PER_BLOCK), dtype=i64), np.zeros((2, ROWS_PER_BLOCK))
-        S[kn.NROWS] = 0
+        if S[kn.NROWS] == R.shape[1]:  # full: double it
+            R, RT = (np.concatenate([a, np.zeros_like(a)], axis=1) for a in (R, RT))
         while True:
             event = kn.simulate_kernel(
                 S, F, C, swap.page_copy_s, cost_kind, cost_params, prompt, output, target, order, arrival_h,
@@ -123,7 +124,6 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
                 break
             ids = stale[:S[kn.NSTALE]].copy()
             facts.ask(ids, h["gen"][ids])
-        blocks.append(_block(R[:, :S[kn.NROWS]], RT[:, :S[kn.NROWS]]))
         if event == kn.NO_PROGRESS:
             running = scratch[0][:S[kn.NRUN]]
             raise RuntimeError(
@@ -132,10 +132,6 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
                 f"free pages={pool.num_pages - S[kn.USED]}, unpromised pages={pool.num_pages - S[kn.COMMITTED]}")
         if event == kn.DONE:
             break
-    return request_columns({name: h[name] for name in STATE_COLUMNS}, arrival_h), iteration_table(blocks)
-
-
-def _block(R: np.ndarray, RT: np.ndarray) -> list[Any]:
-    """One block of iteration columns (:data:`ITERATION_COLUMNS` order) from the loop's row buffers."""
-    ints = iter(R)
-    return [RT[0] if name == "start_s" else RT[1] if name == "duration_s" else next(ints) for name in ITERATION_COLUMNS]
+    num = S[kn.NROWS]
+    return request_columns({name: h[name] for name in STATE_COLUMNS}, arrival_h), iteration_frame(R[:, :num],
+                                                                                                 RT[:, :num])

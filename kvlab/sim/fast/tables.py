@@ -47,6 +47,19 @@ def iteration_table(blocks: Sequence[Sequence[np.ndarray]]) -> pd.DataFrame:
                          for i, name in enumerate(ITERATION_COLUMNS)})
 
 
+def iteration_frame(ints: np.ndarray, times: np.ndarray) -> pd.DataFrame:
+    """The iteration table around row-per-column arrays, without copying them.
+
+    ``ints``: int64 of shape (13, iterations), the integer columns of :data:`ITERATION_COLUMNS`
+    in order; ``times``: float64 of shape (2, iterations), ``start_s`` and ``duration_s``.
+    """
+    names = [name for name in ITERATION_COLUMNS if _dtype(name) is np.int64]
+    frame = pd.DataFrame(ints.T, columns=names, copy=False)
+    for i, name in enumerate(("start_s", "duration_s")):
+        frame.insert(ITERATION_COLUMNS.index(name), name, times[i])
+    return frame
+
+
 def rows_block(rows: Sequence[tuple]) -> list[np.ndarray]:
     """One block of columns from row tuples in :data:`ITERATION_COLUMNS` order."""
     return [np.asarray(col, dtype=_dtype(name)) for name, col in zip(ITERATION_COLUMNS, zip(*rows))]
