@@ -95,14 +95,12 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
             PreemptionMode.REJECT: kn.MODE_REJECT}[scheduler.preemption_mode]
     C = np.array([pool.block_size, pool.num_pages, scheduler.max_num_batched_tokens, scheduler.max_num_seqs,
                   scheduler.kind == SchedulerKind.PREFILL_FIRST, policy.on_demand, mode, swap.cpu_pool_pages], dtype=i64)
-    h = {name: np.zeros(n, dtype=i64) for name in ("comp", "gen", "res", "used", "cpu", "num_preemptions",
-                                                   "num_swaps", "max_res", "max_used", "abort_code")}
-    h.update({name: np.full(n, -1, dtype=i64) for name in ("admitted_iter", "first_token_iter", "finish_iter")})
-    h.update({name: np.full(n, np.nan) for name in ("admitted_s", "first_token_s", "last_token_s", "max_tbt_s",
-                                                    "finish_s")})
-    h["status"] = np.full(n, kn.WAITING, dtype=np.int8)
-    h["prompt"], h["output"] = prompt, output
-    target = np.minimum(output, max_new_tokens)
+    Q = np.zeros((n, kn.NUM_REQUEST_INTS), dtype=i64)  # per-request ints, one row each
+    Q[:, kn.PROMPT], Q[:, kn.OUTPUT], Q[:, kn.TARGET] = prompt, output, np.minimum(output, max_new_tokens)
+    Q[:, kn.STATUS] = kn.WAITING
+    T = np.full((n, 2), np.nan)  # last token, largest token gap (s)
+    once = {name: np.full(n, -1, dtype=i64) for name in ("admitted_iter", "first_token_iter", "finish_iter")}
+    once.update({name: np.full(n, np.nan) for name in ("admitted_s", "first_token_s", "finish_s")})
     S, F = np.zeros(kn.NUM_INT_STATE, dtype=i64), np.zeros(1)
     cap = max(min(scheduler.max_num_seqs, n), 1)  # running (and scheduled) requests at most
     queues = [np.zeros(max(n, 1), dtype=i64) for _ in range(2)]  # waiting, swapped (ring buffers)
@@ -115,23 +113,25 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
             R, RT = (np.concatenate([a, np.zeros_like(a)], axis=1) for a in (R, RT))
         while True:
             event = kn.simulate_kernel(
-                S, F, C, swap.page_copy_s, cost_kind, cost_params, prompt, output, target, order, arrival_h,
-                facts.res_pages, facts.adm_pages, facts.fits, facts.gen, h["comp"], h["gen"], h["res"], h["used"],
-                h["cpu"], h["status"], h["admitted_iter"], h["first_token_iter"], h["finish_iter"],
-                h["num_preemptions"], h["num_swaps"], h["max_res"], h["max_used"], h["abort_code"], h["admitted_s"],
-                h["first_token_s"], h["last_token_s"], h["max_tbt_s"], h["finish_s"], *queues, *scratch, stale, R, RT)
+                S, F, C, swap.page_copy_s, cost_kind, cost_params, Q, T, order, arrival_h, facts.res_pages,
+                facts.adm_pages, facts.fits, facts.gen, *once.values(), *queues, *scratch, stale, R, RT)
             if event != kn.STALE:
                 break
             ids = stale[:S[kn.NSTALE]].copy()
-            facts.ask(ids, h["gen"][ids])
+            facts.ask(ids, Q[ids, kn.GEN])
         if event == kn.NO_PROGRESS:
             running = scratch[0][:S[kn.NRUN]]
             raise RuntimeError(
                 f"iteration {S[kn.K]} at {F[kn.NOW]:.6f} s makes no progress: running={running[:5]}, "
                 f"waiting={S[kn.WQ_LEN]}, swapped={S[kn.SW_LEN]}, "
-                f"free pages={pool.num_pages - S[kn.USED]}, unpromised pages={pool.num_pages - S[kn.COMMITTED]}")
+                f"free pages={pool.num_pages - S[kn.USED_PAGES]}, unpromised pages={pool.num_pages - S[kn.COMMITTED]}")
         if event == kn.DONE:
             break
     num = S[kn.NROWS]
-    return request_columns({name: h[name] for name in STATE_COLUMNS}, arrival_h), iteration_frame(R[:, :num],
-                                                                                                 RT[:, :num])
+    state = {**once, "last_token_s": T[:, kn.LAST_S], "max_tbt_s": T[:, kn.MAX_TBT]}
+    state.update({name: Q[:, col] for name, col in (
+        ("prompt", kn.PROMPT), ("output", kn.OUTPUT), ("gen", kn.GEN), ("num_preemptions", kn.NPRE),
+        ("num_swaps", kn.NSWAP), ("max_res", kn.MAX_RES), ("max_used", kn.MAX_USED), ("status", kn.STATUS),
+        ("abort_code", kn.ABORT))})
+    return request_columns({name: np.ascontiguousarray(state[name]) for name in STATE_COLUMNS}, arrival_h), \
+        iteration_frame(R[:, :num], RT[:, :num])

@@ -30,12 +30,17 @@ import numpy as np
 from ...costmodel.kernel import iteration_s
 
 # ---- scalar state: S (int64) and F (float64) slots
-K, ARRIVED, COMMITTED, USED, CPU_USED, IDLE, NROWS, WQ_HEAD, WQ_LEN, SW_HEAD, SW_LEN, NRUN, NSTALE = range(13)
+K, ARRIVED, COMMITTED, USED_PAGES, CPU_USED, IDLE, NROWS, WQ_HEAD, WQ_LEN, SW_HEAD, SW_LEN, NRUN, NSTALE = range(13)
 NUM_INT_STATE = 13
 NOW = 0
 # ---- configuration: C (int64)
 BLOCK_SIZE, NUM_PAGES, MNBT, MAX_SEQS, PREFILL_FIRST, ON_DEMAND, MODE, CPU_POOL = range(8)
 MODE_RECOMPUTE, MODE_SWAP, MODE_REJECT = 0, 1, 2
+# ---- per-request state: Q (int64 columns, one row per request; the fields an iteration touches
+# share a cache line or two) and T (float64: the last token's time and the largest token gap, seconds)
+PROMPT, GEN, COMP, RES, USED, TARGET, MAX_USED, MAX_RES, STATUS, OUTPUT, CPU, NPRE, NSWAP, ABORT = range(14)
+NUM_REQUEST_INTS = 16
+LAST_S, MAX_TBT = 0, 1
 # ---- events
 DONE, ROWS_FULL, STALE, NO_PROGRESS = 0, 1, 2, 3
 # ---- status codes (kvlab.sim.request.RequestStatus) and abort reasons (state.ABORT_REASONS)
@@ -71,15 +76,15 @@ def _allocated(need, res_r, used_r):  # pragma: no cover (compiled)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _abort(r, code, k, start, status, abort_code, fin_iter, fin_s):  # pragma: no cover (compiled)
-    status[r] = ABORTED
-    abort_code[r] = code
+def _abort(r, code, k, start, Q, fin_iter, fin_s):  # pragma: no cover (compiled)
+    Q[r, STATUS] = ABORTED
+    Q[r, ABORT] = code
     fin_iter[r], fin_s[r] = k, start
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _preempt(v, k, start, mode, bs, shift, cpu_free, sched_ids, sched_chunk, nsched, comp, gen, res, used, cpu, status,
-             npre, nswap, abort_code, fin_iter, fin_s, facts_gen, stale, nstale):  # pragma: no cover (compiled)
+def _preempt(v, k, start, mode, bs, shift, cpu_free, sched_ids, sched_chunk, nsched, Q, fin_iter, fin_s, facts_gen,
+             stale, nstale):  # pragma: no cover (compiled)
     """Preempt running request ``v`` (already out of the running list).
 
     Returns (budget returned, scheduled count, promised pages freed, used pages freed, CPU pages
@@ -94,35 +99,32 @@ def _preempt(v, k, start, mode, bs, shift, cpu_free, sched_ids, sched_chunk, nsc
                 sched_chunk[j] = sched_chunk[j + 1]
             nsched -= 1
             break
-    freed_commit, freed_used = _promised(res[v], used[v]), used[v]
-    res[v] = used[v] = 0
-    npre[v] += 1
+    freed_commit, freed_used = _promised(Q[v, RES], Q[v, USED]), Q[v, USED]
+    Q[v, RES] = Q[v, USED] = 0
+    Q[v, NPRE] += 1
     if mode == MODE_REJECT:
-        _abort(v, PREEMPTED_REJECTED, k, start, status, abort_code, fin_iter, fin_s)
+        _abort(v, PREEMPTED_REJECTED, k, start, Q, fin_iter, fin_s)
         return back, nsched, freed_commit, freed_used, 0, nstale, 0
-    if gen[v] != facts_gen[v]:  # the policy's answers about it change with its generated tokens
+    if Q[v, GEN] != facts_gen[v]:  # the policy's answers about it change with its generated tokens
         stale[nstale] = v
         nstale += 1
-    kv_pages = _pages(comp[v], bs, shift)
+    kv_pages = _pages(Q[v, COMP], bs, shift)
     if mode == MODE_SWAP and kv_pages <= cpu_free:
-        status[v] = SWAPPED
-        cpu[v] = kv_pages
-        nswap[v] += 1
+        Q[v, STATUS] = SWAPPED
+        Q[v, CPU] = kv_pages
+        Q[v, NSWAP] += 1
         return back, nsched, freed_commit, freed_used, kv_pages, nstale, 1
-    status[v] = PREEMPTED
-    comp[v] = 0
+    Q[v, STATUS] = PREEMPTED
+    Q[v, COMP] = 0
     return back, nsched, freed_commit, freed_used, 0, nstale, 2
 
 
 @numba.njit(cache=True, nogil=True)
-def simulate_kernel(S, F, C, page_copy_s, cost_kind, cost_params,
-                    prompt, output, target, order, arrival,
-                    res_pages, adm_pages, fits, facts_gen,
-                    comp, gen, res, used, cpu, status, adm_iter, ft_iter, fin_iter, npre, nswap, max_res, max_used,
-                    abort_code, adm_s, ft_s, last_s, max_tbt, fin_s,
+def simulate_kernel(S, F, C, page_copy_s, cost_kind, cost_params, Q, T, order, arrival,
+                    res_pages, adm_pages, fits, facts_gen, adm_iter, ft_iter, fin_iter, adm_s, ft_s, fin_s,
                     wq, sw, run, sched_ids, sched_chunk, snap, stale, R, RT):  # pragma: no cover (compiled)
     """Run iterations until an event; return its code (see the module note). Arrays are mutated in place."""
-    n = prompt.shape[0]
+    n = Q.shape[0]
     bs, num_pages, mnbt, max_seqs = C[BLOCK_SIZE], C[NUM_PAGES], C[MNBT], C[MAX_SEQS]
     shift = -1
     if bs & (bs - 1) == 0:
@@ -130,7 +132,7 @@ def simulate_kernel(S, F, C, page_copy_s, cost_kind, cost_params,
         while (1 << shift) < bs:
             shift += 1
     pf, on_demand, mode, cpu_pool = C[PREFILL_FIRST] != 0, C[ON_DEMAND] != 0, C[MODE], C[CPU_POOL]
-    k, arrived, committed, num_used, cpu_used = S[K], S[ARRIVED], S[COMMITTED], S[USED], S[CPU_USED]
+    k, arrived, committed, num_used, cpu_used = S[K], S[ARRIVED], S[COMMITTED], S[USED_PAGES], S[CPU_USED]
     idle_before, nrows = S[IDLE] != 0, S[NROWS]
     wq_head, wq_len, sw_head, sw_len, nrun, nstale = S[WQ_HEAD], S[WQ_LEN], S[SW_HEAD], S[SW_LEN], S[NRUN], 0
     now = F[NOW]
@@ -160,7 +162,7 @@ def simulate_kernel(S, F, C, page_copy_s, cost_kind, cost_params,
                 num_dec = num_other = 0  # decodes in snap[:half], the others in snap[half:]
                 for i in range(nrun):
                     r = run[i]
-                    if gen[r] > 0 and prompt[r] + gen[r] - comp[r] == 1:
+                    if Q[r, GEN] > 0 and Q[r, PROMPT] + Q[r, GEN] - Q[r, COMP] == 1:
                         snap[num_dec] = r
                         num_dec += 1
                     else:
@@ -168,28 +170,28 @@ def simulate_kernel(S, F, C, page_copy_s, cost_kind, cost_params,
                         num_other += 1
                 for i in range(num_dec + num_other):
                     r = snap[i] if i < num_dec else snap[half + i - num_dec]
-                    if status[r] != RUNNING:
+                    if Q[r, STATUS] != RUNNING:
                         continue  # preempted as a victim earlier in this loop
                     if budget == 0:
                         break
-                    rem = prompt[r] + gen[r] - comp[r]
+                    rem = Q[r, PROMPT] + Q[r, GEN] - Q[r, COMP]
                     chunk = rem if rem < budget else budget
-                    need = _pages(comp[r] + chunk, bs, shift)
-                    beyond = need - max(res[r], used[r])
+                    need = _pages(Q[r, COMP] + chunk, bs, shift)
+                    beyond = need - max(Q[r, RES], Q[r, USED])
                     fits_now = beyond <= 0
                     while not fits_now:  # preempt until it fits (on demand) or preempt itself
                         if on_demand and beyond <= num_pages - committed:
-                            committed += _promised(need, used[r]) - _promised(res[r], used[r])
-                            res[r] = need
+                            committed += _promised(need, Q[r, USED]) - _promised(Q[r, RES], Q[r, USED])
+                            Q[r, RES] = need
                             fits_now = True
                             break
                         victim = run[nrun - 1] if on_demand else r  # the newest running request
                         if victim == r and nrun == 1 and on_demand:
                             nrun = 0
-                            committed -= _promised(res[r], used[r])
-                            num_used -= used[r]
-                            res[r] = used[r] = 0
-                            _abort(r, KV_EXCEEDS_POOL, k, start, status, abort_code, fin_iter, fin_s)
+                            committed -= _promised(Q[r, RES], Q[r, USED])
+                            num_used -= Q[r, USED]
+                            Q[r, RES] = Q[r, USED] = 0
+                            _abort(r, KV_EXCEEDS_POOL, k, start, Q, fin_iter, fin_s)
                             naborted += 1
                             break
                         j = nrun - 1
@@ -199,8 +201,7 @@ def simulate_kernel(S, F, C, page_copy_s, cost_kind, cost_params,
                             run[i2] = run[i2 + 1]
                         nrun -= 1
                         ev = _preempt(victim, k, start, mode, bs, shift, cpu_pool - cpu_used, sched_ids, sched_chunk,
-                                      nsched, comp, gen, res, used, cpu, status, npre, nswap, abort_code, fin_iter,
-                                      fin_s, facts_gen, stale, nstale)
+                                      nsched, Q, fin_iter, fin_s, facts_gen, stale, nstale)
                         budget += ev[0]
                         nsched = ev[1]
                         committed -= ev[2]
@@ -221,12 +222,12 @@ def simulate_kernel(S, F, C, page_copy_s, cost_kind, cost_params,
                         if victim == r:
                             break
                     if fits_now:
-                        grown = _allocated(need, res[r], used[r])
+                        grown = _allocated(need, Q[r, RES], Q[r, USED])
                         committed += grown[0]
                         num_used += grown[1]
-                        used[r] += grown[1]
-                        max_used[r] = max(max_used[r], used[r])
-                        max_res[r] = max(max_res[r], res[r])
+                        Q[r, USED] += grown[1]
+                        Q[r, MAX_USED] = max(Q[r, MAX_USED], Q[r, USED])
+                        Q[r, MAX_RES] = max(Q[r, MAX_RES], Q[r, RES])
                         sched_ids[nsched] = r
                         sched_chunk[nsched] = chunk
                         nsched += 1
@@ -237,7 +238,7 @@ def simulate_kernel(S, F, C, page_copy_s, cost_kind, cost_params,
             whole = phase == 0
             while (sw_len if swapped else wq_len) > 0 and nrun < max_seqs and budget > 0:
                 r = sw[sw_head] if swapped else wq[wq_head]
-                rem = prompt[r] + gen[r] - comp[r]
+                rem = Q[r, PROMPT] + Q[r, GEN] - Q[r, COMP]
                 code = 0
                 if not fits[r]:
                     code = EXCEEDS_POOL
@@ -248,33 +249,33 @@ def simulate_kernel(S, F, C, page_copy_s, cost_kind, cost_params,
                 if swapped:
                     sw_head = (sw_head + 1) % scap
                     sw_len -= 1
-                    cpu_used -= cpu[r]
+                    cpu_used -= Q[r, CPU]
                 else:
                     wq_head = (wq_head + 1) % wcap
                     wq_len -= 1
                 if code:  # it holds no GPU pages
-                    _abort(r, code, k, start, status, abort_code, fin_iter, fin_s)
+                    _abort(r, code, k, start, Q, fin_iter, fin_s)
                     naborted += 1
                     continue
-                status[r] = RUNNING
+                Q[r, STATUS] = RUNNING
                 if adm_iter[r] < 0:
                     adm_iter[r], adm_s[r] = k, start
-                res[r] = res_pages[r]  # it holds no GPU pages yet
+                Q[r, RES] = res_pages[r]  # it holds no GPU pages yet
                 if swapped:  # its KV comes back from the CPU pool
-                    used[r] = cpu[r]
-                    num_used += cpu[r]
-                    swap_pages += cpu[r]
-                    cpu[r] = 0
-                committed += _promised(res[r], used[r])
+                    Q[r, USED] = Q[r, CPU]
+                    num_used += Q[r, CPU]
+                    swap_pages += Q[r, CPU]
+                    Q[r, CPU] = 0
+                committed += _promised(Q[r, RES], Q[r, USED])
                 run[nrun] = r
                 nrun += 1
                 chunk = rem if rem < budget else budget
-                grown = _allocated(_pages(comp[r] + chunk, bs, shift), res[r], used[r])
+                grown = _allocated(_pages(Q[r, COMP] + chunk, bs, shift), Q[r, RES], Q[r, USED])
                 committed += grown[0]
                 num_used += grown[1]
-                used[r] += grown[1]
-                max_used[r] = max(max_used[r], used[r])
-                max_res[r] = max(max_res[r], res[r])
+                Q[r, USED] += grown[1]
+                Q[r, MAX_USED] = max(Q[r, MAX_USED], Q[r, USED])
+                Q[r, MAX_RES] = max(Q[r, MAX_RES], Q[r, RES])
                 sched_ids[nsched] = r
                 sched_chunk[nsched] = chunk
                 nsched += 1
@@ -287,9 +288,9 @@ def simulate_kernel(S, F, C, page_copy_s, cost_kind, cost_params,
         for i in range(nsched):
             r, c = sched_ids[i], sched_chunk[i]
             num_tokens += c
-            pairs += c * comp[r] + c * (c + 1) // 2
-            kv += comp[r] + c
-            if gen[r] > 0 and prompt[r] + gen[r] - comp[r] == 1:
+            pairs += c * Q[r, COMP] + c * (c + 1) // 2
+            kv += Q[r, COMP] + c
+            if Q[r, GEN] > 0 and Q[r, PROMPT] + Q[r, GEN] - Q[r, COMP] == 1:
                 decode_tokens += 1
         duration = swap_pages * page_copy_s
         if num_tokens > 0:
@@ -299,30 +300,30 @@ def simulate_kernel(S, F, C, page_copy_s, cost_kind, cost_params,
         finished = 0
         for i in range(nsched):
             r = sched_ids[i]
-            comp[r] += sched_chunk[i]
-            if comp[r] < prompt[r] + gen[r]:
+            Q[r, COMP] += sched_chunk[i]
+            if Q[r, COMP] < Q[r, PROMPT] + Q[r, GEN]:
                 continue
-            gen[r] += 1
-            if gen[r] == 1:
+            Q[r, GEN] += 1
+            if Q[r, GEN] == 1:
                 ft_iter[r], ft_s[r] = k, end
             else:
-                gap = end - last_s[r]
-                if np.isnan(max_tbt[r]) or gap > max_tbt[r]:
-                    max_tbt[r] = gap
-            last_s[r] = end
-            if gen[r] < target[r]:
+                gap = end - T[r, LAST_S]
+                if np.isnan(T[r, MAX_TBT]) or gap > T[r, MAX_TBT]:
+                    T[r, MAX_TBT] = gap
+            T[r, LAST_S] = end
+            if Q[r, GEN] < Q[r, TARGET]:
                 continue
-            status[r] = CAPPED if output[r] > target[r] else STOPPED
+            Q[r, STATUS] = CAPPED if Q[r, OUTPUT] > Q[r, TARGET] else STOPPED
             fin_iter[r], fin_s[r] = k, end
-            committed -= _promised(res[r], used[r])
-            num_used -= used[r]
-            res[r] = used[r] = 0
+            committed -= _promised(Q[r, RES], Q[r, USED])
+            num_used -= Q[r, USED]
+            Q[r, RES] = Q[r, USED] = 0
             finished += 1
         if finished > 0:
             j = 0
             for i in range(nrun):
                 r = run[i]
-                if status[r] == RUNNING:
+                if Q[r, STATUS] == RUNNING:
                     run[j] = r
                     j += 1
             nrun = j
@@ -339,7 +340,7 @@ def simulate_kernel(S, F, C, page_copy_s, cost_kind, cost_params,
         if nstale > 0:
             event = STALE
             break
-    S[K], S[ARRIVED], S[COMMITTED], S[USED], S[CPU_USED] = k, arrived, committed, num_used, cpu_used
+    S[K], S[ARRIVED], S[COMMITTED], S[USED_PAGES], S[CPU_USED] = k, arrived, committed, num_used, cpu_used
     S[IDLE], S[NROWS] = 1 if idle_before else 0, nrows
     S[WQ_HEAD], S[WQ_LEN], S[SW_HEAD], S[SW_LEN], S[NRUN], S[NSTALE] = wq_head, wq_len, sw_head, sw_len, nrun, nstale
     F[NOW] = now
