@@ -87,7 +87,9 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
     prompt = np.ascontiguousarray(prompt_tokens, dtype=i64)
     output = np.ascontiguousarray(output_tokens, dtype=i64)
     arrival_h = np.asarray(arrival_s, dtype=np.float64)
-    order = np.argsort(arrival_h, kind="stable").astype(i64)  # arrival order, ties by row
+    # Request ids are unsigned in the loop: indexing with them then needs no negative-index wrap.
+    u64 = np.uint64
+    order = np.argsort(arrival_h, kind="stable").astype(u64)  # arrival order, ties by row
     facts = _Facts(policy, prompt, output, pool.block_size)
     facts.ask(np.arange(n, dtype=i64), np.zeros(n, dtype=i64))
     cost_kind, cost_params = constants(cost_model)
@@ -103,8 +105,9 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
     once.update({name: np.full(n, np.nan) for name in ("admitted_s", "first_token_s", "finish_s")})
     S, F = np.zeros(kn.NUM_INT_STATE, dtype=i64), np.zeros(1)
     cap = max(min(scheduler.max_num_seqs, n), 1)  # running (and scheduled) requests at most
-    queues = [np.zeros(max(n, 1), dtype=i64) for _ in range(2)]  # waiting, swapped (ring buffers)
-    scratch = [np.zeros(cap * m, dtype=i64) for m in (1, 1, 1, 2)]  # running, scheduled ids and chunks, snapshot
+    queues = [np.zeros(max(n, 1), dtype=u64) for _ in range(2)]  # waiting, swapped (ring buffers)
+    scratch = [np.zeros(cap * m, dtype=t) for m, t in ((1, u64), (1, u64), (1, i64), (2, u64))]  # running,
+    #                                                                   scheduled ids and chunks, snapshot
     stale = np.zeros(cap, dtype=i64)
     rows = MIN_ROWS + ROWS_PER_REQUEST * n
     R, RT = np.zeros((kn.NUM_ROW_INTS, rows), dtype=i64), np.zeros((2, rows))
@@ -117,7 +120,7 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
                 facts.adm_pages, facts.fits, facts.gen, *once.values(), *queues, *scratch, stale, R, RT)
             if event != kn.STALE:
                 break
-            ids = stale[:S[kn.NSTALE]].copy()
+            ids = stale[:S[kn.NSTALE]].copy()  # int64
             facts.ask(ids, Q[ids, kn.GEN])
         if event == kn.NO_PROGRESS:
             running = scratch[0][:S[kn.NRUN]]
