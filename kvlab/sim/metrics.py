@@ -62,7 +62,8 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, num_pages: in
       / promised; ``reserved_unused_page_s``: promised-but-empty pages x seconds;
     * ``max_running``, ``mean_batch_size`` (time-weighted), ``num_iterations``.
     """
-    done = requests[requests["outcome"] != RequestStatus.FINISHED_ABORTED.name.lower()]
+    done = (requests["outcome"] != RequestStatus.FINISHED_ABORTED.name.lower()).to_numpy()  # completed (mask)
+    num_done = int(done.sum())
     end_s = float((iterations["start_s"] + iterations["duration_s"]).max()) if len(iterations) else 0.0
     makespan_s = end_s - float(requests["arrival_s"].min())
     dur = iterations["duration_s"].to_numpy()
@@ -73,26 +74,28 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, num_pages: in
 
     out: dict[str, float] = {
         "num_requests": float(len(requests)),
-        "num_completed": float(len(done)),
-        "num_aborted": float(len(requests) - len(done)),
+        "num_completed": float(num_done),
+        "num_aborted": float(len(requests) - num_done),
         "num_length_capped": float((requests["outcome"] == "finished_length_capped").sum()),
         "num_rejected_context": float((requests["abort_reason"] == CONTEXT_REJECT_REASON).sum()),
         "num_context_capped": (float(requests["context_capped"].sum()) if "context_capped" in requests.columns
                                else 0.0),
         "makespan_s": makespan_s,
         "tokens_per_s": float(requests["generated_tokens"].sum()) / makespan_s if makespan_s > 0 else float("nan"),
-        "requests_per_s": len(done) / makespan_s if makespan_s > 0 else float("nan"),
+        "requests_per_s": num_done / makespan_s if makespan_s > 0 else float("nan"),
     }
     for name, col in (("ttft", "ttft_s"), ("e2e", "e2e_s")):
-        vals = done[col].dropna().to_numpy()
+        vals = requests[col].to_numpy()[done]
+        vals = vals[~np.isnan(vals)]
         for q in PERCENTILES:
             out[f"{name}_p{q}_s"] = float(np.percentile(vals, q)) if vals.size else float("nan")
     gap_s, gap_count, max_only = _token_gap_counts(requests, iterations)
     for q, value in zip(PERCENTILES, _weighted_percentiles(gap_s, gap_count, PERCENTILES)):
         out[f"tbt_p{q}_s"] = value
     out["num_tbt_max_only_requests"] = float(max_only)
-    out["normalized_latency_s_per_token"] = (float((done["e2e_s"] / done["generated_tokens"]).mean())
-                                             if len(done) else float("nan"))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_token = requests["e2e_s"].to_numpy()[done] / requests["generated_tokens"].to_numpy()[done]
+    out["normalized_latency_s_per_token"] = float(pd.Series(per_token).mean()) if num_done else float("nan")
     out.update({
         "preemptions_per_request": float(requests["num_preemptions"].mean()),
         "preempted_request_frac": float((requests["num_preemptions"] > 0).mean()),
@@ -135,19 +138,19 @@ def _token_gap_counts(requests: pd.DataFrame, iterations: pd.DataFrame) -> tuple
     end_s = (iterations["start_s"] + iterations["duration_s"]).to_numpy()
     dec = np.flatnonzero(iterations["decode_tokens"].to_numpy() > 0)
     dec_end_s = end_s[dec]
-    live = requests[(requests["outcome"] != RequestStatus.FINISHED_ABORTED.name.lower())
-                    & (requests["generated_tokens"] >= 2)]
-    first = live["first_token_iter"].to_numpy()
+    gen = requests["generated_tokens"].to_numpy()
+    live = ((requests["outcome"] != RequestStatus.FINISHED_ABORTED.name.lower()).to_numpy() & (gen >= 2))  # mask
+    first = requests["first_token_iter"].to_numpy()[live]
     a = np.searchsorted(dec, first, side="right")
-    b = np.searchsorted(dec, live["finish_iter"].to_numpy(), side="right")
-    exact = ((b - a) == live["generated_tokens"].to_numpy() - 1) & (live["num_preemptions"].to_numpy() == 0)
+    b = np.searchsorted(dec, requests["finish_iter"].to_numpy()[live], side="right")
+    exact = ((b - a) == gen[live] - 1) & (requests["num_preemptions"].to_numpy()[live] == 0)
     a, b, first = a[exact], b[exact], first[exact]
     first_gaps = dec_end_s[a] - end_s[first]
     # Later gaps: the step between consecutive decoding iterations j-1 and j, for j in (a, b);
     # count how many requests cover each step with a difference array.
     cover = np.bincount(a + 1, minlength=dec.size + 1) - np.bincount(b, minlength=dec.size + 1)
     weights = np.cumsum(cover[:dec.size + 1])[1:dec.size]
-    max_only = live.loc[~exact, "max_tbt_s"].to_numpy(dtype=np.float64)
+    max_only = requests["max_tbt_s"].to_numpy(dtype=np.float64)[live][~exact]
     gap_s = np.concatenate([first_gaps, np.diff(dec_end_s), max_only])
     count = np.concatenate([np.ones(first_gaps.size, np.int64), weights, np.ones(max_only.size, np.int64)])
     return gap_s, count, int((~exact).sum())
