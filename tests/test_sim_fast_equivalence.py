@@ -114,13 +114,15 @@ def test_random_cases_exercise_every_path(monkeypatch, array_loop):
 
 
 @pytest.mark.parametrize("policy, scheduler", [("sglang", "chunked"), ("vllm", "chunked"), ("vllm", "prefill_first")])
-def test_decode_run_is_hand_worked(policy, scheduler, array_loop):
+def test_decode_run_is_hand_worked(policy, scheduler, fast_loop):
     """One request (prompt 4, output 10, 4-token pages, pool of 4 pages): a prefill, then nine decodes.
     Decode i caches context 4 + i, so it holds ceil((4 + i) / 4) pages: 2 from context 5, 3 from 9,
     4 from 13 (the whole pool); iteration i starts at the sum of the first i latencies.
 
-    SGLang (no lazy runs) takes iteration 0 in the general step and 1..9 as one stretch; vLLM's lazy
-    run does all ten under either scheduler (no general step)."""
+    Under both loops of the fast engine. In the array loop, SGLang (no lazy runs) takes iteration 0
+    in the general step and 1..9 as one stretch; vLLM's lazy run does all ten under either
+    scheduler (no general step); the compiled loop (vLLM) takes no array step at all, and SGLang,
+    whose policy keeps state, stays on the array loop."""
     w = pd.DataFrame({"prompt_tokens": [4], "output_tokens": [10]})
     calls = []
     orig = fast.FastEngine._step
@@ -134,7 +136,7 @@ def test_decode_run_is_hand_worked(policy, scheduler, array_loop):
         res = simulate(w, policy, model="Llama-2-7B", gpu="A100-80GB-SXM", block_size=4, pool_pages=4,
                        cost_model=COST, record_iterations=True, engine="fast", scheduler=scheduler,
                        **({"watermark_frac": 0.0} if policy == "vllm" else {}))
-    assert calls == ([0] if policy == "sglang" else [])
+    assert calls == ([0] if policy == "sglang" else [])  # SGLang keeps state: the array loop in both settings
     it = res.iterations
     assert it["iteration"].tolist() == list(range(10))
     assert it["pages_used"].tolist() == [1, 2, 2, 2, 2, 3, 3, 3, 3, 4]
