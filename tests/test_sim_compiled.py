@@ -107,3 +107,16 @@ def test_empty_workload_and_idle_gaps():
     w = pd.DataFrame({"prompt_tokens": [4, 9, 3], "output_tokens": [2, 5, 1], "arrival_s": [0.0, 50.0, 50.0]})
     kw = {"block_size": 4, "cost_model": COST, "pool_pages": 8}
     assert_same(run(w, "vllm", "reference", **kw), run(w, "vllm", "fast", **kw))
+
+
+@pytest.mark.parametrize("block_size", [3, 12])
+def test_block_sizes_that_are_not_powers_of_two(block_size):
+    """Pages by ceiling division (the compiled loop shifts for powers of two): the reference's tables."""
+    w = profile("brief-sharegpt").sample(150, seed=6)
+    w["prompt_tokens"] = np.minimum(w["prompt_tokens"], 200)
+    kw = {"block_size": block_size, "cost_model": COST, "seed": 2, "pool_pages": 1800 // block_size,
+          "arrivals": "poisson", "qps": 30.0, "max_num_batched_tokens": 4 * block_size * 10, "max_new_tokens": 256}
+    for policy in ("vllm", "reserve_max"):
+        ref, mine = run(w, policy, "reference", **kw), run(w, policy, "fast", **kw)
+        assert_same(ref, mine)
+        assert (mine.requests["max_used_pages"] > 0).all()

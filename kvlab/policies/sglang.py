@@ -5,6 +5,7 @@ from fractions import Fraction
 from typing import Any
 
 from .. import _validate as v
+from .._intmath import ceil_div
 from .base import Policy, Requests, register
 
 
@@ -65,7 +66,7 @@ class SGLangPolicy(Policy):
         future = self._remaining(reqs)
         if running is not None and running.size:
             future = future + int(running.xp.sum(self._remaining(running)))
-        charge = -(-future * self.ratio.numerator // self.ratio.denominator)  # ceil, exact
+        charge = ceil_div(future * self.ratio.numerator, self.ratio.denominator)  # exact
         return self.reservation_tokens(reqs) + charge <= free_pages * self.block_size
 
     def end_schedule(self, *, num_preempted: int, running: Requests, num_iterations: int = 1) -> None:

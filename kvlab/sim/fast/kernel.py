@@ -27,7 +27,10 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ..._intmath import ceil_div
 from ...costmodel.kernel import iteration_s
+
+_ceil_div = numba.njit(cache=True, nogil=True, inline="always")(ceil_div)  # kvlab's one ceiling division, compiled
 
 # ---- scalar state: S (int64) and F (float64) slots
 K, ARRIVED, COMMITTED, USED_PAGES, CPU_USED, IDLE, NROWS, WQ_HEAD, WQ_LEN, SW_HEAD, SW_LEN, NRUN, NSTALE = range(13)
@@ -57,7 +60,7 @@ def _pages(tokens, bs, shift):  # pragma: no cover (compiled)
     """Pages holding ``tokens >= 0`` tokens: a shift when ``bs == 1 << shift`` (no division), else ceil division."""
     if shift >= 0:
         return (tokens + bs - 1) >> shift
-    return -(-tokens // bs)
+    return _ceil_div(tokens, bs)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

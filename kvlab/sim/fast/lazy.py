@@ -216,7 +216,7 @@ class LazyRun:
                 c = st[0]
                 chunk = min(prompt[r] + st[1] - c, budget)
                 budget -= chunk
-                need = -(-(c + chunk) // bs)
+                need = ceil_div(c + chunk, bs)
                 if need > st[3]:
                     num_used += need - st[3]
                     st[3] = need
@@ -241,7 +241,7 @@ class LazyRun:
                 rem = prompt[r]
                 chunk = rem if rem <= budget else budget
                 budget -= chunk
-                used = -(-chunk // bs)
+                used = ceil_div(chunk, bs)
                 num_used += used
                 seq += 1
                 admitted += (r, k)
@@ -267,7 +267,7 @@ class LazyRun:
             if decode:
                 for r in fin_at.pop(v, ()):
                     off, res0, commit0, act, _goff, mxu, mxr, s, v0, last, last_k = D.pop(r)
-                    used_final = -(-(off + v + 1) // bs)
+                    used_final = ceil_div(off + v + 1, bs)
                     res_final = used_final if on_demand and used_final > commit0 else res0
                     committed -= res_final if res_final > used_final else used_final
                     num_used -= used_final
