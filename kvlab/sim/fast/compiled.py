@@ -28,6 +28,7 @@ from ..._intmath import ceil_div
 from ...costmodel import CostModel
 from ...policies import Policy, Requests
 from ..config import PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind, SwapConfig
+from .state import WAITING
 from .tables import STATE_COLUMNS, iteration_frame, request_columns
 
 #: Iteration rows the buffer first holds per request (13 ints and 2 floats each; it doubles when
@@ -99,7 +100,7 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
                   scheduler.kind == SchedulerKind.PREFILL_FIRST, policy.on_demand, mode, swap.cpu_pool_pages], dtype=i64)
     Q = np.zeros((n, kn.NUM_REQUEST_INTS), dtype=i64)  # per-request ints, one row each
     Q[:, kn.PROMPT], Q[:, kn.OUTPUT], Q[:, kn.TARGET] = prompt, output, np.minimum(output, max_new_tokens)
-    Q[:, kn.STATUS] = kn.WAITING
+    Q[:, kn.STATUS] = WAITING
     T = np.full((n, 2), np.nan)  # last token, largest token gap (s)
     once = {name: np.full(n, -1, dtype=i64) for name in ("admitted_iter", "first_token_iter", "finish_iter")}
     once.update({name: np.full(n, np.nan) for name in ("admitted_s", "first_token_s", "finish_s")})

@@ -13,7 +13,7 @@ saved in ``S`` and ``F`` so that the next call resumes where it stopped (always 
 iterations):
 
 * ``DONE``: every request has finished;
-* ``ROWS_FULL``: the iteration-row buffer is full (the caller keeps it and hands a fresh one);
+* ``ROWS_FULL``: the iteration-row buffer is full (the caller hands it back doubled);
 * ``STALE``: requests were preempted after generating tokens, so the policy must be asked
   again about them (ids in ``stale[:S[NSTALE]]``) before any can be readmitted; a preempted
   request is never readmitted in the iteration that preempted it;
@@ -29,6 +29,7 @@ import numpy as np
 
 from ..._intmath import ceil_div
 from ...costmodel.kernel import iteration_s
+from .state import ABORT_REASONS, ABORTED, CAPPED, PREEMPTED, RUNNING, STOPPED, SWAPPED
 
 _ceil_div = numba.njit(cache=True, nogil=True, inline="always")(ceil_div)  # kvlab's one ceiling division, compiled
 
@@ -46,9 +47,10 @@ NUM_REQUEST_INTS = 16
 LAST_S, MAX_TBT = 0, 1
 # ---- events
 DONE, ROWS_FULL, STALE, NO_PROGRESS = 0, 1, 2, 3
-# ---- status codes (kvlab.sim.request.RequestStatus) and abort reasons (state.ABORT_REASONS)
-WAITING, RUNNING, PREEMPTED, SWAPPED, STOPPED, CAPPED, ABORTED = 0, 1, 2, 3, 4, 5, 6
-EXCEEDS_POOL, EXCEEDS_TOKEN_BUDGET, KV_EXCEEDS_POOL, PREEMPTED_REJECTED = 1, 2, 3, 4
+# ---- status codes and abort reasons: the array engine's (kvlab.sim.request.RequestStatus, state.ABORT_REASONS)
+EXCEEDS_POOL, EXCEEDS_TOKEN_BUDGET, KV_EXCEEDS_POOL, PREEMPTED_REJECTED = (
+    ABORT_REASONS.index(reason) for reason in ("exceeds_pool", "exceeds_token_budget", "kv_exceeds_pool",
+                                               "preempted_rejected"))
 # ---- iteration rows: R (int64, one row per column) and RT (start, duration)
 R_K, R_BATCH, R_PREFILL, R_DECODE, R_RUNNING, R_WAITING, R_SWAPPED, R_PREEMPTED, R_USED, R_RESERVED, R_FREE, \
     R_CPU, R_MOVED = range(13)
