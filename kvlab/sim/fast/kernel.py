@@ -163,18 +163,23 @@ def simulate_kernel(S, F, C, page_copy_s, cost_kind, cost_params, Q, T, order, a
                 continue
             if (phase == 1 and nsched > 0) or (phase == 2 and npreempted > 0) or (phase == 3 and (sw_len > 0 or pf)):
                 break
+            swapped, whole = phase == 2, phase == 0
+            num_dec = num_other = i = 0
             if phase == 1:  # decodes first, then the others, each in admission order
-                num_dec = num_other = 0  # decodes in snap[:half], the others in snap[half:]
-                for i in range(nrun):
-                    r = run[i]
+                for j in range(nrun):
+                    r = run[j]
                     if Q[r, GEN] > 0 and Q[r, PROMPT] + Q[r, GEN] - Q[r, COMP] == 1:
-                        snap[num_dec] = r
+                        snap[num_dec] = r  # decodes in snap[:half], the others in snap[half:]
                         num_dec += 1
                     else:
                         snap[half + num_other] = r
                         num_other += 1
-                for i in range(num_dec + num_other):
+            while True:  # one request per pass: decide its chunk and pages, then schedule it (shared tail)
+                if phase == 1:  # running requests
+                    if i == num_dec + num_other:
+                        break
                     r = snap[i] if i < num_dec else snap[half + i - num_dec]
+                    i += 1
                     if Q[r, STATUS] != RUNNING:
                         continue  # preempted as a victim earlier in this loop
                     if budget == 0:
@@ -226,56 +231,47 @@ def simulate_kernel(S, F, C, page_copy_s, cost_kind, cost_params, Q, T, order, a
                             wq_len += 1
                         if victim == r:
                             break
-                    if fits_now:
-                        grown = _allocated(need, Q[r, RES], Q[r, USED])
-                        committed += grown[0]
-                        num_used += grown[1]
-                        Q[r, USED] += grown[1]
-                        Q[r, MAX_USED] = max(Q[r, MAX_USED], Q[r, USED])
-                        Q[r, MAX_RES] = max(Q[r, MAX_RES], Q[r, RES])
-                        sched_ids[nsched] = r
-                        sched_chunk[nsched] = chunk
-                        nsched += 1
-                        budget -= chunk
-                continue
-            # phase 2: swapped requests (FCFS); phase 0 or 3: waiting ones (FCFS; whole prompts in phase 0)
-            swapped = phase == 2
-            whole = phase == 0
-            while (sw_len if swapped else wq_len) > 0 and nrun < max_seqs and budget > 0:
-                r = sw[sw_head] if swapped else wq[wq_head]
-                rem = Q[r, PROMPT] + Q[r, GEN] - Q[r, COMP]
-                code = 0
-                if not fits[r]:
-                    code = EXCEEDS_POOL
-                elif whole and rem > mnbt:
-                    code = EXCEEDS_TOKEN_BUDGET
-                elif (whole and rem > budget) or (nrun > 0 and adm_pages[r] > num_pages - committed):
-                    break
-                if swapped:
-                    sw_head = (sw_head + 1) % scap
-                    sw_len -= 1
-                    cpu_used -= Q[r, CPU]
-                else:
-                    wq_head = (wq_head + 1) % wcap
-                    wq_len -= 1
-                if code:  # it holds no GPU pages
-                    _abort(r, code, k, start, Q, fin_iter, fin_s)
-                    naborted += 1
-                    continue
-                Q[r, STATUS] = RUNNING
-                if adm_iter[r] < 0:
-                    adm_iter[r], adm_s[r] = k, start
-                Q[r, RES] = res_pages[r]  # it holds no GPU pages yet
-                if swapped:  # its KV comes back from the CPU pool
-                    Q[r, USED] = Q[r, CPU]
-                    num_used += Q[r, CPU]
-                    swap_pages += Q[r, CPU]
-                    Q[r, CPU] = 0
-                committed += _promised(Q[r, RES], Q[r, USED])
-                run[nrun] = r
-                nrun += 1
-                chunk = rem if rem < budget else budget
-                grown = _allocated(_pages(Q[r, COMP] + chunk, bs, shift), Q[r, RES], Q[r, USED])
+                    if not fits_now:
+                        continue
+                else:  # swapped requests (phase 2) or waiting ones (0: whole prompts, 3: chunked), FCFS
+                    if not ((sw_len if swapped else wq_len) > 0 and nrun < max_seqs and budget > 0):
+                        break
+                    r = sw[sw_head] if swapped else wq[wq_head]
+                    rem = Q[r, PROMPT] + Q[r, GEN] - Q[r, COMP]
+                    code = 0
+                    if not fits[r]:
+                        code = EXCEEDS_POOL
+                    elif whole and rem > mnbt:
+                        code = EXCEEDS_TOKEN_BUDGET
+                    elif (whole and rem > budget) or (nrun > 0 and adm_pages[r] > num_pages - committed):
+                        break
+                    if swapped:
+                        sw_head = (sw_head + 1) % scap
+                        sw_len -= 1
+                        cpu_used -= Q[r, CPU]
+                    else:
+                        wq_head = (wq_head + 1) % wcap
+                        wq_len -= 1
+                    if code:  # it holds no GPU pages
+                        _abort(r, code, k, start, Q, fin_iter, fin_s)
+                        naborted += 1
+                        continue
+                    Q[r, STATUS] = RUNNING
+                    if adm_iter[r] < 0:
+                        adm_iter[r], adm_s[r] = k, start
+                    Q[r, RES] = res_pages[r]  # it holds no GPU pages yet
+                    if swapped:  # its KV comes back from the CPU pool
+                        Q[r, USED] = Q[r, CPU]
+                        num_used += Q[r, CPU]
+                        swap_pages += Q[r, CPU]
+                        Q[r, CPU] = 0
+                    committed += _promised(Q[r, RES], Q[r, USED])
+                    run[nrun] = r
+                    nrun += 1
+                    chunk = rem if rem < budget else budget
+                    need = _pages(Q[r, COMP] + chunk, bs, shift)
+                # the shared tail: pages for the chunk, and the request joins the iteration
+                grown = _allocated(need, Q[r, RES], Q[r, USED])
                 committed += grown[0]
                 num_used += grown[1]
                 Q[r, USED] += grown[1]
