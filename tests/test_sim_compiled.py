@@ -46,10 +46,12 @@ def test_which_policies_take_the_compiled_loop():
         expect = cls.admits_on_own_pages and not cls.keeps_state and cls.preempts_newest and not pol.orders_queue
         assert (fast.why_not(pol, COST, np) is None) == expect, name
     assert fast.why_not(HalfHeadroom(), COST, np) is None
-    assert "array engine" in fast.why_not(FewestDecodedVictim(), COST, np)
-    assert "array engine" in fast.why_not(CountingRatio(), COST, np)
+    assert "chooses its own victims" in fast.why_not(FewestDecodedVictim(), COST, np)
+    assert "keeps per-iteration state" in fast.why_not(CountingRatio(), COST, np)
     assert fast.why_not(create_policy("vllm"), COST, np) is None
-    assert "sglang" in fast.why_not(create_policy("sglang"), COST, np)
+    assert fast.why_not(create_policy("sglang"), COST, np) == (
+        "policy sglang admission reads the running requests, keeps per-iteration state: the array engine runs it")
+    assert "orders the waiting queue" in fast.why_not(create_policy("predicted", queue_order="tie"), COST, np)
 
 
 @pytest.mark.parametrize("scheduler", ["chunked", "prefill_first"])

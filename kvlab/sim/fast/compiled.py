@@ -43,9 +43,12 @@ def why_not(policy: Policy, cost_model: CostModel, xp: ModuleType) -> str | None
         return "KVLAB_COMPILED=0"
     if xp is not np:
         return f"array module {xp.__name__} (the compiled loop runs on NumPy)"
-    if not (policy.admits_on_own_pages and not policy.keeps_state and not policy.orders_queue
-            and policy.preempts_newest):
-        return f"policy {policy.name} needs the array engine (its answers depend on more than one request)"
+    traits = [what for what, holds in (
+        ("admission reads the running requests", not policy.admits_on_own_pages),
+        ("keeps per-iteration state", policy.keeps_state), ("orders the waiting queue", policy.orders_queue),
+        ("chooses its own victims", not policy.preempts_newest)) if holds]
+    if traits:
+        return f"policy {policy.name} {', '.join(traits)}: the array engine runs it"
     try:
         from ...costmodel.kernel import constants
     except ImportError:
