@@ -52,8 +52,9 @@ changes is how they are executed:
 
 * The policy is asked, never named: every rule is the policy's own method called on arrays of
   requests (:class:`kvlab.policies.Requests`), and the paths above are chosen by its traits
-  (``on_demand``, ``admits_on_own_pages``, ``keeps_state``, ``orders_queue``). A policy class
-  kvlab does not ship takes the same paths at the same speed.
+  (``on_demand``, ``admits_on_own_pages``, ``keeps_state``, ``orders_queue``, and for the
+  compiled loop ``preempts_newest``). A policy class kvlab does not ship takes the same paths at
+  the same speed.
 
 Modules: :mod:`.compiled` and :mod:`.kernel` (the compiled loop), :mod:`.tables` (the result
 tables both loops build), :mod:`.state` (status codes, the policy asked about requests by id), :mod:`.queue`
