@@ -18,24 +18,12 @@ well each model tracks this GPU's GEMMs and memory, not a serving engine's batch
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
-import types
 from dataclasses import replace
 from pathlib import Path
 
-
-def _import(name: str):
-    """A kvlab module, also where kvlab's package-level imports (pyyaml, ...) are not installed."""
-    try:
-        import kvlab  # noqa: F401
-    except ImportError as exc:
-        print(f"note: import kvlab failed ({exc}); loading {name} without kvlab/__init__.py")
-        pkg = types.ModuleType("kvlab")
-        pkg.__path__ = [str(Path(__file__).resolve().parent.parent / "kvlab")]
-        sys.modules["kvlab"] = pkg
-    return importlib.import_module(name)
+from standalone import kvlab_module  # bench/ is on sys.path when a script here runs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,8 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import pandas as pd
 
-    calibrate = _import("kvlab.calibrate")
-    cm = _import("kvlab.costmodel")
+    calibrate = kvlab_module("kvlab.calibrate")
+    cm = kvlab_module("kvlab.costmodel")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     saved = out / "profile.csv"
@@ -57,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         profiles = pd.read_csv(saved)
         print(f"profile from {saved}")
     else:
-        measure = _import("kvlab.measure")
+        measure = kvlab_module("kvlab.measure")
         profiles = pd.concat([measure.measure_forward(
             m, seq_tokens=(256, 1024, 4096) if args.quick else (256, 512, 1024, 2048, 4096, 8192),
             decode_batches=(1, 16) if args.quick else (1, 16, 64, 128),

@@ -9,27 +9,10 @@ the catalogue specs, measured in the same run. Needs CuPy with a CUDA device.
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 import time
-import types
-from pathlib import Path
 
-
-def _import_measure():
-    """kvlab.measure, also where kvlab's package-level imports (pyyaml, ...) are not installed.
-
-    The lent GPU machine carries only NumPy, SciPy, pandas, pytest and CuPy; kvlab.measure needs
-    no more, so when ``import kvlab`` fails the package is registered without its __init__.
-    """
-    try:
-        import kvlab  # noqa: F401
-    except ImportError as exc:
-        print(f"note: import kvlab failed ({exc}); loading kvlab.measure without kvlab/__init__.py")
-        pkg = types.ModuleType("kvlab")
-        pkg.__path__ = [str(Path(__file__).resolve().parent.parent / "kvlab")]
-        sys.modules["kvlab"] = pkg
-    return importlib.import_module("kvlab.measure")
+from standalone import kvlab_module  # bench/ is on sys.path when a script here runs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu", default="H200", help="catalogue GPU whose peaks the fit starts from")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
-    measure = _import_measure()
+    measure = kvlab_module("kvlab.measure")
     t0 = time.perf_counter()
     summary = measure.run(args.models, gpu=args.gpu, out_dir=args.out, quick=args.quick)
     print(f"device: {summary['device']} (specs of {summary['gpu_spec']}), {time.perf_counter() - t0:.1f} s in all")
