@@ -11,7 +11,7 @@ import kvlab.sim.fast as fast
 from kvlab.costmodel import cost_model, roofline
 from kvlab.costmodel.kernel import constants, iteration_s
 from kvlab.lengths import profile
-from kvlab.policies import create_policy, policy_class, policy_names
+from kvlab.policies import Policy, create_policy, policy_class, policy_names
 
 from test_policy_extension import SETUP, CountingRatio, FewestDecodedVictim, HalfHeadroom
 from test_sim_fast_equivalence import COST, assert_same, run
@@ -38,13 +38,13 @@ def test_models_without_a_compiled_form_keep_the_array_engine():
 
 
 def test_which_policies_take_the_compiled_loop():
-    """Traits decide: every registered policy whose answers concern one request, with FCFS, no state
-    and the newest as victim, runs compiled; a test policy with its own victim rule does not."""
+    """Traits decide, and they follow the code: a registered policy runs compiled exactly when its
+    class keeps Policy's own can_admit, end_schedule and choose_victim and its queue is FCFS; a test
+    policy with its own victim rule or state does not."""
     for name in policy_names():
-        cls = policy_class(name)
-        pol = create_policy(name)
-        expect = cls.admits_on_own_pages and not cls.keeps_state and cls.preempts_newest and not pol.orders_queue
-        assert (fast.why_not(pol, COST, np) is None) == expect, name
+        cls, pol = policy_class(name), create_policy(name)
+        own = [m for m in ("can_admit", "end_schedule", "choose_victim") if getattr(cls, m) is not getattr(Policy, m)]
+        assert (fast.why_not(pol, COST, np) is None) == (not own and not pol.orders_queue), (name, own)
     assert fast.why_not(HalfHeadroom(), COST, np) is None
     assert "chooses its own victims" in fast.why_not(FewestDecodedVictim(), COST, np)
     assert "keeps per-iteration state" in fast.why_not(CountingRatio(), COST, np)
@@ -105,7 +105,9 @@ def test_small_row_buffer_and_reasked_answers_change_nothing(mode, monkeypatch):
         assert sum(asked[1:]) > 0  # answers re-asked for requests that had generated tokens
 
 
-def test_empty_workload_and_idle_gaps():
+def test_idle_gaps_between_arrivals():
+    """The server idles after the first request until the next two arrive at 50 s (the clock jumps to them):
+    the reference engine's tables."""
     w = pd.DataFrame({"prompt_tokens": [4, 9, 3], "output_tokens": [2, 5, 1], "arrival_s": [0.0, 50.0, 50.0]})
     kw = {"block_size": 4, "cost_model": COST, "pool_pages": 8}
     assert_same(run(w, "vllm", "reference", **kw), run(w, "vllm", "fast", **kw))

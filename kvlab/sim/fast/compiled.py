@@ -28,7 +28,7 @@ from ..._intmath import ceil_div
 from ...costmodel import CostModel
 from ...policies import Policy, Requests
 from ..config import PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind, SwapConfig
-from .state import WAITING
+from .state import WAITING, no_progress
 from .tables import STATE_COLUMNS, iteration_frame, request_columns
 
 #: Iteration rows the buffer first holds per request (13 ints and 2 floats each; it doubles when
@@ -73,9 +73,8 @@ class _Facts:
         """Ask the policy about requests ``ids`` with ``gen`` generated tokens."""
         reqs = Requests(ids, self.prompt[ids], self.output[ids], gen, np)
         self.res_pages[ids] = ceil_div(self.policy.reservation_tokens(reqs), self.bs)
-        adm = self.policy.admission_pages(reqs)
-        self.adm_pages[ids] = adm
-        self.fits[ids] = adm <= self.policy.num_pages  # Policy.fits_empty_pool, which no policy overrides
+        self.adm_pages[ids] = self.policy.admission_pages(reqs)
+        self.fits[ids] = self.policy.fits_empty_pool(reqs)
         self.gen[ids] = gen
 
 
@@ -127,11 +126,10 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
             ids = stale[:S[kn.NSTALE]].copy()  # int64
             facts.ask(ids, Q[ids, kn.GEN])
         if event == kn.NO_PROGRESS:
-            running = scratch[0][:S[kn.NRUN]]
-            raise RuntimeError(
-                f"iteration {S[kn.K]} at {F[kn.NOW]:.6f} s makes no progress: running={running[:5]}, "
-                f"waiting={S[kn.WQ_LEN]}, swapped={S[kn.SW_LEN]}, "
-                f"free pages={pool.num_pages - S[kn.USED_PAGES]}, unpromised pages={pool.num_pages - S[kn.COMMITTED]}")
+            raise no_progress(int(S[kn.K]), float(F[kn.NOW]), running=scratch[0][:S[kn.NRUN]],
+                              waiting=int(S[kn.WQ_LEN]), swapped=int(S[kn.SW_LEN]),
+                              free_pages=pool.num_pages - int(S[kn.USED_PAGES]),
+                              unpromised_pages=pool.num_pages - int(S[kn.COMMITTED]))
         if event == kn.DONE:
             break
     num = S[kn.NROWS]

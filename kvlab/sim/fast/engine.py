@@ -16,7 +16,7 @@ from ..config import PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind,
 from ..reference import ITERATION_COLUMNS
 from .lazy import Clock, LazyFacts, LazyRun, Running
 from .queue import Waiting
-from .state import ABORT_REASONS, ABORTED, CAPPED, PREEMPTED, RUNNING, STOPPED, SWAPPED, WAITING, Rules
+from .state import ABORT_REASONS, ABORTED, CAPPED, PREEMPTED, RUNNING, STOPPED, SWAPPED, WAITING, Rules, no_progress
 from .tables import STATE_COLUMNS, iteration_table, request_columns, rows_block
 
 # Array iterations to run before trying a lazy run again after one could not start.
@@ -385,10 +385,9 @@ class FastEngine:
     def _execute(self, st: Step) -> None:
         xp = self.xp
         if not st.num_scheduled and not st.num_aborted and (self.idle_before or not st.num_preempted):
-            raise RuntimeError(
-                f"iteration {st.k} at {st.start_s:.6f} s makes no progress: running={to_numpy(self.run_ids)[:5]}, "
-                f"waiting={len(self.waiting)}, swapped={list(self.swapped)[:5]}, "
-                f"free pages={self.num_pages - self.num_used}, unpromised pages={self.uncommitted}")
+            raise no_progress(st.k, st.start_s, running=to_numpy(self.run_ids), waiting=len(self.waiting),
+                              swapped=len(self.swapped), free_pages=self.num_pages - self.num_used,
+                              unpromised_pages=self.uncommitted)
         duration_s = st.swap_pages * self.swap_cfg.page_copy_s
         decode_tokens = num_tokens = 0
         pages_used, pages_reserved = self.num_used, self.committed

@@ -43,7 +43,7 @@ MODE_RECOMPUTE, MODE_SWAP, MODE_REJECT = 0, 1, 2
 # ---- per-request state: Q (int64 columns, one row per request; the fields an iteration touches
 # share a cache line or two) and T (float64: the last token's time and the largest token gap, seconds)
 PROMPT, GEN, COMP, RES, USED, TARGET, MAX_USED, MAX_RES, STATUS, OUTPUT, CPU, NPRE, NSWAP, ABORT = range(14)
-NUM_REQUEST_INTS = 16
+NUM_REQUEST_INTS = 16  # 14 used; rows of 128 bytes start on cache lines (large arrays are page-aligned)
 LAST_S, MAX_TBT = 0, 1
 # ---- events
 DONE, ROWS_FULL, STALE, NO_PROGRESS = 0, 1, 2, 3

@@ -17,6 +17,14 @@ STOPPED, CAPPED, ABORTED = (int(s) for s in (RequestStatus.FINISHED_STOPPED, Req
 ABORT_REASONS = ("", "exceeds_pool", "exceeds_token_budget", "kv_exceeds_pool", "preempted_rejected")
 
 
+def no_progress(k: int, start_s: float, *, running: Any, waiting: int, swapped: int, free_pages: int,
+                unpromised_pages: int) -> RuntimeError:
+    """The reference engine's livelock error (its text up to the colon), with the fast engine's state."""
+    return RuntimeError(f"iteration {k} at {start_s:.6f} s makes no progress: running={running[:5]}, "
+                        f"waiting={waiting}, swapped={swapped}, free pages={free_pages}, "
+                        f"unpromised pages={unpromised_pages}")
+
+
 class Rules:
     """The policy's rules asked about the engine's requests by id (arrays of ids on ``xp``).
 
