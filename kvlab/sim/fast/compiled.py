@@ -93,6 +93,7 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
     # Request ids are unsigned in the loop: indexing with them then needs no negative-index wrap.
     u64 = np.uint64
     order = np.argsort(arrival_h, kind="stable").astype(u64)  # arrival order, ties by row
+    arrival_sorted = np.ascontiguousarray(arrival_h[order])  # the loop reads arrivals in that order
     facts = _Facts(policy, prompt, output, pool.block_size)
     facts.ask(np.arange(n, dtype=i64), np.zeros(n, dtype=i64))
     cost_kind, cost_params = constants(cost_model)
@@ -119,7 +120,7 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
             R, RT = (np.concatenate([a, np.zeros_like(a)], axis=1) for a in (R, RT))
         while True:
             event = kn.simulate_kernel(
-                S, F, C, swap.page_copy_s, cost_kind, cost_params, Q, T, order, arrival_h, facts.res_pages,
+                S, F, C, swap.page_copy_s, cost_kind, cost_params, Q, T, order, arrival_sorted, facts.res_pages,
                 facts.adm_pages, facts.fits, facts.gen, *once.values(), *queues, *scratch, stale, R, RT)
             if event != kn.STALE:
                 break

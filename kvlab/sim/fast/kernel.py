@@ -128,7 +128,11 @@ def _preempt(v, k, start, mode, bs, shift, cpu_free, sched_ids, sched_chunk, nsc
 def simulate_kernel(S, F, C, page_copy_s, cost_kind, cost_params, Q, T, order, arrival,
                     res_pages, adm_pages, fits, facts_gen, adm_iter, ft_iter, fin_iter, adm_s, ft_s, fin_s,
                     wq, sw, run, sched_ids, sched_chunk, snap, stale, R, RT):  # pragma: no cover (compiled)
-    """Run iterations until an event; return its code (see the module note). Arrays are mutated in place."""
+    """Run iterations until an event; return its code (see the module note). Arrays are mutated in place.
+
+    ``order`` lists request ids in arrival order (ties by row) and ``arrival`` their arrival times
+    in that same order (seconds, non-decreasing): ``arrival[a]`` is request ``order[a]``'s.
+    """
     n = Q.shape[0]
     bs, num_pages, mnbt, max_seqs = C[BLOCK_SIZE], C[NUM_PAGES], C[MNBT], C[MAX_SEQS]
     shift = -1
