@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -36,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from . import _validate as v
+from ._workers import worker_pool
 from .costmodel import describe as _describe_cost, resolve as _resolve_cost
 from .lengths import Profile, workload_sample
 from .pipeline import PipelineCostModel
@@ -463,7 +463,7 @@ def capacities(workload: pd.DataFrame | str | Path | Profile, cases: Mapping[Any
     if max_workers == 1 or len(jobs) == 1:
         found = [_capacity_job(j) for j in jobs]
     else:
-        with ProcessPoolExecutor(min(max_workers, len(jobs))) as pool:
+        with worker_pool(min(max_workers, len(jobs))) as pool:
             found = list(pool.map(_capacity_job, jobs))
     return dict(zip(cases, found))
 
