@@ -158,6 +158,8 @@ def test_pinned_version_precision_and_saved_config_files(tmp_path, capsys):
     assert old["setup"]["version_family"].startswith("vLLM V0") and old["setup"]["server"]["overflow"].startswith(
         "recompute by default")
     assert any(r["overflow"] == "swap" for r in old["table"])  # V0 still swaps, and says so
+    assert old["setup"]["default_flags"] == "--max-num-seqs 256 --max-num-batched-tokens 4096 " \
+        "--gpu-memory-utilization 0.9"  # V0: max(max_model_len, 2048) tokens, the model's 4,096 context
     # TensorRT-LLM's scheduler policy and KV dtype live in a YAML file: --save-dir writes it where the command says
     saved = tmp_path / "cfg"
     trt = _run_json(capsys, str(path), "--model", "Llama-3-8B", "--gpu", "H100-SXM", "--windows", "1",

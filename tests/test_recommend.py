@@ -230,9 +230,10 @@ def test_what_binds_by_hand():
                           _row("max_num_batched_tokens=2048", "max_num_batched_tokens", 24.2, 23.0, 25.1)])
     kv = table["knob"].isin(["gpu_memory_utilization", "kv_cache_dtype"])
     text = what_binds(table, kv)
-    assert text.startswith("KV memory does not bind at this load: what binds is median scheduling delay")
+    assert text.startswith("KV memory does not bind at this load: what binds at the default is median scheduling "
+                           "delay")
     assert "the knob that moves it is max_num_batched_tokens (max_num_batched_tokens=2048: 24.2" in text
-    assert "KV starts to bind at 30 requests/s" in text
+    assert "at the default KV starts to bind at 30 requests/s" in text
     # a KV knob whose interval clears the default's: KV binds, nothing to say
     moved = table.copy()
     moved.loc[2, ["capacity_qps", "capacity_lo_qps", "capacity_hi_qps"]] = [20.0, 19.0, 21.0]
@@ -240,7 +241,7 @@ def test_what_binds_by_hand():
     # no preemption anywhere in the search: said so, with the highest rate it tried
     quiet = table.copy()
     quiet.loc[0, "kv_binds_at_qps"] = float("nan")
-    assert "no request was preempted for pages at any rate the capacity search tried (up to 40" in \
+    assert "at the default no request was preempted for pages at any rate the capacity search tried (up to 40" in \
         what_binds(quiet, kv)
 
 
@@ -251,7 +252,26 @@ def test_recommend_says_what_binds_when_kv_knobs_tie():
     rec = recommend(trace, model="Llama-3-8B", gpu="H100-SXM", candidates=picks, num_windows=2,
                     window_requests=150, rel_tol=0.2)
     assert rec.decision in ("keep-default", "all-tie")
-    assert "KV memory does not bind at this load: what binds is" in rec.answer
+    assert "KV memory does not bind at this load: what binds at the default is" in rec.answer
     t = rec.table.set_index("setting")
     assert t.loc["kv_cache_dtype=fp8", "pool_pages"] in (2 * t.loc["default", "pool_pages"],
                                                          2 * t.loc["default", "pool_pages"] + 1)
+
+
+def test_cpu_offload_is_a_host_pool_priced_by_the_host_link():
+    from kvlab.recommend import serving_config
+    from kvlab.swap import swap_model
+    kw = dict(model="Llama-3-8B", gpu="H100-SXM", tp=1, block_size=16, max_new_tokens=1000)
+    vllm = {s.label: s for s in settings("vllm", model="Llama-3-8B", gpu="H100-SXM")}
+    off = serving_config(vllm["kv_offloading_size=16"], **kw)
+    # --kv-offloading-size 16 (GiB) holds 16 GiB / (16 tokens x 131,072 bytes) = 8,192 pages
+    assert (off.preemption_mode, off.cpu_pool_pages) == ("swap", 16 * 2**30 // (16 * 131_072)) == ("swap", 8192)
+    assert serving_config(vllm["default"], **kw).cpu_pool_pages is None
+    # each page moves at the GPU's host link (PCIe Gen5 x16, 63 GB/s) plus one copy's latency
+    page_s = swap_model("Llama-3-8B", "H100-SXM").page_copy_s(16)
+    assert page_s == pytest.approx(5e-6 + 16 * 131_072 / 63e9)
+    # SGLang's hierarchical cache: a host pool of hicache_ratio (2) x the device pool
+    sg = {s.label: s for s in settings("sglang", model="Llama-3-8B", gpu="H100-SXM")}
+    host = serving_config(sg["hierarchical_cache=on"], **kw)
+    device = serving_config(sg["default"], **kw).pool_pages
+    assert host.preemption_mode == "swap" and abs(host.cpu_pool_pages - 2 * device) <= 2

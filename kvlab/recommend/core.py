@@ -369,13 +369,14 @@ def what_binds(table: pd.DataFrame, kv_knob: pd.Series) -> str:
         knob = "and none of the knobs searched moves the capacity"
     kv_at = d["kv_binds_at_qps"]
     if kv_at == kv_at:  # not NaN
-        where = f"KV starts to bind at {kv_at:.3g} requests/s (the capacity search's first preemption for pages)"
+        where = (f"at the default KV starts to bind at {kv_at:.3g} requests/s (the capacity search's first "
+                 f"preemption for pages)")
     else:
-        where = (f"no request was preempted for pages at any rate the capacity search tried (up to "
-                 f"{d['max_tried_qps']:.3g} requests/s)")
+        where = (f"at the default no request was preempted for pages at any rate the capacity search tried (up "
+                 f"to {d['max_tried_qps']:.3g} requests/s)")
         if d["policy"] == "reserve_max":
             where += "; a server that reserves everything at admission queues instead of preempting"
-    return f"KV memory does not bind at this load: what binds is {term}; {knob}; {where}."
+    return f"KV memory does not bind at this load: what binds at the default is {term}; {knob}; {where}."
 
 
 def _decide(table: pd.DataFrame, *, rate: float | None, max_unserved_frac: float, comparison: bool,
@@ -611,7 +612,9 @@ def recommend(trace: pd.DataFrame, *, model: str, gpu: str, system: str | None =
     setup = {"model": m.name, "hf_id": m.hf_id, "weights": m.weight_dtype, "kv_cache_dtype": m.kv_cache_dtype,
              "gpu": gpu, "tp": tp, "pp": 1, "system": system or "comparison",
              "version_family": prof.family if prof else "each system's newest family at its default",
-             "server": prof.describe() if prof else {}, "slo": str(slo),
+             "server": prof.describe() if prof else {},
+             "default_flags": " ".join(f"{k} {val}" for k, val in candidates[0].flags.items())
+             if prof and candidates[0].is_default else "", "slo": str(slo),
              "slo_p99_tbt_s": slo.tbt_p99_s, "scheduling_delay_p50_s": slo.scheduling_delay_p50_s,
              "cost_model": configs[0].cost_label(),
              "scheduler": "/".join(sorted({c.scheduler for c in configs})), "block_size": block_size,
@@ -675,6 +678,8 @@ def render_text(rec: Recommendation) -> str:
              + f"; max_new_tokens {rec.context.max_new_tokens:,} ({rec.context.cap_source})",
              f"capacity: median [range] over {s['num_windows']} windows of {s['window_requests']:,} requests "
              f"(Poisson), requests/s", ""]
+    if s.get("default_flags"):
+        lines[-1:-1] = _wrap(f"default of {s['version_family']} for this model and GPU: {s['default_flags']}")
     head = f"{'setting':<30} {'capacity [range]':>22} {'headroom':>8} {'replicas':>8} {'p99 ttft':>9} " \
            f"{'p99 itl':>8}"
     lines += [head, f"{'':<30} {'req/s':>22} {'x':>8} {'':>8} {'ms':>9} {'ms':>8}"]

@@ -216,6 +216,10 @@ class ServerProfile:
     kv_knobs : tuple of str
         Knobs that change the KV pool, its precision, its host tier or its reservation (the
         answer says KV does not bind when all of these tie the default).
+    tp_flag, kv_flag : str
+        The tensor-parallel and KV-dtype options ("" where there is none on the command line).
+    fp8_weights_args : tuple of str
+        What quantizes BF16 weights to FP8 at load (empty: a pre-quantized checkpoint is needed).
     """
 
     system: str = ""
@@ -230,6 +234,9 @@ class ServerProfile:
     block_sizes: tuple[int, ...] | None = None
     kv_cache_dtypes: Mapping[str, str] = {"auto": "auto"}
     kv_knobs: tuple[str, ...] = ()
+    tp_flag: str = ""
+    fp8_weights_args: tuple[str, ...] = ()
+    kv_flag: str = ""
 
     # --------------------------------------------------------------- what subclasses write
     def defaults(self, ctx: Context) -> dict[str, Any]:
@@ -250,6 +257,16 @@ class ServerProfile:
         return f"requests without max_tokens get {cap} (server default)"
 
     # --------------------------------------------------------------- shared by the profiles
+    def option_args(self, setting: Setting, ctx: LaunchContext) -> list[str]:
+        """TP, FP8 weights, the setting's flags and its KV dtype, as command-line arguments."""
+        args = [self.tp_flag, str(ctx.tp)] if ctx.tp > 1 and self.tp_flag else []
+        if ctx.model.weight_dtype == "fp8":
+            args += list(self.fp8_weights_args)
+        flags = dict(setting.flags)
+        if setting.kv_cache_dtype != "auto" and self.kv_flag:
+            flags[self.kv_flag] = self.kv_flag_value(setting.kv_cache_dtype)
+        return args + flag_args(flags)
+
     def supports_fp8_kv(self, ctx: Context) -> bool:
         """Whether to offer FP8 KV: the system stores it and the GPU has FP8 tensor cores."""
         return "fp8" in self.kv_cache_dtypes and ctx.gpu.has_fp8 and ctx.model.kv_cache_dtype == "auto"

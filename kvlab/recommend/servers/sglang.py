@@ -63,6 +63,7 @@ class SGLang(ServerProfile):
                     "over the host link)")
     kv_knobs = ("mem_fraction_static", "kv_cache_dtype", "hierarchical_cache", "schedule_conservativeness")
     kv_cache_dtypes = {"auto": "auto", "fp8": "fp8_e4m3"}
+    tp_flag, kv_flag, fp8_weights_args = "--tp-size", "--kv-cache-dtype", ("--quantization", "fp8")
 
     def defaults(self, ctx: Context) -> dict:
         chunk, _, frac = memory_settings(ctx.gpu.memory_bytes / MIB, tp=ctx.tp)
@@ -100,19 +101,10 @@ class SGLang(ServerProfile):
         return out
 
     def launch(self, setting: Setting, ctx: LaunchContext) -> Launch:
-        argv = ["python", "-m", "sglang.launch_server", "--model-path", ctx.checkpoint,
-                "--context-length", str(ctx.max_model_len)]
-        if ctx.tp > 1:
-            argv += ["--tp-size", str(ctx.tp)]
-        if ctx.model.weight_dtype == "fp8":
-            argv += ["--quantization", "fp8"]
-        flags = dict(setting.flags)
-        if setting.kv_cache_dtype != "auto":
-            flags["--kv-cache-dtype"] = self.kv_flag_value(setting.kv_cache_dtype)
-        for k, val in flags.items():
-            argv += [k] if val is True else [k, str(val)]
-        return Launch(argv=argv, notes=("SGLang pages one token at a time (--page-size 1); kvlab's pages of "
-                                        f"{ctx.block_size} tokens overstate its rounding by under a page a request",))
+        return Launch(argv=["python", "-m", "sglang.launch_server", "--model-path", ctx.checkpoint,
+                            "--context-length", str(ctx.max_model_len), *self.option_args(setting, ctx)],
+                      notes=("SGLang pages one token at a time (--page-size 1); kvlab's pages of "
+                             f"{ctx.block_size} tokens overstate its rounding by under a page a request",))
 
     def client_note(self, setting: Setting, *, max_new_tokens: int) -> str:
         return f"clients send max_new_tokens <= {setting.output_cap_tokens or max_new_tokens} in sampling_params"

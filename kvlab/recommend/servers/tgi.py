@@ -76,6 +76,7 @@ class TGI(ServerProfile):
     host_offload = ""
     kv_knobs = ("kv_cache_dtype",)
     kv_cache_dtypes = {"auto": "auto", "fp8": "fp8_e4m3fn"}
+    tp_flag, kv_flag, fp8_weights_args = "--num-shard", "--kv-cache-dtype", ("--quantize", "fp8")
 
     def defaults(self, ctx: Context) -> dict:
         g = ctx.gpu
@@ -98,18 +99,9 @@ class TGI(ServerProfile):
         return out
 
     def launch(self, setting: Setting, ctx: LaunchContext) -> Launch:
-        argv = ["text-generation-launcher", "--model-id", ctx.checkpoint,
-                "--max-input-tokens", str(ctx.max_prompt_tokens), "--max-total-tokens", str(ctx.max_model_len)]
-        if ctx.tp > 1:
-            argv += ["--num-shard", str(ctx.tp)]
-        if ctx.model.weight_dtype == "fp8":
-            argv += ["--quantize", "fp8"]
-        flags = dict(setting.flags)
-        if setting.kv_cache_dtype != "auto":
-            flags["--kv-cache-dtype"] = self.kv_flag_value(setting.kv_cache_dtype)
-        for k, val in flags.items():
-            argv += [k, str(val)]
-        return Launch(argv=argv)
+        return Launch(argv=["text-generation-launcher", "--model-id", ctx.checkpoint,
+                            "--max-input-tokens", str(ctx.max_prompt_tokens), "--max-total-tokens",
+                            str(ctx.max_model_len), *self.option_args(setting, ctx)])
 
     def client_note(self, setting: Setting, *, max_new_tokens: int) -> str:
         cap = setting.output_cap_tokens or max_new_tokens

@@ -24,6 +24,8 @@ be scheduled: kvlab simulates whole prefills then, and counts such prompts as no
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import yaml
 
 from .base import Context, Launch, LaunchContext, ServerProfile, Setting, change
@@ -52,6 +54,7 @@ class TensorRTLLM(ServerProfile):
                     "not offered until kvlab simulates reuse)")
     kv_knobs = ("kv_cache_free_gpu_memory_fraction", "kv_cache_dtype", "capacity_scheduler_policy", "max_tokens")
     kv_cache_dtypes = {"auto": "auto", "fp8": "fp8"}
+    tp_flag = "--tp_size"  # the KV dtype and the scheduler policy exist only in the YAML file
 
     def defaults(self, ctx: Context) -> dict:
         return {"max_batch_size": 2048, "max_num_tokens": 8192, "kv_cache_free_gpu_memory_fraction": 0.9,
@@ -86,12 +89,8 @@ class TensorRTLLM(ServerProfile):
         options = {"scheduler_config": {"capacity_scheduler_policy": flags.pop("capacity_scheduler_policy")},
                    "kv_cache_config": {"enable_block_reuse": True,
                                        "dtype": self.kv_flag_value(setting.kv_cache_dtype)}}
-        argv = ["trtllm-serve", ctx.checkpoint, "--backend", "pytorch", "--max_seq_len", str(ctx.max_model_len)]
-        if ctx.tp > 1:
-            argv += ["--tp_size", str(ctx.tp)]
-        for k, val in flags.items():
-            argv += [k] if val is True else [k, str(val)]
-        argv += ["--extra_llm_api_options", ctx.file(YAML_NAME)]
+        argv = ["trtllm-serve", ctx.checkpoint, "--backend", "pytorch", "--max_seq_len", str(ctx.max_model_len),
+                *self.option_args(replace(setting, flags=flags), ctx), "--extra_llm_api_options", ctx.file(YAML_NAME)]
         notes = ()
         if ctx.model.weight_dtype != "bf16":
             notes = (f"TensorRT-LLM loads {ctx.model.weight_dtype.upper()} weights from a pre-quantized checkpoint "

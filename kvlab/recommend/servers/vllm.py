@@ -47,6 +47,7 @@ class VLLM(ServerProfile):
     block_sizes = (1, 8, 16, 32, 64, 128, 256)
     kv_knobs = ("gpu_memory_utilization", "kv_cache_dtype", "kv_offloading_size")
     kv_cache_dtypes = {"auto": "auto", "fp8": "fp8"}
+    tp_flag, kv_flag, fp8_weights_args = "--tensor-parallel-size", "--kv-cache-dtype", ("--quantization", "fp8")
 
     def defaults(self, ctx: Context) -> dict:
         g = ctx.gpu
@@ -81,19 +82,9 @@ class VLLM(ServerProfile):
 
     def launch(self, setting: Setting, ctx: LaunchContext) -> Launch:
         cap = setting.output_cap_tokens or ctx.max_new_tokens
-        argv = ["vllm", "serve", ctx.checkpoint, "--max-model-len", str(ctx.max_model_len),
-                "--block-size", str(self.check_block_size(ctx.block_size))]
-        if ctx.tp > 1:
-            argv += ["--tensor-parallel-size", str(ctx.tp)]
-        if ctx.model.weight_dtype == "fp8":
-            argv += ["--quantization", "fp8"]
-        flags = dict(setting.flags)
-        if setting.kv_cache_dtype != "auto":
-            flags["--kv-cache-dtype"] = self.kv_flag_value(setting.kv_cache_dtype)
-        for k, val in flags.items():
-            argv += [k, str(val)]
-        argv += ["--generation-config", "vllm", "--override-generation-config", json.dumps({"max_new_tokens": cap})]
-        return Launch(argv=argv)
-
+        return Launch(argv=["vllm", "serve", ctx.checkpoint, "--max-model-len", str(ctx.max_model_len),
+                            "--block-size", str(self.check_block_size(ctx.block_size)),
+                            *self.option_args(setting, ctx), "--generation-config", "vllm",
+                            "--override-generation-config", json.dumps({"max_new_tokens": cap})])
 
 PROFILE = VLLM()

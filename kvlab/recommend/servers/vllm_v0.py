@@ -21,9 +21,10 @@ scheduler kvlab simulated on any release of the family. Set ``VLLM_USE_V1=0`` on
 """
 from __future__ import annotations
 
-import json
+from dataclasses import replace
 
-from .base import Context, Launch, LaunchContext, ServerProfile, Setting, change
+from .base import Context, Launch, LaunchContext, Setting, change
+from .vllm import VLLM
 
 #: The V0 default CPU swap pool (GiB), ``--swap-space``.
 SWAP_SPACE_GIB = 4
@@ -33,7 +34,7 @@ LONG_CONTEXT_TOKENS = 32768
 CHUNKED_TOKENS = 512
 
 
-class VLLMV0(ServerProfile):
+class VLLMV0(VLLM):
     system = "vllm"
     key = "vllm 0.6-0.10"
     family = "vLLM V0 (0.6-0.10, VLLM_USE_V1=0 from 0.8)"
@@ -79,22 +80,9 @@ class VLLMV0(ServerProfile):
         return out
 
     def launch(self, setting: Setting, ctx: LaunchContext) -> Launch:
-        cap = setting.output_cap_tokens or ctx.max_new_tokens
-        argv = ["vllm", "serve", ctx.checkpoint, "--max-model-len", str(ctx.max_model_len),
-                "--block-size", str(self.check_block_size(ctx.block_size))]
-        if ctx.tp > 1:
-            argv += ["--tensor-parallel-size", str(ctx.tp)]
-        if ctx.model.weight_dtype == "fp8":
-            argv += ["--quantization", "fp8"]
-        flags = dict(setting.flags)
-        if setting.kv_cache_dtype != "auto":
-            flags["--kv-cache-dtype"] = self.kv_flag_value(setting.kv_cache_dtype)
         if setting.scheduler == "chunked":
-            flags["--enable-chunked-prefill"] = True
-        for k, val in flags.items():
-            argv += [k] if val is True else [k, str(val)]
-        argv += ["--generation-config", "vllm", "--override-generation-config", json.dumps({"max_new_tokens": cap})]
-        return Launch(argv=argv, notes=("set VLLM_USE_V1=0 on vLLM 0.8-0.10 to run the V0 engine",))
-
+            setting = replace(setting, flags={**setting.flags, "--enable-chunked-prefill": True})
+        return replace(super().launch(setting, ctx),
+                       notes=("set VLLM_USE_V1=0 on vLLM 0.8-0.10 to run the V0 engine",))
 
 PROFILE = VLLMV0()
