@@ -275,3 +275,16 @@ def test_cpu_offload_is_a_host_pool_priced_by_the_host_link():
     host = serving_config(sg["hierarchical_cache=on"], **kw)
     device = serving_config(sg["default"], **kw).pool_pages
     assert host.preemption_mode == "swap" and abs(host.cpu_pool_pages - 2 * device) <= 2
+
+
+def test_quantized_weights_shrink_memory_and_say_what_the_measured_model_cannot_price():
+    from kvlab.specs import with_precision
+    fp8 = with_precision("Llama-3-8B", weights="fp8")
+    trace = _trace(120, 1.0, seed=4)
+    rec = recommend(trace, model=fp8, gpu="H100-SXM", candidates=settings("vllm", model=fp8, gpu="H100-SXM")[:1],
+                    num_windows=1, window_requests=100, rel_tol=0.3)
+    assert rec.setup["model"] == "Llama-3-8B" and rec.setup["weights"] == "fp8"
+    assert any("fitted on BF16 GEMMs" in w for w in rec.warnings)
+    assert "--quantization fp8" in rec.flags["command"].iloc[0]
+    plain = kvlab.pool_pages("Llama-3-8B", "H100-SXM", gpu_memory_utilization=0.92)
+    assert rec.table["pool_pages"].iloc[0] > plain  # 7 GB fewer weight bytes hold more pages

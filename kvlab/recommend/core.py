@@ -562,6 +562,10 @@ def recommend(trace: pd.DataFrame, *, model: str, gpu: str, system: str | None =
 
     configs = [serving_config(s, model=model, gpu=gpu, tp=tp, block_size=block_size, max_new_tokens=cap,
                               cost_model=cost_model, engine=engine) for s in candidates]
+    if _model(model).weight_dtype != "bf16" and configs[0].cost_label().startswith("measured"):
+        warnings.append(f"{_model(model).weight_dtype} weights: the measured cost model was fitted on BF16 GEMMs, so "
+                        f"here the precision changes the weight and KV memory, not the GEMM time (--cost-model "
+                        f"roofline prices FP8 GEMMs at the GPU's FP8 peak)")
     cap_kw = {"rel_tol": rel_tol, "qps_start": rate or 1.0}
     jobs: list[tuple[Callable, Any]] = []
     for c in configs:

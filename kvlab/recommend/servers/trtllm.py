@@ -20,7 +20,9 @@ repository snapshot is larger than the fetch limit, so no release tag could be c
 Which knob goes where: the batch limits, memory fraction, TP and chunked prefill are CLI
 options; the scheduler policy and the KV cache dtype exist only in the YAML file, which kvlab
 writes (``--save-dir``). Without chunked prefill a prompt longer than ``max_num_tokens`` cannot
-be scheduled: kvlab simulates whole prefills then, and counts such prompts as not served.
+be scheduled: kvlab simulates whole prefills then (its prefill-first scheduler, the nearest it
+has: TensorRT-LLM runs whole context phases within ``max_num_tokens`` next to the decodes of the
+same step), and counts such prompts as not served.
 """
 from __future__ import annotations
 
