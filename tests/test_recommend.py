@@ -243,6 +243,10 @@ def test_what_binds_by_hand():
     quiet.loc[0, "kv_binds_at_qps"] = float("nan")
     assert "at the default no request was preempted for pages at any rate the capacity search tried (up to 40" in \
         what_binds(quiet, kv)
+    # capacity's backlog rule read as what it means, not as its numbers
+    queue = table.copy()
+    queue.loc[0, "binding"] = "not sustained: 3.5% of the requests still wait when the last arrives (> 2.5%: ...)"
+    assert "what binds at the default is a growing queue (requests still waiting" in what_binds(queue, kv)
 
 
 def test_recommend_says_what_binds_when_kv_knobs_tie():

@@ -326,6 +326,8 @@ def _limit(binding: str) -> str:
         return ""
     if first.split()[0].isdigit():  # "3 requests aborted"
         return "aborted requests"
+    if first.startswith("not sustained"):  # capacity's backlog rule: arrivals outrun the server
+        return "a growing queue (requests still waiting when the last arrives)"
     words = []
     for w in first.split():
         if w.replace(".", "", 1).isdigit():
