@@ -93,9 +93,10 @@ class TensorRTLLM(ServerProfile):
                                        "dtype": self.kv_flag_value(setting.kv_cache_dtype)}}
         argv = ["trtllm-serve", ctx.checkpoint, "--backend", "pytorch", "--max_seq_len", str(ctx.max_model_len),
                 *self.option_args(replace(setting, flags=flags), ctx), "--extra_llm_api_options", ctx.file(YAML_NAME)]
-        notes = ()
+        notes: tuple[str, ...] = () if ctx.save_dir else (f"--save-dir DIR writes {YAML_NAME} (below) where the "
+                                                          f"command reads it",)
         if ctx.model.weight_dtype != "bf16":
-            notes = (f"TensorRT-LLM loads {ctx.model.weight_dtype.upper()} weights from a pre-quantized checkpoint "
+            notes += (f"TensorRT-LLM loads {ctx.model.weight_dtype.upper()} weights from a pre-quantized checkpoint "
                      f"(NVIDIA ModelOpt): give its path in place of {ctx.checkpoint}",)
         return Launch(argv=argv, files={YAML_NAME: yaml.safe_dump(options, sort_keys=False)}, notes=notes)
 
