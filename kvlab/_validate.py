@@ -346,29 +346,46 @@ def percentiles(values: Any, name: str = "percentiles") -> list[float]:
     return out
 
 
-def read_text_file(path: Any, what: str) -> str:
-    """A small text file the user names (a config, parameter or profile file) as ``str``.
+def read_text_file(path: Any, what: str, *, max_bytes: int = 1 << 28) -> str:
+    """A text file the user names (a config, parameter, profile or scrape file) as ``str``.
 
-    UTF-8 with or without a byte-order mark, or UTF-16/32 with one; anything else, a folder, a
-    missing or unreadable file is a ``ValueError`` naming ``what`` and the file.
+    Gzip-compressed or not (recognised by its first bytes); UTF-8 with or without a byte-order
+    mark, or UTF-16/32 with one. Anything else (zero bytes in the text: UTF-16 without a mark or
+    a binary file), a file over ``max_bytes`` (256 MiB; decompressed), a folder, a missing or
+    unreadable file is a ``ValueError`` naming ``what`` and the file.
     """
     import codecs
     import os
+    import zlib
 
     try:
         if os.path.isdir(path):
             raise ValueError(f"{what} {path} is a directory, not a file")
         with open(path, "rb") as fh:
-            data = fh.read()
+            data = fh.read(max_bytes + 1)
     except FileNotFoundError:
         raise ValueError(f"{what} {path} does not exist") from None
     except OSError as exc:
         raise ValueError(f"{what} {path} cannot be read: {exc.strerror or exc}") from None
+    if data.startswith(b"\x1f\x8b"):  # gzip: inflate at most max_bytes + 1
+        try:
+            inflater = zlib.decompressobj(wbits=31)
+            data = inflater.decompress(data, max_bytes + 1)
+        except zlib.error as exc:
+            raise ValueError(f"{what} {path} is a damaged gzip file ({exc})") from None
+        if not inflater.eof and len(data) <= max_bytes:
+            raise ValueError(f"{what} {path} is a truncated gzip file")
+    if len(data) > max_bytes:
+        raise ValueError(f"{what} {path} holds more than {max_bytes:,} bytes: too large for a {what}")
     boms = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
             (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
     enc = next((name for bom, name in boms if data.startswith(bom)), "utf-8")
     try:
-        return data.decode(enc)
+        text = data.decode(enc)
     except UnicodeDecodeError as exc:
         raise ValueError(f"{what} {path} is not {enc.upper()} text (byte 0x{data[exc.start]:02x} at offset "
                          f"{exc.start}); save it as UTF-8") from None
+    if "\x00" in text:
+        raise ValueError(f"{what} {path} holds zero bytes: UTF-16 without a byte-order mark, or not a text file; "
+                         "save it as UTF-8")
+    return text
