@@ -30,28 +30,53 @@ _Loader.yaml_implicit_resolvers = {
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 
 _PLAIN = (str, int, float, bool, type(None))
+#: Limits on parameters read as YAML: a parameter file's size (bytes), the values a file or
+#: ``-p`` value may expand to (YAML aliases repeat a node without copying it: 1 kB of aliases
+#: can stand for 10**9 values), and how deeply lists and mappings may nest.
+MAX_PARAMS_FILE_BYTES = 1 << 20
+MAX_PARAM_VALUES = 100_000
+MAX_PARAM_DEPTH = 50
 
 
-def _plain(value, where: str):
+def _plain(value, where: str, budget: list[int] | None = None, depth: int = 0):
     """``value`` if it is made of strings, numbers, booleans, null, lists and mappings (what a
-    notebook parameter can hold), else ``ValueError`` naming ``where``."""
+    notebook parameter can hold), else ``ValueError`` naming ``where``; at most
+    :data:`MAX_PARAM_VALUES` values (aliases counted each time they are used) nested at most
+    :data:`MAX_PARAM_DEPTH` deep."""
+    budget = [MAX_PARAM_VALUES] if budget is None else budget
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise ValueError(f"parameter {where} holds more than {MAX_PARAM_VALUES:,} values (YAML aliases "
+                         "expanded): not a notebook parameter")
+    if depth > MAX_PARAM_DEPTH:
+        raise ValueError(f"parameter {where} nests lists or mappings more than {MAX_PARAM_DEPTH} deep")
     if isinstance(value, _PLAIN):
         return value
     if isinstance(value, list):
-        return [_plain(v, where) for v in value]
+        return [_plain(v, where, budget, depth + 1) for v in value]
     if isinstance(value, dict):
-        return {str(k): _plain(v, f"{where}.{k}") for k, v in value.items()}
+        return {str(k): _plain(v, f"{where}.{str(k)[:40]}", budget, depth + 1) for k, v in value.items()}
     raise ValueError(f"parameter {where} is a YAML {type(value).__name__}; a notebook parameter "
                      "must be a string, number, boolean, null, list or mapping")
+
+
+def _yaml(text: str):
+    """``text`` as YAML (kvlab's loader); ``RecursionError`` of a deeply nested text as ``ValueError``."""
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except RecursionError:
+        raise ValueError(f"nests lists or mappings more than {MAX_PARAM_DEPTH} deep") from None
 
 
 def _parse_value(text: str, name: str = "given with -p"):
     """A command-line parameter value typed as YAML would type it (``32`` -> int,
     ``[128, 512]`` -> list, ``true`` -> bool); anything else, dates included, stays a string."""
     try:
-        value = yaml.load(text, Loader=_Loader)
+        value = _yaml(text)
     except yaml.YAMLError:
         return text
+    except ValueError as exc:
+        raise ValueError(f"parameter {name} {exc}") from None
     return _plain(value, name)
 
 
@@ -59,13 +84,17 @@ def _load_params_file(path: str) -> dict:
     from ._validate import read_text_file
 
     try:
-        data = yaml.load(read_text_file(path, "parameter file"), Loader=_Loader) or {}
+        data = _yaml(read_text_file(path, "parameter file", max_bytes=MAX_PARAMS_FILE_BYTES)) or {}
     except yaml.YAMLError as exc:
         raise ValueError(f"parameter file {path} is not valid YAML: {' '.join(str(exc).split())}") from None
+    except ValueError as exc:
+        text = str(exc)
+        raise ValueError(text if text.startswith("parameter file") else f"parameter file {path} {text}") from None
     if not isinstance(data, dict):
         raise ValueError(f"parameter file {path} must hold a mapping of name: value "
                          f"(or notebook: {{name: value}}), got {type(data).__name__}")
-    return {str(k): _plain(v, f"{k} in {path}") for k, v in data.items()}
+    budget = [MAX_PARAM_VALUES]
+    return {str(k): _plain(v, f"{str(k)[:40]} in {path}", budget) for k, v in data.items()}
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -80,7 +109,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     for f in args.params_file or []:
         params.update(_load_params_file(f))
     for name, value in args.param or []:
-        params[name] = _parse_value(value)
+        params[name] = _parse_value(value, f"{name[:40]} given with -p")
     with warnings.catch_warnings():  # main() prints each warning as one line, as it happens
         warnings.simplefilter("always", ParameterWarning)
         dest = run_report(args.notebooks, params, out=args.out, progress=not args.no_progress,
@@ -209,6 +238,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Longest message printed on stderr (characters): a huge value a message quotes is cut, not echoed whole.
+MAX_MESSAGE_CHARS = 1000
+
+
+def _capped(text: str) -> str:
+    if len(text) <= MAX_MESSAGE_CHARS:
+        return text
+    return f"{text[:MAX_MESSAGE_CHARS]}... ({len(text):,} characters in all)"
+
+
 def _one_line(exc: BaseException) -> str:
     """An exception as one line: an ``OSError`` names its file and reason, never its errno."""
     if isinstance(exc, OSError) and exc.filename is not None:
@@ -232,11 +271,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .report import NotebookError
 
     def fail(message: str, status: int) -> int:
-        print(f"kvlab {args.command}: {message}", file=sys.stderr)
+        print(f"kvlab {args.command}: {_capped(message)}", file=sys.stderr)
         return status
 
     def one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
-        print(f"kvlab {args.command}: warning: {' '.join(str(message).split())}", file=sys.stderr)
+        print(f"kvlab {args.command}: warning: {_capped(' '.join(str(message).split()))}", file=sys.stderr)
 
     try:
         with warnings.catch_warnings():
