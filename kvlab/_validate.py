@@ -361,8 +361,12 @@ def read_text_file(path: Any, what: str, *, max_bytes: int = 1 << 28) -> str:
     try:
         if os.path.isdir(path):
             raise ValueError(f"{what} {path} is a directory, not a file")
-        with open(path, "rb") as fh:
-            data = fh.read(max_bytes + 1)
+        chunks, size = [], 0
+        with open(path, "rb") as fh:  # in chunks: read(max_bytes + 1) would allocate max_bytes at once
+            while size <= max_bytes and (chunk := fh.read(1 << 20)):
+                chunks.append(chunk)
+                size += len(chunk)
+        data = b"".join(chunks)
     except FileNotFoundError:
         raise ValueError(f"{what} {path} does not exist") from None
     except OSError as exc:

@@ -128,12 +128,46 @@ def _load_recommend_trace(args: argparse.Namespace):
     if len(paths) > 2:
         raise ValueError(f"give one trace file, or two Prometheus scrapes; got {len(paths)} files")
     if is_exposition(paths[0]):
+        ignored = [flag for flag, given in (("--format", args.format != "auto"), ("--on-bad", args.on_bad != "raise"))
+                   if given]
+        if ignored:
+            raise ValueError(f"{' and '.join(ignored)} {'applies' if len(ignored) == 1 else 'apply'} to trace "
+                             f"files; {paths[0]} is a Prometheus scrape")
         return from_prometheus(paths[0], paths[1] if len(paths) == 2 else None,
                                interval_s=args.scrape_interval, seed=args.seed)
     if len(paths) == 2:
         raise ValueError(f"{paths[1]}: a second file is only for a second Prometheus scrape; "
                          f"{paths[0]} is a trace")
+    if args.scrape_interval is not None:
+        raise ValueError(f"--scrape-interval is for two Prometheus scrapes; {paths[0]} is a trace file")
     return load(paths[0], args.format, on_bad=args.on_bad)
+
+
+#: Most capacity windows ``kvlab recommend --windows`` runs (each is a capacity search per setting).
+MAX_WINDOWS = 100
+
+
+def _check_recommend_output(args: argparse.Namespace) -> None:
+    """Refuse, before any work, an ``-o`` that would be ignored, overwrite an input trace, or
+    overwrite any existing file without ``--force``; and a ``--windows`` beyond :data:`MAX_WINDOWS`."""
+    from ._validate import positive_int
+
+    positive_int(args.windows, "--windows", maximum=MAX_WINDOWS)
+    if args.output is None:
+        if args.force:
+            raise ValueError("--force is for -o FILE (overwrite it); no -o was given")
+        return
+    if not (args.csv or args.json):
+        raise ValueError(f"-o {args.output} needs --csv or --json (what to write there); the summary is printed")
+    out = Path(args.output)
+    for trace in args.trace:
+        same = out.exists() and Path(trace).exists() and os.path.samefile(out, trace)
+        if same or out.resolve() == Path(trace).resolve():
+            raise ValueError(f"-o {args.output} is the input {trace}: kvlab never overwrites an input")
+    if out.is_dir():
+        raise ValueError(f"-o {args.output} is a directory; give a file name")
+    if out.exists() and not args.force:
+        raise ValueError(f"-o {args.output} already exists; pass --force to overwrite it")
 
 
 def _cmd_recommend(args: argparse.Namespace) -> int:
@@ -143,6 +177,7 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
     from .capacity import SLO
     from .recommend import recommend
 
+    _check_recommend_output(args)
     trace = _load_recommend_trace(args)
     slo = SLO(tbt_p99_s=args.slo_p99_tbt, scheduling_delay_p50_s=args.slo_delay_p50 or None)
     workers = args.workers if args.workers is not None else min(2, os.cpu_count() or 1)
@@ -232,7 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--workers", type=int, help="processes (default: up to 2)")
     rec.add_argument("--json", action="store_true", help="print the decision and full table as JSON")
     rec.add_argument("--csv", action="store_true", help="write the full table as CSV (to -o FILE or stdout)")
-    rec.add_argument("-o", "--output", help="file for --csv (or --json)")
+    rec.add_argument("-o", "--output", help="file for --csv (or --json); never an input, nor an existing file "
+                                            "without --force")
+    rec.add_argument("--force", action="store_true", help="let -o overwrite an existing file (never an input)")
     rec.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     rec.set_defaults(func=_cmd_recommend)
     return parser
