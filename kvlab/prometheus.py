@@ -24,7 +24,8 @@ Parsing is ``prometheus_client``'s (the Prometheus project's Python client): its
 parser, or its OpenMetrics parser for a scrape in that format (ending ``# EOF``, or carrying
 exemplars ``... # {trace_id="..."} 1.0``, which only OpenMetrics has), so label escapes,
 timestamps (ms in the text format, s in OpenMetrics) and exemplars are read by the grammar,
-never by a hand regex. Files may be gzip-compressed and UTF-8, UTF-16 or UTF-32 with a
+never by a hand regex (a metric's ``:`` may be spelled ``_``, as prometheus_client 0.26's own
+OpenMetrics writer spells vLLM's sample names). Files may be gzip-compressed and UTF-8, UTF-16 or UTF-32 with a
 byte-order mark (:func:`kvlab._validate.read_text_file`). Every count is then checked here:
 finite, a whole number, non-negative, at most 2**53, cumulative counts not decreasing with ``le``,
 ``_count`` equal to the ``+Inf`` bucket, no sample given twice, and no count falling between two
@@ -82,14 +83,27 @@ def _is_openmetrics(text: str) -> bool:
     return bool(_EOF.search(text) or _EXEMPLAR.search(text))
 
 
+_METADATA = re.compile(r"^(#\s+(?:TYPE|HELP|UNIT)\s+)(\S+)", re.MULTILINE)
+
+
 def _families(text: str, openmetrics: bool) -> list:
-    if openmetrics:
-        from prometheus_client.openmetrics.parser import text_string_to_metric_families
-        if not _EOF.search(text):  # exemplars but no terminator: OpenMetrics cut before its last line
-            text = text.rstrip("\n") + "\n# EOF\n"
-    else:
+    if not openmetrics:
         from prometheus_client.parser import text_string_to_metric_families
-    return list(text_string_to_metric_families(text))
+
+        return list(text_string_to_metric_families(text))
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+    if not _EOF.search(text):  # exemplars but no terminator: OpenMetrics cut before its last line
+        text = text.rstrip("\n") + "\n# EOF\n"
+    try:
+        return list(text_string_to_metric_families(text))
+    except ValueError:
+        # prometheus_client 0.26's OpenMetrics writer spells sample names with '_' for ':'
+        # (vllm_request_prompt_tokens_bucket) but keeps ':' in # TYPE lines, so its own parser
+        # reads the samples as untyped and refuses their exemplars: spell the metadata alike
+        escaped = _METADATA.sub(lambda m: m.group(1) + m.group(2).replace(":", "_"), text)
+        if escaped == text:
+            raise
+        return list(text_string_to_metric_families(escaped))
 
 
 def _bad_line(text: str, openmetrics: bool) -> tuple[int, str, str] | None:
@@ -133,6 +147,16 @@ def parse_exposition(text: str, source: str = "text") -> list[Sample]:
             ts = None if s.timestamp is None else float(s.timestamp)
             out.append(Sample(name=s.name, labels=dict(s.labels), value=float(s.value), timestamp_s=ts))
     return out
+
+
+def _same(a: str, b: str) -> bool:
+    """Whether two metric names are one name (``:`` written as ``_``, as some exporters escape it)."""
+    return a == b or a.replace(":", "_") == b.replace(":", "_")
+
+
+def _named(samples: Sequence[Sample], *names: str) -> list[Sample]:
+    """The samples named one of ``names`` (see :func:`_same`)."""
+    return [s for s in samples if any(_same(s.name, n) for n in names)]
 
 
 def _count(value: float, where: str) -> int:
@@ -203,8 +227,8 @@ def histogram(samples: Sequence[Sample], name: str, source: str = "text") -> His
     bucket = f"{name}_bucket"
     series: dict[tuple, dict[float, int]] = {}
     totals: dict[tuple, int] = {}
-    for s in samples:
-        if s.name == bucket:
+    for s in _named(samples, bucket, f"{name}_count"):
+        if _same(s.name, bucket):
             where = f"{source}: {bucket}{_labels_text(s.labels)}"
             if "le" not in s.labels:
                 raise ValueError(f"{where} has no le label")
@@ -215,8 +239,10 @@ def histogram(samples: Sequence[Sample], name: str, source: str = "text") -> His
             if math.isnan(le):
                 raise ValueError(f"{where}: le is NaN")
             rest = tuple(sorted((k, val) for k, val in s.labels.items() if k != "le"))
+            if le in series.get(rest, {}):  # the same bucket under both spellings of the name
+                raise ValueError(f"{where} is given twice: which value holds is ambiguous")
             series.setdefault(rest, {})[le] = _count(s.value, where)
-        elif s.name == f"{name}_count":
+        else:
             totals[tuple(sorted(s.labels.items()))] = _count(s.value, f"{source}: {s.name}{_labels_text(s.labels)}")
     if not series:
         raise ValueError(f"{source}: no {bucket} samples; is this a vLLM server's /metrics?")
@@ -314,12 +340,10 @@ def _tail_note(h: Histogram, drawn: np.ndarray) -> str | None:
 
 def _read(source: str | Path) -> tuple[str, str]:
     """(text, name) of a path or an exposition text."""
-    if isinstance(source, Path) or ("\n" not in str(source) and Path(str(source)).exists()):
-        return v.read_text_file(source, "Prometheus scrape", max_bytes=MAX_SCRAPE_BYTES), str(source)
-    if not isinstance(source, str):
+    if not isinstance(source, (str, Path)):
         raise ValueError(f"a Prometheus scrape must be a path or exposition text, got {type(source).__name__}")
-    if "\n" not in source:
-        raise ValueError(f"Prometheus scrape {source[:200]!r} is neither an existing file nor exposition text")
+    if isinstance(source, Path) or "\n" not in source:  # a path (text always has a newline)
+        return v.read_text_file(source, "Prometheus scrape", max_bytes=MAX_SCRAPE_BYTES), str(source)
     return source, "text"
 
 
@@ -349,11 +373,11 @@ def is_exposition(path: str | Path) -> bool:
 def _counter(samples: Sequence[Sample], name: str, source: str) -> tuple[dict[str, int], float | None]:
     """Counter value by ``finished_reason`` and the latest timestamp seen (s)."""
     by: dict[str, int] = {}
-    ts = [s.timestamp_s for s in samples if s.name == name and s.timestamp_s is not None]
-    for s in samples:
-        if s.name == name:
-            key = s.labels.get("finished_reason", "")
-            by[key] = by.get(key, 0) + _count(s.value, f"{source}: {name}{_labels_text(s.labels)}")
+    mine = _named(samples, name)
+    ts = [s.timestamp_s for s in mine if s.timestamp_s is not None]
+    for s in mine:
+        key = s.labels.get("finished_reason", "")
+        by[key] = by.get(key, 0) + _count(s.value, f"{source}: {name}{_labels_text(s.labels)}")
     return by, (max(ts) if ts else None)
 
 

@@ -235,3 +235,27 @@ def test_a_degenerate_fit_is_an_error_not_a_wrapped_length():
         _bounded_ppf(fit, np.array([0.5]), "scrape.txt: x")
     fine = FittedLength(family="log-normal", params={"mu": np.log(100.0), "sigma": 1.0}, loglik=0.0, n=10, n_censored=0)
     assert _bounded_ppf(fine, np.array([0.5]), "x")[0] == pytest.approx(100.0, rel=1e-9)
+
+
+def test_an_exposition_written_by_prometheus_client_reads_back_exactly():
+    # the exporter vLLM itself uses writes both formats (with _created samples, and exemplars in
+    # OpenMetrics); the counts read back must be the histogram of the observed lengths
+    from prometheus_client import CollectorRegistry, Counter, Histogram as PromHistogram, generate_latest
+    from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+
+    reg = CollectorRegistry()
+    hist = {name: PromHistogram(name, "tokens", ["model_name"], buckets=BUCKETS, registry=reg) for name in (PM, OM)}
+    done = Counter("vllm:request_success", "finished", ["finished_reason", "model_name"], registry=reg)
+    prompt, output = _draw(PROMPT, 400, 11), _draw(OUTPUT, 400, 12)
+    for p, o in zip(prompt, output):
+        hist[PM].labels(model_name="m").observe(float(p), exemplar={"trace_id": f"t{p}"})
+        hist[OM].labels(model_name="m").observe(float(o), exemplar={"trace_id": f"t{o}"})
+        done.labels(finished_reason="stop", model_name="m").inc()
+    edges = [0, *BUCKETS, np.inf]
+    for text in (generate_latest(reg).decode(), generate_openmetrics(reg).decode()):
+        samples = parse_exposition(text)
+        for name, x in ((PM, prompt), (OM, output)):
+            want = [int(np.count_nonzero((x > lo) & (x <= hi))) for lo, hi in zip(edges, edges[1:])]
+            assert histogram(samples, name).counts.tolist() == want
+        assert from_prometheus(text).attrs["prometheus"]["finished"] == {"stop": 400}
+    assert "# {trace_id=" in generate_openmetrics(reg).decode()  # the exemplars were there to be skipped
