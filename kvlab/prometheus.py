@@ -270,12 +270,13 @@ def histogram(samples: Sequence[Sample], name: str, source: str = "text") -> His
             raise ValueError(f"{source}: {name}_count{_labels_text(labels)} = {total:,} but its le=\"+Inf\" bucket "
                              f"counts {int(c[-1]):,}: the two must be equal")
         cumulative[rest] = c
-    if upper[0] <= 0:  # lengths are >= 1 token: a bucket at or below 0 must be empty
-        nonzero = [dict(r) for r, c in cumulative.items() if c[np.flatnonzero(upper <= 0)[-1]] > 0]
+    if upper[0] < 1:  # lengths are >= 1 token: a bucket below 1 must be empty
+        below = np.flatnonzero(upper < 1)[-1]
+        nonzero = [dict(r) for r, c in cumulative.items() if c[below] > 0]
         if nonzero:
-            raise ValueError(f"{source}: {bucket}{_labels_text(nonzero[0] | {'le': _le(upper[upper <= 0][-1])})} "
-                             f"counts requests of at most 0 tokens: not a length histogram")
-        keep = upper > 0
+            raise ValueError(f"{source}: {bucket}{_labels_text(nonzero[0] | {'le': _le(upper[below])})} "
+                             f"counts requests shorter than 1 token: not a token-length histogram")
+        keep = upper >= 1
         upper, cumulative = upper[keep], {r: c[keep] for r, c in cumulative.items()}
     summed = np.sum(list(cumulative.values()), axis=0, dtype=np.int64)
     return Histogram(name=name, upper=upper, counts=np.diff(summed, prepend=0), source=source, series=cumulative)
@@ -294,23 +295,30 @@ def fit_histogram(h: Histogram, families: Sequence[str] = FAMILIES) -> FittedLen
     if h.upper.size < 2:
         raise ValueError(f"{where} has only the le=\"+Inf\" bucket: it says how many requests there were, "
                          f"not how long they were; a length fit needs finite buckets")
-    if h.counts[:-1].sum() == 0:
-        raise ValueError(f"{where}: all {h.total:,} requests are above the last finite bucket "
+    above = int(h.counts[-1])
+    if 2 * above > h.total:
+        share = "all" if above == h.total else f"{above:,} of"
+        raise ValueError(f"{where}: {share} {h.total:,} requests are above the last finite bucket "
                          f"(le={_le(h.upper[-2])}): the histogram says only that they are longer, so their "
-                         f"length distribution cannot be supported by the data")
+                         f"length distribution (its median included) cannot be supported by the data; give "
+                         f"buckets that reach the longest lengths (vLLM's reach max_model_len)")
     return fit_binned(h.upper, h.counts, families)
 
 
 def _bounded_ppf(fit: FittedLength, q: np.ndarray, where: str) -> np.ndarray:
     """Quantiles (tokens, continuous) of ``fit`` truncated at ``MAX_TRACE_TOKENS``; ``ValueError``
-    naming ``where`` if the fit is degenerate (a quantile not finite)."""
+    naming ``where`` if the fit is degenerate (a quantile not finite) or puts most lengths above it."""
     with np.errstate(all="ignore"):
         dist = fit.dist
         top = float(dist.cdf(v.MAX_TRACE_TOKENS + 0.5))
         x = dist.ppf(np.asarray(q, dtype=np.float64) * top)
+    shown = ", ".join(f"{k}={val:.4g}" for k, val in fit.params.items())
     if not np.isfinite(top) or top <= 0 or not np.all(np.isfinite(x)):
-        raise ValueError(f"{where}: the {fit.family} fit ({', '.join(f'{k}={val:.4g}' for k, val in fit.params.items())}) "
-                         f"is degenerate: its quantiles are not finite lengths")
+        raise ValueError(f"{where}: the {fit.family} fit ({shown}) is degenerate: its quantiles are not finite lengths")
+    if top < 0.5:
+        raise ValueError(f"{where}: the {fit.family} fit ({shown}) puts {1 - top:.1%} of lengths above "
+                         f"{v.MAX_TRACE_TOKENS:,} tokens, longer than any model's context: not a token-length "
+                         f"histogram (buckets in other units?)")
     return np.minimum(x, v.MAX_TRACE_TOKENS)
 
 
@@ -323,6 +331,24 @@ def _percentiles(fit: FittedLength, where: str, q: Sequence[float] = (50, 90, 99
     """``{"p50": tokens, ...}`` of a fit (truncated as the draws are)."""
     x = quantile_tokens(_bounded_ppf(fit, np.asarray(q) / 100.0, where))
     return {f"p{p:g}": int(t) for p, t in zip(q, x)}
+
+
+def _fit_notes(h: Histogram, fit: FittedLength, drawn: np.ndarray) -> list[str]:
+    """Notes on what the draws rest on beyond the histogram: requests above its last finite
+    bucket, one bucket holding every request, mass cut at ``MAX_TRACE_TOKENS``."""
+    notes = [n for n in (_tail_note(h, drawn),) if n]
+    full = np.flatnonzero(h.counts)
+    if full.size == 1:
+        lo = 0.0 if full[0] == 0 else h.upper[full[0] - 1]
+        notes.append(f"{h.name}: all {h.total:,} requests are in one bucket ({_le(lo)}, {_le(h.upper[full[0]])}] "
+                     f"tokens: the data say nothing of their spread within it, so the fit's {fit.family} shape "
+                     f"(median {int(np.median(drawn)):,} tokens) is an assumption")
+    with np.errstate(all="ignore"):
+        cut = 1.0 - float(fit.dist.cdf(v.MAX_TRACE_TOKENS + 0.5))
+    if cut > 0.01:
+        notes.append(f"{h.name}: the fit puts {cut:.1%} of lengths above {v.MAX_TRACE_TOKENS:,} tokens (longer than "
+                     f"any model's context); draws are cut there")
+    return notes
 
 
 def _tail_note(h: Histogram, drawn: np.ndarray) -> str | None:
@@ -466,7 +492,7 @@ def from_prometheus(first: str | Path, second: str | Path | None = None, *, inte
              f"(prompt: {prompt_fit.family}, output: {output_fit.family}); prompt and output drawn independently",
              "arrivals: Poisson at the counters' rate" if rate is not None else
              "no rate: one scrape (give a second scrape, or qps)"]
-    notes += [note for note in (_tail_note(hp, prompt), _tail_note(ho, output)) if note]
+    notes += _fit_notes(hp, prompt_fit, prompt) + _fit_notes(ho, output_fit, output)
     if length:
         notes.append(f"{length:,} requests finished at their max_tokens (finished_reason=length): their "
                      f"true output lengths are longer")

@@ -259,3 +259,26 @@ def test_an_exposition_written_by_prometheus_client_reads_back_exactly():
             assert histogram(samples, name).counts.tolist() == want
         assert from_prometheus(text).attrs["prometheus"]["finished"] == {"stop": 400}
     assert "# {trace_id=" in generate_openmetrics(reg).decode()  # the exemplars were there to be skipped
+
+
+def test_histograms_the_data_cannot_support_are_refused_or_noted(tmp_path):
+    path = tmp_path / "m.txt"
+    # 99 of 100 outputs above the only finite bucket: even the median would be invented
+    path.write_text(_hand(PROMPT_B, {"10": 1, "+Inf": 100}))
+    with pytest.raises(ValueError, match=r"m\.txt: vllm:request_generation_tokens: 99 of 100 requests are above the "
+                                         r"last finite bucket \(le=10\).*\(its median included\) cannot be supported"):
+        from_prometheus(path)
+    # buckets below one token, or in other units than tokens
+    path.write_text(_hand(PROMPT_B, {"0.001": 50, "0.01": 100, "+Inf": 100}))
+    with pytest.raises(ValueError, match=r'vllm:request_generation_tokens_bucket\{le="0.01",model_name="m"\} counts '
+                                         r"requests shorter "
+                                         r"than 1 token"):
+        from_prometheus(path)
+    path.write_text(_hand(PROMPT_B, {"1e20": 50, "1e30": 100, "+Inf": 100}))
+    with pytest.raises(ValueError, match=r"m\.txt: vllm:request_generation_tokens: the .* fit .* puts 100.0% of lengths "
+                                         r"above 10,000,000 tokens"):
+        from_prometheus(path)
+    # every request in one bucket: drawn inside it, with a note that the spread is assumed
+    df = from_prometheus(_hand(PROMPT_B, {"10": 0, "100": 100, "1000": 100, "+Inf": 100}))
+    assert df.output_tokens.between(11, 100).all()
+    assert any(n.startswith(f"{OM}: all 100 requests are in one bucket (10, 100] tokens") for n in df.attrs["notes"])
