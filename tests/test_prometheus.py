@@ -271,8 +271,7 @@ def test_histograms_the_data_cannot_support_are_refused_or_noted(tmp_path):
     # buckets below one token, or in other units than tokens
     path.write_text(_hand(PROMPT_B, {"0.001": 50, "0.01": 100, "+Inf": 100}))
     with pytest.raises(ValueError, match=r'vllm:request_generation_tokens_bucket\{le="0.01",model_name="m"\} counts '
-                                         r"requests shorter "
-                                         r"than 1 token"):
+                                         r"requests shorter than 1 token"):
         from_prometheus(path)
     path.write_text(_hand(PROMPT_B, {"1e20": 50, "1e30": 100, "+Inf": 100}))
     with pytest.raises(ValueError, match=r"m\.txt: vllm:request_generation_tokens: the .* fit .* puts 100.0% of lengths "
