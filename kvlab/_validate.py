@@ -393,3 +393,65 @@ def read_text_file(path: Any, what: str, *, max_bytes: int = 1 << 28) -> str:
         raise ValueError(f"{what} {path} holds zero bytes: UTF-16 without a byte-order mark, or not a text file; "
                          "save it as UTF-8")
     return text
+
+
+#: Limits on YAML a user gives (parameter and profile files, ``-p`` values): the values it may
+#: expand to (an alias repeats a node without copying it, so 1 kB of aliases can stand for 10**9
+#: values) and how deeply lists and mappings may nest (deeper raises RecursionError in the parser).
+MAX_YAML_VALUES = 100_000
+MAX_YAML_DEPTH = 50
+_YAML_PLAIN = (str, int, float, bool, type(None))
+_yaml_loader = None
+
+
+def _loader() -> Any:
+    """PyYAML's safe loader without the timestamp rule (``2024-01-01`` stays a string)."""
+    global _yaml_loader
+    if _yaml_loader is None:
+        import yaml
+
+        class Loader(yaml.SafeLoader):
+            pass
+        Loader.yaml_implicit_resolvers = {
+            first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+            for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+        _yaml_loader = Loader
+    return _yaml_loader
+
+
+def _plain_data(value: Any, where: str, path: str, budget: list[int], depth: int) -> Any:
+    at = f"{where} (at {path})" if path else where
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise ValueError(f"{at} holds more than {MAX_YAML_VALUES:,} values (YAML aliases expanded)")
+    if depth > MAX_YAML_DEPTH:
+        raise ValueError(f"{at} nests lists or mappings more than {MAX_YAML_DEPTH} deep")
+    if isinstance(value, _YAML_PLAIN):
+        return value
+    if isinstance(value, list):
+        return [_plain_data(x, where, f"{path}[{i}]", budget, depth + 1) for i, x in enumerate(value)]
+    if isinstance(value, dict):
+        return {str(k): _plain_data(x, where, f"{path}.{str(k)[:40]}" if path else str(k)[:40], budget, depth + 1)
+                for k, x in value.items()}
+    raise ValueError(f"{at} is a YAML {type(value).__name__}; it must be a string, number, boolean, null, list "
+                     "or mapping")
+
+
+def yaml_data(text: str, where: str, *, invalid_as_text: bool = False) -> Any:
+    """YAML ``text`` as plain data: strings, numbers, booleans, null, lists and mappings with
+    string keys (timestamps stay strings), within :data:`MAX_YAML_VALUES` and :data:`MAX_YAML_DEPTH`.
+
+    ``ValueError`` naming ``where`` for text that is not YAML (or, with ``invalid_as_text``, the
+    text itself returned), nests too deeply, expands past the limit or holds other types.
+    """
+    import yaml
+
+    try:
+        data = yaml.load(text, Loader=_loader())
+    except yaml.YAMLError as exc:
+        if invalid_as_text:
+            return text
+        raise ValueError(f"{where} is not valid YAML: {' '.join(str(exc).split())[:300]}") from None
+    except RecursionError:
+        raise ValueError(f"{where} nests lists or mappings more than {MAX_YAML_DEPTH} deep") from None
+    return _plain_data(data, where, "", [MAX_YAML_VALUES], 0)

@@ -18,83 +18,28 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
-import yaml
-
-
-class _Loader(yaml.SafeLoader):
-    """YAML as kvlab reads parameters: no timestamps (``2024-01-01`` stays a string)."""
-
-
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-
-_PLAIN = (str, int, float, bool, type(None))
-#: Limits on parameters read as YAML: a parameter file's size (bytes), the values a file or
-#: ``-p`` value may expand to (YAML aliases repeat a node without copying it: 1 kB of aliases
-#: can stand for 10**9 values), and how deeply lists and mappings may nest.
+#: Largest parameter file read (bytes).
 MAX_PARAMS_FILE_BYTES = 1 << 20
-MAX_PARAM_VALUES = 100_000
-MAX_PARAM_DEPTH = 50
-
-
-def _plain(value, where: str, budget: list[int] | None = None, depth: int = 0):
-    """``value`` if it is made of strings, numbers, booleans, null, lists and mappings (what a
-    notebook parameter can hold), else ``ValueError`` naming ``where``; at most
-    :data:`MAX_PARAM_VALUES` values (aliases counted each time they are used) nested at most
-    :data:`MAX_PARAM_DEPTH` deep."""
-    budget = [MAX_PARAM_VALUES] if budget is None else budget
-    budget[0] -= 1
-    if budget[0] < 0:
-        raise ValueError(f"parameter {where} holds more than {MAX_PARAM_VALUES:,} values (YAML aliases "
-                         "expanded): not a notebook parameter")
-    if depth > MAX_PARAM_DEPTH:
-        raise ValueError(f"parameter {where} nests lists or mappings more than {MAX_PARAM_DEPTH} deep")
-    if isinstance(value, _PLAIN):
-        return value
-    if isinstance(value, list):
-        return [_plain(v, where, budget, depth + 1) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v, f"{where}.{str(k)[:40]}", budget, depth + 1) for k, v in value.items()}
-    raise ValueError(f"parameter {where} is a YAML {type(value).__name__}; a notebook parameter "
-                     "must be a string, number, boolean, null, list or mapping")
-
-
-def _yaml(text: str):
-    """``text`` as YAML (kvlab's loader); ``RecursionError`` of a deeply nested text as ``ValueError``."""
-    try:
-        return yaml.load(text, Loader=_Loader)
-    except RecursionError:
-        raise ValueError(f"nests lists or mappings more than {MAX_PARAM_DEPTH} deep") from None
 
 
 def _parse_value(text: str, name: str = "given with -p"):
     """A command-line parameter value typed as YAML would type it (``32`` -> int,
-    ``[128, 512]`` -> list, ``true`` -> bool); anything else, dates included, stays a string."""
-    try:
-        value = _yaml(text)
-    except yaml.YAMLError:
-        return text
-    except ValueError as exc:
-        raise ValueError(f"parameter {name} {exc}") from None
-    return _plain(value, name)
+    ``[128, 512]`` -> list, ``true`` -> bool); anything else, dates included, stays a string.
+    Limited as every YAML kvlab reads (:func:`kvlab._validate.yaml_data`)."""
+    from ._validate import yaml_data
+
+    return yaml_data(text, f"parameter {name}", invalid_as_text=True)
 
 
 def _load_params_file(path: str) -> dict:
-    from ._validate import read_text_file
+    from ._validate import read_text_file, yaml_data
 
-    try:
-        data = _yaml(read_text_file(path, "parameter file", max_bytes=MAX_PARAMS_FILE_BYTES)) or {}
-    except yaml.YAMLError as exc:
-        raise ValueError(f"parameter file {path} is not valid YAML: {' '.join(str(exc).split())}") from None
-    except ValueError as exc:
-        text = str(exc)
-        raise ValueError(text if text.startswith("parameter file") else f"parameter file {path} {text}") from None
+    data = yaml_data(read_text_file(path, "parameter file", max_bytes=MAX_PARAMS_FILE_BYTES),
+                     f"parameter file {path}") or {}
     if not isinstance(data, dict):
         raise ValueError(f"parameter file {path} must hold a mapping of name: value "
                          f"(or notebook: {{name: value}}), got {type(data).__name__}")
-    budget = [MAX_PARAM_VALUES]
-    return {str(k): _plain(v, f"{str(k)[:40]} in {path}", budget) for k, v in data.items()}
+    return data
 
 
 def _cmd_report(args: argparse.Namespace) -> int:

@@ -521,3 +521,18 @@ def test_25_fits_and_curves_at_absurd_sizes_are_refused():
         with pytest.raises(ValueError, match="num_curve_points must be at most 100,000, got 1,000,000,000"):
             crossover("Llama-3-8B", "H100-SXM", num_curve_points=1e9)  # ran 90 s before
     assert _peak_bytes(run) < 20 * 2**20
+
+
+def test_25_every_yaml_kvlab_reads_has_the_same_limits(tmp_path):
+    from kvlab.lengths.profiles import read_profile
+
+    lines = ['a0: &a0 ["lol"]'] + [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
+    bomb = _write(tmp_path, "bomb.yaml", "\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=rf"profile file {bomb} \(at a\d(\[\d\])+\) holds more than 100,000 values"):
+        read_profile(bomb)
+    deep = _write(tmp_path, "deep.yaml", "source: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(ValueError, match=rf"profile file {deep} nests lists or mappings more than 50 deep"):
+        read_profile(deep)
+    rho = _write(tmp_path, "rho.yaml", "source: x\nprompt: {}\noutput: {}\ncopula_rho: [0.5]\n")
+    with pytest.raises(ValueError, match=r"copula_rho must lie in \(-1, 1\), got \[0.5\]"):  # was a raw TypeError
+        read_profile(rho)
