@@ -92,12 +92,16 @@ def _load_recommend_trace(args: argparse.Namespace):
 MAX_WINDOWS = 100
 
 
-def _check_recommend_output(args: argparse.Namespace) -> None:
+def _check_recommend_flags(args: argparse.Namespace) -> None:
     """Refuse, before any work, an ``-o`` that would be ignored, overwrite an input trace, or
-    overwrite any existing file without ``--force``; and a ``--windows`` beyond :data:`MAX_WINDOWS`."""
+    overwrite any existing file without ``--force``; a ``--windows`` beyond :data:`MAX_WINDOWS`;
+    and ``--sample`` without ``--num-requests`` (a sample of the whole trace is the trace)."""
     from ._validate import positive_int
 
     positive_int(args.windows, "--windows", maximum=MAX_WINDOWS)
+    if args.sample and args.num_requests is None:
+        raise ValueError("--sample needs --num-requests N (a random sample of N requests); without it the whole "
+                         "trace is served")
     if args.output is None:
         if args.force:
             raise ValueError("--force is for -o FILE (overwrite it); no -o was given")
@@ -122,7 +126,7 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
     from .capacity import SLO
     from .recommend import recommend
 
-    _check_recommend_output(args)
+    _check_recommend_flags(args)
     trace = _load_recommend_trace(args)
     slo = SLO(tbt_p99_s=args.slo_p99_tbt, scheduling_delay_p50_s=args.slo_delay_p50 or None)
     workers = args.workers if args.workers is not None else min(2, os.cpu_count() or 1)

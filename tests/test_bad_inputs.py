@@ -481,6 +481,8 @@ def test_25_ignored_and_unbounded_recommend_flags_are_errors(tmp_path, capsys):
     assert status == 2 and f"--scrape-interval is for two Prometheus scrapes; {trace} is a trace file" in err
     status, err = _rec(capsys, str(trace), "--windows", "100000")
     assert status == 2 and "--windows must be at most 100, got 100,000" in err
+    status, err = _rec(capsys, str(trace), "--sample")
+    assert status == 2 and "--sample needs --num-requests N" in err
     scrape = _write(tmp_path, "m.txt", "# TYPE vllm:request_prompt_tokens histogram\n"
                                        'vllm:request_prompt_tokens_bucket{le="+Inf"} 3\n')
     status, err = _rec(capsys, str(scrape), "--format", "azure")
