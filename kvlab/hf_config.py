@@ -103,21 +103,19 @@ class _Reader:
     def opt_int(self, key: str) -> int | None:
         return None if self.cfg.get(key) is None else self.int(key)
 
-    def bool(self, key: str, default: bool) -> bool:
+    def _typed(self, key: str, default: Any, kind: type, what: str) -> Any:
         val = self.cfg.get(key, default)
         if val is None:
             return default
-        if not isinstance(val, bool):
-            raise ValueError(f"{self.where}: {key} must be true or false, got {_shown(val)}")
+        if not isinstance(val, kind):
+            raise ValueError(f"{self.where}: {key} must be {what}, got {_shown(val)}")
         return val
 
+    def bool(self, key: str, default: bool) -> bool:
+        return self._typed(key, default, bool, "true or false")
+
     def str(self, key: str, default: str) -> str:
-        val = self.cfg.get(key, default)
-        if val is None:
-            return default
-        if not isinstance(val, str):
-            raise ValueError(f"{self.where}: {key} must be a string, got {_shown(val)}")
-        return val
+        return self._typed(key, default, str, "a string")
 
     def head_dim(self, hidden: int, heads: int, hidden_key: str = "hidden_size",
                  heads_key: str = "num_attention_heads") -> int:
