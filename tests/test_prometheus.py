@@ -210,7 +210,7 @@ def test_inf_only_histogram_is_a_clear_error(tmp_path):
         from_prometheus(path)
 
 
-def test_all_requests_above_the_last_bucket_is_an_error_not_an_invented_tail(tmp_path):
+def test_all_requests_above_the_last_bucket_is_an_error_not_an_invented_tail(tmp_path, capsys):
     # every output longer than 1,000 tokens: the old fit drew them near 20,000 tokens (or as
     # -9223372036854775808, which the CLI then blamed on the file) without a word
     path = tmp_path / "tail.txt"
@@ -218,6 +218,9 @@ def test_all_requests_above_the_last_bucket_is_an_error_not_an_invented_tail(tmp
     with pytest.raises(ValueError, match=r"tail\.txt: vllm:request_generation_tokens: all 100 requests are above the "
                                          r"last finite bucket \(le=1000\).*cannot be supported by the data"):
         from_prometheus(path)
+    assert main(["recommend", str(path), "--model", "Llama-3-8B", "--gpu", "H100-SXM"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: vllm:request_generation_tokens: all 100 requests are above" in err and "-9223372036854775808" not in err
 
 
 def test_part_of_the_requests_above_the_last_bucket_is_noted_and_bounded():
