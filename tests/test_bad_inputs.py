@@ -392,7 +392,7 @@ def _notebook(tmp_path):
     nb = new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.cells = [new_code_cell('quick = False  # small run\nmodel = "Llama-3-8B"  # model name\nblock_size = 16  # tokens\n'
-                              'results_path = "r.json"', metadata={"tags": ["parameters"]}),
+                              'caps = [128, 512]  # tokens\nresults_path = "r.json"', metadata={"tags": ["parameters"]}),
                 new_code_cell("import kvlab\nkvlab.report.write_results(results_path, {})")]
     path = tmp_path / "01_m.ipynb"
     nbformat.write(nb, str(path))
@@ -439,10 +439,19 @@ def test_25_deep_brackets_and_huge_files_are_refused(tmp_path, capsys):
     # a mapping for a declared parameter is a (wrong) value, never a notebook selector
     ("model", "{01: {quick: true}}", "parameter model of notebook 01_m must be a string"),
     ("results_path", "/tmp/elsewhere.json", "parameter results_path of notebook 01_m is set by kvlab"),
+    ("caps", "{a: 1}", "parameter caps of notebook 01_m must be a list or one value"),
 ])
 def test_25_report_parameters_are_checked_against_their_defaults(tmp_path, capsys, name, value, match):
     status, err = _report(capsys, tmp_path, "-p", name, value)
     assert status == 2 and match in err
+
+
+def test_25_values_of_the_right_type_pass(tmp_path):
+    from kvlab.report.notebooks import check_values
+
+    nb = _notebook(tmp_path)
+    check_values(nb, {"quick": True, "model": "OPT-13B", "block_size": 32, "caps": [256]})
+    check_values(nb, {"caps": 2048})  # one value for a list parameter, as kvlab's functions take it
 
 
 def test_25_a_huge_value_is_not_echoed_whole(tmp_path, capsys):

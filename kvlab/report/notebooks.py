@@ -125,8 +125,9 @@ SET_BY_REPORT = ("results_path",)
 
 #: Values a parameter takes, by the type of its default (``None`` and expressions take any value).
 _ACCEPTS = {"bool": ((bool,), "true or false"), "int": ((int,), "an integer"),
-            "float": ((int, float), "a number"), "str": ((str,), "a string"), "list": ((list, tuple), "a list"),
-            "dict": ((dict,), "a mapping")}
+            "float": ((int, float), "a number"), "str": ((str,), "a string"),
+            # a list parameter also takes one value (kvlab's functions take a value or a list of them)
+            "list": ((list, tuple, str, int, float), "a list or one value"), "dict": ((dict,), "a mapping")}
 
 
 def _shown(value: Any) -> str:
