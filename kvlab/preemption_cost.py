@@ -296,6 +296,11 @@ def _curve_grid(max_seq: int, num_points: int) -> np.ndarray:
     return np.unique(np.geomspace(1, max_seq, num_points).round().astype(np.int64))
 
 
+#: Most points of :func:`crossover`'s ``curves`` table (a table for plotting; the crossover itself
+#: is found at every integer length whatever this is).
+MAX_CURVE_POINTS = 100_000
+
+
 def crossover(model: str | ModelSpec, gpu: str | GPUSpec, block_size: int = 16, *, tp: int = 1,
               chunk_tokens: int | None = None, cost_model: Any = None,
               swap: SwapModel | None = None, max_seq_tokens: int | None = None,
@@ -323,7 +328,7 @@ def crossover(model: str | ModelSpec, gpu: str | GPUSpec, block_size: int = 16, 
     block_size = v.positive_int(block_size, "block_size")
     if chunk_tokens is not None:
         chunk_tokens = v.positive_int(chunk_tokens, "chunk_tokens")
-    num_curve_points = v.positive_int(num_curve_points, "num_curve_points")
+    num_curve_points = v.positive_int(num_curve_points, "num_curve_points", maximum=MAX_CURVE_POINTS)
     m, g, cost, sw = _models_for(model, gpu, tp, cost_model, swap)
     # every length is evaluated densely (a few int64/float64 arrays of max_seq_tokens each):
     # bounded before anything is allocated

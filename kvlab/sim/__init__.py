@@ -5,6 +5,7 @@ The engine's rules are written once, at the top of :mod:`kvlab.sim.reference`.
 from __future__ import annotations
 
 import inspect
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -174,6 +175,11 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
     context = _apply_context(all_prompt, all_output, max_new_tokens=max_new_tokens,
                              max_model_len=(m.max_context_tokens if max_model_len is None
                                             else v.positive_int(max_model_len, "max_model_len")))
+    if max_new_tokens > context.max_model_len:  # no request can hold more than the context: reserve no more
+        warnings.warn(f"max_new_tokens {max_new_tokens:,} exceeds max_model_len {context.max_model_len:,}: no request "
+                      f"can hold more than its context, so policies reserve with max_new_tokens = "
+                      f"{context.max_model_len:,}", UserWarning, stacklevel=2)
+        max_new_tokens = context.max_model_len
     kept = ~context.rejected
     prompt, output, arrival_s, ids = all_prompt[kept], context.output_tokens, all_arrival_s[kept], all_ids[kept]
     cost = _resolve_cost(cost_model, m, g, tp=tp)
