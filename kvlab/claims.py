@@ -46,7 +46,7 @@ REL_TOL = 0.3
 #: Tolerance of an arithmetic claim (slot counts, pages, concurrency).
 ARITHMETIC_TOL = 0.02
 #: What a row's trace is, against the source's.
-TRACE_KINDS = ("source's own", "stand-in", "fitted profile", "no trace")
+TRACE_KINDS = ("source's own", "stand-in", "fitted profile", "stated in general", "no trace")
 #: The kinds a verdict can have (the ``kind`` field of every row).
 KINDS = ("holds", "differs", "inconclusive", "stand-in", "not reproducible", "not testable", "reported", "mixed",
          "not computed")
@@ -107,7 +107,8 @@ class Inputs:
         The file or profile kvlab read ("" when no trace enters).
     trace_kind : str
         One of :data:`TRACE_KINDS`: the source's own trace, a stand-in for it (say what differs in
-        ``differs``), a profile fitted to it (always a stand-in), or no trace (arithmetic).
+        ``differs``), a profile fitted to it (always a stand-in), the workload kvlab ran a claim
+        the source states for serving in general on ("stated in general"), or no trace (arithmetic).
     num_requests, source_num_requests : int, optional
         Requests per trial (or per run) kvlab used and the source used; fewer than the source's
         makes the row a stand-in.
@@ -154,6 +155,8 @@ class Inputs:
         """kvlab's trial size against the source's, e.g. ``"200 requests (source: 2,048)"``."""
         if self.num_requests is None:
             return "" if self.source_num_requests is None else f"n/a (source: {self.source_num_requests:,})"
+        if self.trace_kind == "stated in general" and self.source_num_requests is None:
+            return f"{self.num_requests:,} requests"
         src = "not stated" if self.source_num_requests is None else f"{self.source_num_requests:,}"
         return f"{self.num_requests:,} requests (source: {src})"
 
@@ -306,17 +309,20 @@ def _row(claim: str, source: str, value: Value, test: _Test, *, source_setup: Se
          kvlab_setup: SetUp | str, note: str, unit: str, inputs: Inputs | None, claim_type: str) -> Claim:
     inputs = inputs or Inputs()
     vals = _values(value)
-    kind, verdict = _combine({k: None if x is None else test.judge(x) for k, x in vals.items()})
+    judged = {k: None if x is None else test.judge(x) for k, x in vals.items()}
+    kind, verdict = _combine(judged)
     stand_in = inputs.stand_in()
     if stand_in and kind != "not computed":
+        check, same = "", False
         if inputs.sensitivity is not None:
             alt = _values(inputs.sensitivity)
-            alt_kind, alt_verdict = _combine({k: None if x is None else test.judge(x) for k, x in alt.items()})
-            same = alt_verdict == verdict
-            check = (f"{inputs.sensitivity_run or 'sensitivity run'} gives {_value_words(alt, unit)}"
-                     f" ({'same verdict' if same else alt_verdict})")
-        else:
-            same, check = False, ""
+            alt_judged = {k: None if x is None else test.judge(x) for k, x in alt.items()}
+            # the same verdict: every cost model judged on both runs, to the same kind
+            same = set(alt_judged) == set(judged) and all(
+                (judged[k] is None) == (alt_judged[k] is None) and (judged[k] is None or judged[k][0] == alt_judged[k][0])
+                for k in judged)
+            check = (f"{inputs.sensitivity_run or 'the sensitivity run'} gives {_value_words(alt, unit)}"
+                     f" ({'the same verdict' if same else _combine(alt_judged)[1]})")
         if same:
             verdict = f"{verdict}; stand-in ({stand_in}) does not change it: {check}"
         else:

@@ -77,7 +77,10 @@ def test_a_stand_in_row_gets_no_holds_or_differs():
     # a sensitivity run with the source's input in place that gives the same verdict lets it stand ...
     same = c.Inputs(trace="p", trace_kind="fitted profile", sensitivity=2.7, sensitivity_run="the trace itself")
     row = c.close("x", "s", 2.6, 2.5, inputs=same)
-    assert row.kind == "holds" and "does not change it: the trace itself gives 2.7 (same verdict)" in row.verdict
+    assert row.kind == "holds" and "does not change it: the trace itself gives 2.7 (the same verdict)" in row.verdict
+    # the same kind of verdict counts, not the same number: both differ here
+    far = c.Inputs(trace="p", trace_kind="fitted profile", sensitivity=5.0, sensitivity_run="the trace itself")
+    assert c.close("x", "s", 2.6, 4.0, inputs=far).kind == "differs"
     # ... and one that changes it does not
     flips = c.Inputs(trace="p", trace_kind="fitted profile", sensitivity=4.0, sensitivity_run="the trace itself")
     assert c.close("x", "s", 2.6, 2.5, inputs=flips).kind == "stand-in"
