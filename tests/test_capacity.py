@@ -176,7 +176,7 @@ def test_trial_requests_from_a_trace_file_a_table_and_a_profile(tmp_path):
     table = pd.read_csv(path)
     assert list(trial_requests(table, 3).columns) == ["prompt_tokens", "output_tokens"]  # arrivals dropped
     from kvlab.lengths import profile
-    a, b = trial_requests("brief-sharegpt", 50, seed=2), trial_requests(profile("brief-sharegpt"), 50, seed=2)
+    a, b = trial_requests("seed-figures", 50, seed=2), trial_requests(profile("seed-figures"), 50, seed=2)
     pd.testing.assert_frame_equal(a, b)
 
 
