@@ -148,13 +148,13 @@ class Inputs:
                 raise ValueError(f"{name} must be a positive integer, got {n!r}")
 
     def trace_words(self) -> str:
-        """The trace and what it is, e.g. ``"sarathi_sharegpt_8k_llama2.csv (source's own)"``."""
-        return f"{self.trace} ({self.trace_kind})" if self.trace else ""
+        """The trace and what it is, e.g. ``"sarathi_sharegpt_8k_llama2.csv (source's own)"``; ``"none"`` without one."""
+        return f"{self.trace} ({self.trace_kind})" if self.trace else "none"
 
     def trial_words(self) -> str:
         """kvlab's trial size against the source's, e.g. ``"200 requests (source: 2,048)"``."""
         if self.num_requests is None:
-            return "" if self.source_num_requests is None else f"n/a (source: {self.source_num_requests:,})"
+            return "n/a" if self.source_num_requests is None else f"n/a (source: {self.source_num_requests:,})"
         if self.trace_kind == "stated in general" and self.source_num_requests is None:
             return f"{self.num_requests:,} requests"
         src = "not stated" if self.source_num_requests is None else f"{self.source_num_requests:,}"

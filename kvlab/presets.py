@@ -256,7 +256,7 @@ def paper_claims(comparison: pd.DataFrame, *, inputs: Mapping[str, _claims.Input
                          read_from=f"kvlab.capacity bisection over Poisson trials; best gain over the SLOs on the "
                                    f"{trace} trace, one per seed",
                          differs=given.differs + ((p.baseline_not_stated,) if p.baseline_not_stated else ()))
-        mine = replace(src, workload=f"{given.trace_words() or trace}, Poisson arrivals",
+        mine = replace(src, workload=f"{given.trace_words() if given.trace else trace}, Poisson arrivals",
                        metric="capacity by kvlab.capacity (bisection over seeded Poisson trials); best over SLOs")
         value: dict[str, list[float] | None] = {cm: None for cm in _claims.COST_MODELS}
         why = []
