@@ -55,7 +55,7 @@ def fig19_end_to_end(*, setup: str = "vllm-sosp23-fig19", block_sizes: Sequence[
     ``qps`` (the figure's rate is not in the sources kvlab holds; 2 requests/s is the paper's
     Fig. 13a rate for OPT-13B). kvlab's simulator copies one page per copy (not vLLM v0's
     per-layer copies) at the assumed per-copy cost. One row per (block size, mode):
-    ``normalized_latency_s_per_token``, ``preemptions_per_request``.
+    ``num_requests``, ``normalized_latency_s_per_token``, ``preemptions_per_request``.
     """
     from .vllm_paper import paper_requests
 
@@ -68,7 +68,7 @@ def fig19_end_to_end(*, setup: str = "vllm-sosp23-fig19", block_sizes: Sequence[
             out = simulate(requests, "vllm", arrivals="poisson", qps=v.positive_float(qps, "qps"), seed=seed,
                            max_new_tokens=s.max_model_len, preemption_mode=mode, cost_model=cost_model,
                            engine=engine, **kw).summary
-            rows.append({"block_size": bs, "preemption_mode": mode,
+            rows.append({"block_size": bs, "preemption_mode": mode, "num_requests": len(requests),
                          "normalized_latency_s_per_token": out["normalized_latency_s_per_token"],
                          "preemptions_per_request": out["preemptions_per_request"]})
     return pd.DataFrame(rows)
@@ -148,7 +148,8 @@ def fig19_claims(*, setup: str = "vllm-sosp23-fig19", cost_models: Sequence[str]
         if len(w):
             factor = np.maximum(w["swap"] / w["recompute"], w["recompute"] / w["swap"])
             e2e_value = float(factor.max())
-            e2e_in = _claims.Inputs(trace=s.profile, trace_kind="fitted profile", metric=e2e_in.metric,
+            n = int(end_to_end["num_requests"].iloc[0]) if "num_requests" in end_to_end else None
+            e2e_in = _claims.Inputs(trace=s.profile, trace_kind="fitted profile", num_requests=n, metric=e2e_in.metric,
                                     read_from="largest factor either way between the two modes' normalized latency, "
                                               f"block sizes {list(w.index)}, one run each (kvlab.sim, page copies)")
     rows.append(_claims.not_testable(
@@ -214,7 +215,7 @@ def preemption_claims(model: str | ModelSpec, gpu: str | GPUSpec, *, catalogue: 
     holds = s_att < m.max_context_tokens
     rows.append(_claims.Claim(
         claim=f"Recompute costs O(s^2), swap O(s) ({m.name})", source="the seed essay, section 4",
-        source_setup=general, kvlab_setup=f"{m.name} on {tp} x {g.name}, FLOP counts",
+        source_setup=general, kvlab_setup=f"{m.name} on {tp} x {g.name}, FLOP counts", trace="none", trial_size="n/a",
         metric="FLOPs of recomputing s tokens", read_from="kvlab.preemption_cost.recompute_flops (no run)",
         claimed="recompute quadratic in s",
         kvlab_value=(f"attention FLOPs pass linear-layer FLOPs at {s_att:,.0f} tokens; "
