@@ -195,7 +195,10 @@ def scheduler_comparison(names: Sequence[str], workloads: Mapping[str, pd.DataFr
                         for sched in SCHEDULERS:
                             cases[(name, trace, kind, cm, int(sd), sched)] = (
                                 p.config(sched, kind, engine=engine, cost_model=cm), p.slo(kind))
-            found.update(capacities(workload, cases, max_workers=max_workers, seed=int(sd), **capacity_kw))
+            # Sarathi-Serve's own trials: every request counts, no steadiness check (the paper's terms)
+            found.update(capacities(workload, cases, max_workers=max_workers, seed=int(sd),
+                                    **{"warmup_frac": 0.0, "max_backlog_frac": None, "window_check": False,
+                                       **capacity_kw}))
     table = capacity_table(found, key_names=("preset", "trace", "slo", "cost_model_", "seed", "scheduler_"))
     table = table.rename(columns={"cost_model": "cost_model_label"}).rename(
         columns={"cost_model_": "cost_model"}).drop(columns=["scheduler_"])

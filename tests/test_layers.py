@@ -12,7 +12,7 @@ from pathlib import Path
 import kvlab
 
 LAYERS = {
-    "base": ["_validate", "_intmath", "_lazy", "_paths", "_staging", "_strict", "backend"],
+    "base": ["_validate", "_intmath", "_lazy", "_paths", "_staging", "_strict", "_numba_cache", "_workers", "backend"],
     "facts": ["specs", "hf_config", "traces", "prometheus", "lengths", "reservation", "paged", "arrivals",
               "trace_window"],
     "costs": ["costmodel", "swap", "pipeline"],
