@@ -236,7 +236,7 @@ class Profile:
 
         Examples
         --------
-        >>> df = profile("brief-sharegpt").sample(5, seed=0)
+        >>> df = profile("seed-figures").sample(5, seed=0)
         >>> list(df.columns), str(df.output_tokens.dtype)
         (['prompt_tokens', 'output_tokens', 'censored'], 'int64')
         """
