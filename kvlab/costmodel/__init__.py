@@ -21,7 +21,7 @@ from typing import Any
 
 from .. import _validate as v
 from ..specs import GPUSpec, ModelSpec, gpu as _gpu, model as _model
-from .measured import MeasuredCostModel, measured, measured_gpus, send_recv, unsupported
+from .measured import MeasuredCostModel, constants as _constants, measured, measured_gpus, send_recv, unsupported
 from .roofline import CostModel, prefill_attention_pairs, roofline
 from . import stacks as _stacks
 
@@ -66,6 +66,10 @@ def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: i
     tp, pp = v.positive_int(tp, "tp"), v.positive_int(pp, "pp")
     if source is not None:
         v.choice(source, "source", SOURCES)
+    known_stacks = ["none", *_constants().get("stacks", {}), *_stacks.named_stacks()]
+    if stack not in known_stacks and not _stacks.is_cost_model_file(stack):
+        raise ValueError(f"unknown stack {stack!r}: known are {', '.join(known_stacks)} "
+                         "(or a cost-model file path ending in .json)")
     if _stacks.is_cost_model_file(stack):  # a fitted stack (kvlab.costmodel.stacks) on the stack-free model
         terms = _stacks.load(stack)
         base = cost_model(m, g, tp=tp, pp=1, source=source or terms.base, link=link)

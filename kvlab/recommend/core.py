@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from .. import _validate as v
+from ..validate.trust_figures import trust as _trust
 from ..capacity import SLO, ServingConfig, capacity, serve, slo_verdict
 from ..lengths import recommend_max_new_tokens
 from ..reservation import pool_pages as _pool_pages
@@ -535,7 +536,8 @@ def recommend(trace: pd.DataFrame, *, model: str, gpu: str, system: str | None =
              "slo_p99_tbt_s": slo.tbt_p99_s, "scheduling_delay_p50_s": slo.scheduling_delay_p50_s,
              "cost_model": configs[0].cost_label(), "scheduler": "chunked", "block_size": block_size,
              "num_windows": len(starts), "window_requests": n_win, "window_starts": starts, "seed": seed,
-             "capacity_rel_tol": rel_tol, "capacity_arrivals": "poisson"}
+             "capacity_rel_tol": rel_tol, "capacity_arrivals": "poisson",
+             "trust": _trust(cost_model, gpu=gpu)}  # validated error on real servers (kvlab.validate.trust)
     load_record = {"source": trace.attrs.get("source", "table"), **load.as_dict(), "rate_scale": rate_scale,
                    "qps": qps}
     ties = [_key(r) for _, r in table[table["tie"]].iterrows()]
@@ -578,6 +580,7 @@ def render_text(rec: Recommendation) -> str:
     rate = ld["rate_per_s"]
     lines = [f"{s['model']} on {s['tp']} x {s['gpu']}; {s['system']} ({s['version_family']}); SLO {s['slo']}",
              *_wrap(f"cost model: {s['cost_model']}; {s['scheduler']} scheduler, block {s['block_size']}"),
+             *_wrap(s.get("trust") or "real servers: not validated"),
              f"load: {ld['num_requests']:,} of {ld['trace_requests']:,} requests ({ld['how']}) over "
              f"{ld['duration_s']:,.0f} s at " + (f"{rate:.3g} requests/s" if rate else "no arrival times (offline)"),
              "output tokens: " + ", ".join(f"{k} {val:,}" for k, val in rec.percentiles.items())
