@@ -176,26 +176,35 @@ def _replay_with(record: RunRecord, terms: StackTerms) -> Replay:
 
 def errors_with(record: RunRecord, terms: StackTerms) -> dict[str, Any]:
     """:func:`kvlab.validate.compare` of ``record`` replayed with ``terms``."""
-    row = compare(_replay_with(record, terms))
+    return held_out_replay(record, terms)[0]
+
+
+def held_out_replay(record: RunRecord, terms: StackTerms) -> tuple[dict[str, Any], Replay]:
+    """``record`` replayed with ``terms``: its :func:`compare` row (stack named) and the replay."""
+    rep = _replay_with(record, terms)
+    row = compare(rep)
     row["stack"] = terms.name
-    return row
+    return row, rep
 
 
-def leave_one_out(runs: Sequence[RunRecord], **fit_kw: Any) -> pd.DataFrame:
+def leave_one_out(runs: Sequence[RunRecord], *, replays: list | None = None, **fit_kw: Any) -> pd.DataFrame:
     """Each run predicted by terms fitted to the other runs: one :func:`compare` row per run.
 
     Adds ``held_out_scale``, ``held_out_overhead_s``, ``held_out_overhead_s_per_seq`` (the terms
-    that predicted it). Needs at least 3 runs (2 to fit on).
+    that predicted it). Needs at least 3 runs (2 to fit on). A list passed as ``replays`` receives
+    each held-out :class:`~kvlab.validate.replay.Replay` (for per-request plots).
     """
     if len(runs) < 3:
         raise ValueError(f"leave-one-run-out needs at least 3 runs, got {len(runs)}")
     rows = []
     for i, held in enumerate(runs):
         f = fit([r for j, r in enumerate(runs) if j != i], **fit_kw)
-        row = errors_with(held, f.terms)
+        row, rep = held_out_replay(held, f.terms)
         row.update(held_out_scale=f.terms.gpu_time_scale, held_out_overhead_s=f.terms.overhead_s,
                    held_out_overhead_s_per_seq=f.terms.overhead_s_per_seq)
         rows.append(row)
+        if replays is not None:
+            replays.append(rep)
     return pd.DataFrame(rows)
 
 
