@@ -175,3 +175,32 @@ def test_trust_reads_the_committed_figures(tmp_path, monkeypatch):
     line = T.trust(gpu="A100-80GB-SXM", stack="vllm-v0")
     assert "within 20.0%" in line and "2 measured vLLM runs on A100" in line and "1 of 2" in line
     assert "no measured run validates stack none on A100" in T.trust(gpu="A100-80GB-SXM")
+
+
+def _bench_file(folder, rec, name):
+    itls = [[t] * (int(n) - 1) for t, n in zip(rec["tpot_s"], rec["output_tokens"])]
+    data = {"input_lens": rec["prompt_tokens"].tolist(), "output_lens": rec["output_tokens"].tolist(),
+            "ttfts": rec["ttft_s"].tolist(), "itls": itls, "start_times": rec["arrival_s"].tolist()}
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_cli_calibrate_and_validate(tmp_path, runs, capsys):
+    from kvlab.cli import main
+
+    files = [_bench_file(tmp_path, r.requests, f"run{i}") for i, r in enumerate(runs[:3])]
+    setup = tmp_path / "setup.yaml"
+    setup.write_text(f"model: {MODEL}\ngpu: {GPU}\nmax_num_seqs: 64\n")
+    out = tmp_path / "mine.json"
+    assert main(["calibrate", *files, "--set-up", str(setup), "-o", str(out), "--fit-scale", "yes"]) == 0
+    text = capsys.readouterr().out
+    assert "held-out error (leave-one-run-out" in text and f"written to {out}" in text
+    terms = load(out)
+    assert terms.gpu_time_scale == pytest.approx(1.3, rel=0.05)
+    assert [r["run"] for r in terms.meta["held_out"]["runs"]] == ["run0", "run1", "run2"]
+    assert main(["validate", *files, "--set-up", str(setup), "--cost-model", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "stack: " + str(out) in text and "3 of 3 right" in text
+    assert main(["calibrate", files[0], "-o", str(out)]) == 2  # no set-up: one-line error
+    assert "needs --set-up" in capsys.readouterr().err

@@ -18,6 +18,9 @@ def load_runs(results: list[str], setups: list[str] | None) -> list:
 
     files = [r for r in results if not r.startswith("shared")]
     setups = setups or []
+    if files and not setups:
+        raise ValueError(f"{files[0]}: a vllm bench serve result needs --set-up YAML (model, gpu, tp, engine flags: "
+                         "the keys of kvlab.validate.SetUp)")
     if files and len(setups) not in (1, len(files)):
         raise ValueError(f"give one --set-up for all {len(files)} result files, or one per file; got {len(setups)}")
     runs, k = [], 0
@@ -33,14 +36,9 @@ def load_runs(results: list[str], setups: list[str] | None) -> list:
                                  f"{', '.join(sorted({x.setup.dataset for x in shared}))}")
             runs += picked
         else:
-            runs.append(read_bench_result(r, setups[k] if len(setups) > 1 else setups[0] if setups else
-                                          _no_setup(r)))
+            runs.append(read_bench_result(r, setups[k] if len(setups) > 1 else setups[0]))
             k += 1
     return runs
-
-
-def _no_setup(path: str):
-    raise ValueError(f"{path}: a vllm bench serve result needs --set-up YAML (model, gpu, tp, engine flags)")
 
 
 def _fmt_table(df: pd.DataFrame) -> str:
