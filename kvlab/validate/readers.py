@@ -111,15 +111,20 @@ def read_shared(folder: str | Path = SHARED_SERVING) -> list[RunRecord]:
     return read_distserve(folder) + read_llmservingsim(folder)
 
 
+def _read_mapping(path: str | Path, what: str, parse, error: type[Exception], fmt: str) -> dict:
+    """The mapping a ``what`` file holds, parsed by ``parse``; ``ValueError`` naming the file otherwise."""
+    try:
+        data = parse(read_text_file(path, what))
+    except error as exc:
+        raise ValueError(f"{what} {path} is not valid {fmt}: {' '.join(str(exc).split())}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} {path} must hold a mapping ({fmt} object), got {type(data).__name__}")
+    return data
+
+
 def read_setup_yaml(path: str | Path) -> dict:
     """A set-up YAML as a mapping (``ValueError`` naming the file when it is not one)."""
-    try:
-        data = yaml.safe_load(read_text_file(path, "set-up file"))
-    except yaml.YAMLError as exc:
-        raise ValueError(f"set-up file {path} is not valid YAML: {' '.join(str(exc).split())}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"set-up file {path} must hold a mapping of set-up keys, got {type(data).__name__}")
-    return data
+    return _read_mapping(path, "set-up file", yaml.safe_load, yaml.YAMLError, "YAML")
 
 
 def read_bench_result(path: str | Path, setup: str | Path | dict) -> RunRecord:
@@ -134,12 +139,7 @@ def read_bench_result(path: str | Path, setup: str | Path | dict) -> RunRecord:
     its draws, and the record's assumptions say so.
     """
     path = Path(path)
-    try:
-        data = json.loads(read_text_file(path, "vllm bench serve result"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: a vllm bench serve result is a JSON object, got {type(data).__name__}")
+    data = _read_mapping(path, "vllm bench serve result", json.loads, json.JSONDecodeError, "JSON")
     missing = [k for k in ("input_lens", "output_lens", "ttfts", "itls") if k not in data]
     if missing:
         raise ValueError(f"{path}: lacks {', '.join(missing)} (save it with vllm bench serve --save-result "
