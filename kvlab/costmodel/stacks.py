@@ -63,8 +63,8 @@ class StackTerms:
     def describe(self) -> str:
         """The terms in words, as results state them."""
         scale = "" if self.gpu_time_scale == 1.0 else f", GPU time x{self.gpu_time_scale:.3g}"
-        return (f"stack {self.name}: {self.overhead_s * 1e3:.3g} ms/iteration + "
-                f"{self.overhead_s_per_seq * 1e3:.3g} ms/sequence{scale}")
+        ms = [round(x * 1e3, 4) for x in (self.overhead_s, self.overhead_s_per_seq)]  # to 0.1 us
+        return f"stack {self.name}: {ms[0]:.3g} ms/iteration + {ms[1]:.3g} ms/sequence{scale}"
 
     def to_dict(self) -> dict[str, Any]:
         """The cost-model file's JSON object."""

@@ -51,16 +51,32 @@ def _fmt_table(df: pd.DataFrame) -> str:
     return show.to_string(index=False)
 
 
+def _fitted_runs(stack: str | None) -> set[tuple[str, str]]:
+    """(dataset, run) pairs a stack's cost-model file was fitted to (empty for none / sarathi-serve)."""
+    from ..costmodel.stacks import is_cost_model_file, load
+
+    if not stack or not is_cost_model_file(stack):
+        return set()
+    return {(f.get("dataset", ""), f.get("run", "")) for f in load(stack).meta.get("fitted_to", [])}
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
+    from ..costmodel.stacks import is_cost_model_file
     from .replay import compare, error_table, replay
 
     runs = load_runs(args.results or ["shared"], args.set_up)
     rows = [compare(replay(r, cost_model=args.cost_model, stack=args.stack)) for r in runs]
     df = pd.DataFrame(rows)
-    cols = ["dataset", "run", "ttft_mean_err", "e2e_mean_err", "tpot_mean_err", "overload_pred", "overload_meas"]
+    fitted = _fitted_runs(args.cost_model if is_cost_model_file(args.cost_model or "") else args.stack)
+    df["fitted_to_it"] = [(d, r) in fitted for d, r in zip(df["dataset"], df["run"])]
+    cols = ["dataset", "run", "ttft_mean_err", "e2e_mean_err", "tpot_mean_err", "overload_pred", "overload_meas",
+            "fitted_to_it"]
     print(f"cost model: {'; '.join(sorted(set(df['cost_model'])))}")
     print(f"stack: {'; '.join(sorted(set(df['stack'])))}")
     print(_fmt_table(df[cols]))
+    if df["fitted_to_it"].any():
+        print(f"note: {int(df['fitted_to_it'].sum())} run(s) were in the stack's own fit (fitted_to_it): their error "
+              "is in-sample, not a validation; the stack file's held_out section has each run held out")
     print()
     print(_fmt_table(error_table(rows)))
     if args.csv:
