@@ -175,6 +175,8 @@ def test_trust_reads_the_committed_figures(tmp_path, monkeypatch):
     line = T.trust(gpu="A100-80GB-SXM", stack="vllm-v0")
     assert "within 20.0%" in line and "2 measured vLLM runs on A100" in line and "1 of 2" in line
     assert "no measured run validates stack none on A100" in T.trust(gpu="A100-80GB-SXM")
+    df.assign(cost_model=["measured (A100)", "roofline (spec sheet)", "measured (H100)"]).to_csv(path, index=False)
+    assert "on 1 measured vLLM run on A100" in T.trust("roofline", gpu="A100-80GB-SXM", stack="vllm-v0")
 
 
 def _bench_file(folder, rec, name):
@@ -204,3 +206,15 @@ def test_cli_calibrate_and_validate(tmp_path, runs, capsys):
     assert "stack: " + str(out) in text and "3 of 3 right" in text
     assert main(["calibrate", files[0], "-o", str(out)]) == 2  # no set-up: one-line error
     assert "needs --set-up" in capsys.readouterr().err
+
+
+def test_bad_run_records_name_the_run_and_column(runs):
+    req = runs[0].requests
+    with pytest.raises(ValueError, match="run x: request table lacks column.*tpot_s"):
+        RunRecord(SetUp(name="x", dataset="d", model=MODEL, gpu=GPU), req.drop(columns=["tpot_s"]))
+    with pytest.raises(ValueError, match="run x: column ttft_s has 1 missing"):
+        RunRecord(SetUp(name="x", dataset="d", model=MODEL, gpu=GPU), req.assign(ttft_s=[np.nan] + [0.1] * (len(req) - 1)))
+    with pytest.raises(ValueError, match="run x: scheduler must be one of chunked, prefill_first"):
+        SetUp(name="x", dataset="d", model=MODEL, gpu=GPU, scheduler="v0")
+    with pytest.raises(ValueError, match="run x: max_num_seqs must be a positive integer"):
+        SetUp(name="x", dataset="d", model=MODEL, gpu=GPU, max_num_seqs=0)

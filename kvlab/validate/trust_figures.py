@@ -41,7 +41,8 @@ def trust(cost_model: Any = None, gpu: str = "", stack: str | None = None) -> st
 
     E.g. "real servers: mean TTFT within 14.7% (median |error|) on 8 measured vLLM runs on A100
     (stack vllm-v0, held out); mean E2E 4.2%, TPOT 12.7%; overload called right on 8 of 8", or that
-    none exists. A roofline or measured source asked for by name counts as the default model.
+    none exists. A source asked for by name (``"measured"``, ``"roofline"``) counts only the runs
+    that source priced.
     """
     from ..specs import gpu as _gpu
 
@@ -52,6 +53,8 @@ def trust(cost_model: Any = None, gpu: str = "", stack: str | None = None) -> st
         return f"real servers: no validation figures shipped ({ERRORS_PATH.name} absent)"
     df = pd.read_csv(ERRORS_PATH)
     rows = df[(df["gpu"].map(gpu_family) == fam) & (df["stack"] == st)]
+    if cost_model in ("measured", "roofline"):  # a source asked for by name: only runs priced by it
+        rows = rows[rows["cost_model"].astype(str).str.startswith(cost_model)]
     if rows.empty:
         have = sorted(set(df.loc[df["stack"] == st, "gpu"].map(gpu_family)))
         return (f"real servers: no measured run validates stack {st} on {fam or 'this GPU'} "
@@ -59,7 +62,8 @@ def trust(cost_model: Any = None, gpu: str = "", stack: str | None = None) -> st
                 "real server there")
     how = "held out" if bool(rows["held_out"].all()) else "nothing fitted to them"
     med = {m: float(rows[f"{m}_mean_err"].abs().median()) for m in ("ttft", "e2e", "tpot")}
-    return (f"real servers: mean TTFT within {med['ttft']:.1%} (median |error|) on {len(rows)} measured vLLM runs on "
+    runs = f"{len(rows)} measured vLLM run{'s' if len(rows) != 1 else ''}"
+    return (f"real servers: mean TTFT within {med['ttft']:.1%} (median |error|) on {runs} on "
             f"{fam} (stack {st}, {how}); mean E2E {med['e2e']:.1%}, TPOT {med['tpot']:.1%}; overload called right "
             f"on {int(rows['overload_right'].sum())} of {len(rows)}")
 
