@@ -127,10 +127,16 @@ def test_shipped_stacks_are_named_and_stated():
 
 
 def test_overload_rule_hand_worked():
-    arr = np.arange(40, dtype=float)
-    assert not overloaded(arr, np.full(40, 0.2))             # flat TTFT
-    assert overloaded(arr, 0.2 + 0.5 * arr)                   # early 2.6 s median, late 17.6 s: 6.8x
-    assert not overloaded(arr, 0.01 + 0.001 * arr)            # grows 4x+ but stays under 1 s
+    # 400 arrivals, 1 s apart (the last at 399 s): a request still waits for its first token at
+    # 399 s when arrival + TTFT > 399. The rule: more than 2.5% of requests (10) and more than 8.
+    arr = np.arange(400, dtype=float)
+    assert not overloaded(arr, np.full(400, 0.5))      # only the last one waits
+    assert not overloaded(arr, np.full(400, 9.5))      # arrivals 390-399: 10 waiting, not > 10
+    assert overloaded(arr, np.full(400, 10.5))         # 11 waiting
+    assert overloaded(arr, 0.1 * arr)                  # TTFT grows: arrivals from 363 on wait (37)
+    few = np.arange(100, dtype=float)
+    assert not overloaded(few, np.full(100, 7.5))      # arrivals 92-99: 8 waiting, > 2.5% but not > 8
+    assert overloaded(few, np.full(100, 8.5))          # 9 waiting
 
 
 def test_bench_result_reader(tmp_path, runs):

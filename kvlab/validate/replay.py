@@ -8,27 +8,31 @@ GPU and TP; ``dp`` replicas each serve every ``dp``-th request. :func:`compare` 
 predicted and measured TTFT, TPOT and E2E (mean, p50, p90, p99), output throughput and
 preemptions side by side, with the relative errors and the overload calls.
 
-**Overload** (is the load sustained?) is decided the same way for the server and for kvlab,
-from queueing alone: under a sustained load the wait for the first token does not grow with
-arrival time; under overload the backlog builds and late arrivals wait longer and longer. A run is
-*overloaded* when the median TTFT of the last quarter of its arrivals exceeds both
-:data:`OVERLOAD_GROWTH` times the median TTFT of the first quarter and :data:`OVERLOAD_MIN_S`
-(so that a fast server's millisecond jitter is no overload).
+**Overload** (is the load sustained?) is decided the same way for the server and for kvlab, and
+the same way :func:`kvlab.capacity.capacity` decides whether a rate is sustained: from the backlog
+when the last request arrives. Under a sustained load the queue holds a few requests at any
+instant; under overload it grows, and a share near ``1 - served rate / offered rate`` of the
+requests is still waiting at the end of the arrivals. A run is *overloaded* when more than
+:data:`MAX_BACKLOG_FRAC` of its requests, and more than
+:data:`kvlab.capacity.MIN_BACKLOG_REQUESTS`, have not had their first token when the last one
+arrives (the first token is the one admission mark both the servers' records and kvlab's have).
+:func:`ttft_growth` (late-arrival over early-arrival median TTFT) is reported beside it.
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from ..capacity import MIN_BACKLOG_REQUESTS, capacity as _capacity
 from .records import RunRecord
 
-#: Late-arrival median TTFT over early-arrival median TTFT above which the backlog is growing.
-OVERLOAD_GROWTH = 4.0
-#: ... and the late median TTFT must exceed this (seconds).
-OVERLOAD_MIN_S = 1.0
+#: Share of a run's requests still waiting at the last arrival above which its queue grows
+#: (:func:`kvlab.capacity.capacity`'s default ``max_backlog_frac``).
+MAX_BACKLOG_FRAC = float(inspect.signature(_capacity).parameters["max_backlog_frac"].default)
 
 METRICS = ("ttft", "tpot", "e2e")
 STATS = ("mean", "p50", "p90", "p99")
@@ -112,10 +116,16 @@ def ttft_growth(arrival_s: np.ndarray, ttft_s: np.ndarray) -> tuple[float, float
     return (late / early if early > 0 else np.inf), late
 
 
+def backlog(arrival_s: np.ndarray, ttft_s: np.ndarray) -> int:
+    """Requests that have not had their first token when the last request arrives."""
+    arrival_s = np.asarray(arrival_s, dtype=np.float64)
+    return int(np.sum(arrival_s + np.asarray(ttft_s, dtype=np.float64) > arrival_s.max()))
+
+
 def overloaded(arrival_s: np.ndarray, ttft_s: np.ndarray) -> bool:
-    """Whether the backlog grows over the arrivals (the module note's rule)."""
-    growth, late = ttft_growth(arrival_s, ttft_s)
-    return bool(growth > OVERLOAD_GROWTH and late > OVERLOAD_MIN_S)
+    """Whether the queue grows over the arrivals (the module note's rule)."""
+    waiting = backlog(arrival_s, ttft_s)
+    return bool(waiting > MAX_BACKLOG_FRAC * len(arrival_s) and waiting > MIN_BACKLOG_REQUESTS)
 
 
 def compare(rep: Replay) -> dict[str, Any]:
@@ -125,6 +135,7 @@ def compare(rep: Replay) -> dict[str, Any]:
     predicted / measured - 1), ``throughput_tok_s_{pred,meas,err}`` (output tokens over the
     makespan, first arrival to last completion), ``preemptions_pred`` / ``preemptions_meas``
     (None where the server did not record them), ``overload_{pred,meas}``, ``overload_right``,
+    ``backlog_{pred,meas}`` (requests waiting for their first token at the last arrival),
     ``ttft_growth_{pred,meas}``.
     """
     rec, pred = rep.record, rep.predicted
@@ -151,6 +162,8 @@ def compare(rep: Replay) -> dict[str, Any]:
     gp, _ = ttft_growth(arr, pred["ttft_s"].to_numpy(dtype=np.float64))
     gm, _ = ttft_growth(arr, meas["ttft_s"].to_numpy(dtype=np.float64))
     row["ttft_growth_pred"], row["ttft_growth_meas"] = gp, gm
+    row["backlog_pred"] = backlog(arr, pred["ttft_s"].to_numpy(dtype=np.float64))
+    row["backlog_meas"] = backlog(arr, meas["ttft_s"].to_numpy(dtype=np.float64))
     row["overload_pred"] = overloaded(arr, pred["ttft_s"].to_numpy(dtype=np.float64))
     row["overload_meas"] = overloaded(arr, meas["ttft_s"].to_numpy(dtype=np.float64))
     row["overload_right"] = row["overload_pred"] == row["overload_meas"]

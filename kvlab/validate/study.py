@@ -19,7 +19,7 @@ from ..specs import gpu as _gpu, model as _model
 from .calibrate import leave_one_out
 from .readers import SHARED_SERVING, read_shared
 from .records import RunRecord
-from .replay import HEADLINE, OVERLOAD_GROWTH, Replay, compare, error_table, replay
+from .replay import HEADLINE, MAX_BACKLOG_FRAC, Replay, compare, error_table, replay
 
 #: Issue 20's targets: median |error| per dataset and metric, every overload call right.
 TARGET_ABS_ERR = 0.15
@@ -96,8 +96,9 @@ def why(row: pd.Series | dict, record: RunRecord) -> str:
         reasons.append("mixture of experts: tokens per expert and expert parallelism not priced")
     meas_growth = float(row["ttft_growth_meas"])
     if 1.5 < meas_growth and not row["overload_meas"]:
-        reasons.append(f"near saturation (measured late/early TTFT {meas_growth:.2g}x, overload at "
-                       f"{OVERLOAD_GROWTH:g}x): TTFT is queueing and small throughput errors compound")
+        reasons.append(f"near saturation (measured late/early median TTFT {meas_growth:.2g}x, "
+                       f"{int(row['backlog_meas'])} waiting at the last arrival, overload above "
+                       f"{MAX_BACKLOG_FRAC:.1%}): TTFT is queueing and small throughput errors compound")
     if row["overload_meas"] and abs(row["ttft_mean_err"]) > abs(row["tpot_mean_err"]) + 0.1:
         reasons.append("overloaded: the mean TTFT is the backlog, which grows with any error in throughput")
     if s.pool_pages and row["preemptions_pred"] > 0:
