@@ -17,5 +17,6 @@ if __name__ == "__main__":  # pragma: no cover
     from .trust_figures import regenerate
 
     for name, runs, label in STACKS:
-        main(["calibrate", runs, "-o", str(DATA_DIR / "costmodels" / f"{name}.json"), "--label", label])
+        main(["calibrate", runs, "-o", str(DATA_DIR / "costmodels" / f"{name}.json"), "--label", label,
+              "--command-line", "python -m kvlab.validate"])
     print(regenerate().to_string(index=False))

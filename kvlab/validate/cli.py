@@ -91,7 +91,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     runs = load_runs(args.results, args.set_up)
     name = args.name or args.output.rsplit("/", 1)[-1].removesuffix(".json")
-    command = "kvlab calibrate " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["calibrate"] else ""
+    command = args.command_line or ("kvlab calibrate " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["calibrate"]
+                                    else "kvlab calibrate " + " ".join(args.results) + f" -o {args.output}")
     terms = calibrate(runs, name=name, label=args.label or "", command=command,
                       fit_scale={"auto": "auto", "yes": True, "no": False}[args.fit_scale], base=args.base)
     path = save(terms, args.output)
@@ -136,4 +137,5 @@ def add_commands(sub) -> None:
                      help="fit a GPU-time scale (auto: where it lowers the residual by 10%%)")
     cal.add_argument("--base", choices=["measured", "roofline"], help="base cost model (default: measured "
                                                                       "where the GPU has measurements)")
+    cal.add_argument("--command-line", help=argparse.SUPPRESS)  # what the file says remakes it
     cal.set_defaults(func=cmd_calibrate)
