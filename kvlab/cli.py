@@ -116,17 +116,24 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
 
     from .capacity import SLO
     from .recommend import recommend
+    from .recommend.servers import resolve
+    from .specs import with_precision
 
+    if args.system is not None:
+        resolve(args.system)  # a bad --system is named before the trace is read
+    model = args.model
+    if args.weights != "bf16" or args.kv_cache_dtype != "auto":
+        model = with_precision(args.model, kv_cache_dtype=args.kv_cache_dtype, weights=args.weights)
     trace = _load_recommend_trace(args)
     slo = SLO(tbt_p99_s=args.slo_p99_tbt, scheduling_delay_p50_s=args.slo_delay_p50 or None)
     workers = args.workers if args.workers is not None else min(2, os.cpu_count() or 1)
-    rec = recommend(trace, model=args.model, gpu=args.gpu, system=args.system, slo=slo, tp=args.tp,
+    rec = recommend(trace, model=model, gpu=args.gpu, system=args.system, slo=slo, tp=args.tp,
                     block_size=args.block_size, max_new_tokens=args.max_new_tokens,
                     num_requests=args.num_requests, how="sample" if args.sample else "window",
                     rate_scale=args.rate_scale, qps=args.qps, num_windows=args.windows,
                     window_requests=args.window_requests, percentiles=args.percentiles,
                     max_unserved_frac=args.max_unserved_frac, seed=args.seed, cost_model=args.cost_model,
-                    max_workers=workers,
+                    max_workers=workers, save_dir=args.save_dir,
                     progress=not args.no_progress and not args.json)
     if args.csv:
         if args.output:
@@ -172,9 +179,19 @@ def build_parser() -> argparse.ArgumentParser:
                                               "of a vLLM server's /metrics")
     rec.add_argument("--model", required=True, help="model name (kvlab.specs.models())")
     rec.add_argument("--gpu", required=True, help="GPU name (kvlab.specs.gpus())")
-    rec.add_argument("--system", choices=["vllm", "sglang", "tgi", "tensorrt-llm", "reservation"],
-                     help="the server you run: search its settings and print its flags (default: compare "
-                          "the systems at their defaults)")
+    rec.add_argument("--system", metavar="SYSTEM[==VERSION]",
+                     help="the server you run: vllm, sglang, tgi, tensorrt-llm (newest release family) or "
+                          "e.g. vllm==0.8 (the family holding that version), or reservation (the brief's recipe): "
+                          "search its settings and print its flags (default: compare the systems at their "
+                          "defaults)")
+    rec.add_argument("--weights", choices=["bf16", "fp8", "int4"], default="bf16",
+                     help="weight precision of the served checkpoint (default bf16)")
+    rec.add_argument("--kv-cache-dtype", choices=["auto", "fp8"], default="auto",
+                     help="KV-cache storage the server runs with (default auto: the model's 16-bit dtype; "
+                          "the search also offers fp8 where the system and GPU support it)")
+    rec.add_argument("--save-dir", metavar="DIR",
+                     help="write the config files the printed commands need (TensorRT-LLM's extra LLM API "
+                          "YAML) into DIR; the commands name them there")
     rec.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs per replica (default 1)")
     rec.add_argument("--slo-p99-tbt", type=float, default=0.1, metavar="SECONDS",
                      help="SLO: 99th percentile of the time between output tokens (default 0.1 s)")
@@ -194,7 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="output-length percentiles to report (default 50 90 95 99)")
     rec.add_argument("--max-unserved-frac", type=float, default=0.0,
                      help="share of requests a setting may reject or truncate (default 0)")
-    rec.add_argument("--block-size", type=int, default=16, help="tokens per KV page (default 16)")
+    rec.add_argument("--block-size", type=int, default=16,
+                     help="tokens per KV page (default 16; checked against the values the system accepts)")
     rec.add_argument("--cost-model", help="iteration-time model: measured, roofline, a shipped stack (vllm-v0, "
                                           "vllm-v1) or a cost-model file from kvlab calibrate (default: measured "
                                           "where the GPU has measurements, else roofline)")
