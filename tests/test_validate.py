@@ -85,6 +85,7 @@ def test_calibrate_without_scale_recovers_cpu_terms():
 
 
 def test_held_out_error_matches_an_independent_computation(runs):
+    runs = runs[1:]
     loo = C.leave_one_out(runs, name="loo", fit_scale=True)
     for i, held in enumerate(runs):
         # second implementation: fit on the others, simulate the held-out run directly, errors by hand

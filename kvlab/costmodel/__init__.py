@@ -11,8 +11,10 @@ num_seqs=1)`` (aggregates over the batch, NumPy or CuPy arrays):
 
 :func:`cost_model` picks one by name (default: measured where the GPU has measurements, else the
 roofline) and wraps it for pipeline parallelism; :func:`resolve` turns what a user passes as
-``cost_model=`` ("measured", "roofline", a model object or None) into a model; :func:`describe`
-gives the readable name every result records.
+``cost_model=`` ("measured", "roofline", a cost-model file or shipped stack name, a model object
+or None) into a model; :func:`describe` gives the readable name every result records. A serving
+stack (:mod:`.stacks`: per-iteration and per-sequence CPU overheads and a GPU-time scale fitted to
+real servers, ``"vllm-v0"``, ``"vllm-v1"``, or a user's ``kvlab calibrate`` file) adds to either model.
 """
 from __future__ import annotations
 
