@@ -7,6 +7,9 @@ lists their parameters.
 ``kvlab recommend TRACE --model M --gpu G [--system vllm]`` prints which server setting meets a
 latency SLO at the trace's real load, each setting's capacity with its interval, and the
 server's flags (see :mod:`kvlab.recommend`).
+
+``kvlab validate [RESULTS ...]`` replays measured real-server runs and prints the errors;
+``kvlab calibrate RESULTS ... -o my-h100.json`` fits a serving stack to them (:mod:`kvlab.validate.cli`).
 """
 from __future__ import annotations
 
@@ -223,8 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="share of requests a setting may reject or truncate (default 0)")
     rec.add_argument("--block-size", type=int, default=16,
                      help="tokens per KV page (default 16; checked against the values the system accepts)")
-    rec.add_argument("--cost-model", choices=["measured", "roofline"],
-                     help="iteration-time model (default: measured where the GPU has measurements, else roofline)")
+    rec.add_argument("--cost-model", help="iteration-time model: measured, roofline, a shipped stack (vllm-v0, "
+                                          "vllm-v1) or a cost-model file from kvlab calibrate (default: measured "
+                                          "where the GPU has measurements, else roofline)")
     rec.add_argument("--format", default="auto", help="trace format (default: detected from the columns)")
     rec.add_argument("--on-bad", choices=["raise", "drop"], default="raise",
                      help="bad or failed rows: stop with an error (default) or drop and count them")
@@ -239,6 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--force", action="store_true", help="let -o overwrite an existing file (never an input)")
     rec.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     rec.set_defaults(func=_cmd_recommend)
+    from .validate.cli import add_commands as _add_validate_commands  # kvlab validate, kvlab calibrate
+    _add_validate_commands(sub)
     return parser
 
 

@@ -16,6 +16,7 @@ config alone (no checkpoint needed). The formula, per decoder layer ``l`` and in
   of the same size and a router of ``h E`` (+ ``E`` score-correction biases for DeepSeek-V3);
   DeepSeek-V3's first ``first_k_dense_replace`` layers are dense MLPs of width ``f``;
 * norms: ``n_norm h`` per layer (``2 n_norm h`` for LayerNorm with bias), plus a final norm;
+  Qwen3's per-head query and key norms add ``2 d``;
 * embeddings ``V h`` (+ learned positions for OPT: ``(P + 2) h``), and an output head ``V h``
   unless ``tie_word_embeddings`` ties it to the embedding (+ ``V`` bias for GPT-J).
 
@@ -35,7 +36,8 @@ from typing import Any, Callable, Mapping
 from ._validate import read_text_file
 
 #: ``model_type`` values :func:`shapes_from_config` reads.
-MODEL_TYPES = ("llama", "mistral", "qwen2", "gemma2", "phi3", "mixtral", "deepseek_v3", "opt", "falcon", "gptj")
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gemma2", "phi3", "mixtral", "deepseek_v3", "opt",
+               "falcon", "gptj")
 
 
 def load_config(path_or_dict: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]:
@@ -163,6 +165,25 @@ def _qwen2(r: _Reader) -> dict[str, Any]:
     return {**out, **_window(r, out["num_layers"])}
 
 
+def _qwen3(r: _Reader) -> dict[str, Any]:
+    # Qwen3: no q/k/v bias (``attention_bias`` false), an RMSNorm over each query and key head
+    # (q_norm, k_norm: ``head_dim`` weights each, shared across heads), explicit ``head_dim``.
+    out = _shared(r, qkv_bias=r.bool("attention_bias", False), o_bias=r.bool("attention_bias", False),
+                  qk_norm=True)
+    return {**out, **_window(r, out["num_layers"])}
+
+
+def _qwen3_moe(r: _Reader) -> dict[str, Any]:
+    # Every layer sparse (decoder_sparse_step 1, no mlp_only_layers), no shared expert.
+    if r.int("decoder_sparse_step", default=1) != 1 or r.cfg.get("mlp_only_layers"):
+        raise ValueError(f"{r.where}: dense layers among the MoE layers (decoder_sparse_step != 1 or "
+                         "mlp_only_layers) are not supported")
+    out = _qwen3(r)
+    out.update(num_experts=r.int("num_experts"), experts_per_token=r.int("num_experts_per_tok"),
+               moe_intermediate_size=r.int("moe_intermediate_size"))
+    return out
+
+
 def _gemma2(r: _Reader) -> dict[str, Any]:
     # Four RMSNorms per layer (before/after attention and MLP); embeddings tied; every other
     # layer (layer 0, 2, ...) attends within the sliding window.
@@ -243,7 +264,7 @@ def _gptj(r: _Reader) -> dict[str, Any]:
 
 
 _READERS: dict[str, Callable[[_Reader], dict[str, Any]]] = {
-    "llama": _llama, "mistral": _llama, "qwen2": _qwen2, "gemma2": _gemma2, "phi3": _llama,
+    "llama": _llama, "mistral": _llama, "qwen2": _qwen2, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe, "gemma2": _gemma2, "phi3": _llama,
     "mixtral": _mixtral, "deepseek_v3": _deepseek_v3, "opt": _opt, "falcon": _falcon, "gptj": _gptj,
 }
 
@@ -281,7 +302,7 @@ def count_params(s: Mapping[str, Any]) -> tuple[int, int]:
         attn += (q * d + 2 * k * d) * s["qkv_bias"] + h * s["o_bias"]
     f = s["intermediate_size"]
     dense_mlp = 3 * h * f if s["gated_mlp"] else 2 * h * f + (f + h) * s["mlp_bias"]
-    norms = s["norms_per_layer"] * h * (2 if s["norm_bias"] else 1)
+    norms = s["norms_per_layer"] * h * (2 if s["norm_bias"] else 1) + (2 * d if s.get("qk_norm") else 0)
     n_layers, n_experts = s["num_layers"], s.get("num_experts", 0)
     if n_experts:
         expert = 3 * h * s["moe_intermediate_size"]

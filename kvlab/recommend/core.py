@@ -35,6 +35,7 @@ import pandas as pd
 
 from .. import _validate as v
 from .._workers import worker_pool
+from ..validate.trust_figures import trust as _trust
 from ..capacity import SLO, ServingConfig, capacity, serve, slo_verdict
 from ..lengths import recommend_max_new_tokens
 from ..reservation import pool_pages as _pool_pages
@@ -626,7 +627,8 @@ def recommend(trace: pd.DataFrame, *, model: str, gpu: str, system: str | None =
              "cost_model": configs[0].cost_label(),
              "scheduler": "/".join(sorted({c.scheduler for c in configs})), "block_size": block_size,
              "num_windows": len(starts), "window_requests": n_win, "window_starts": starts, "seed": seed,
-             "capacity_rel_tol": rel_tol, "capacity_arrivals": "poisson"}
+             "capacity_rel_tol": rel_tol, "capacity_arrivals": "poisson",
+             "trust": _trust(cost_model, gpu=gpu)}  # validated error on real servers (kvlab.validate.trust)
     load_record = {"source": trace.attrs.get("source", "table"), **load.as_dict(), "rate_scale": rate_scale,
                    "qps": qps}
     ties = [_key(r) for _, r in table[table["tie"]].iterrows()]
@@ -679,6 +681,7 @@ def render_text(rec: Recommendation) -> str:
     lines = [*_wrap(f"{s['model']}{precision} on {s['tp']} x {s['gpu']}; {s['system']} ({s['version_family']}); "
                     f"SLO {s['slo']}"),
              *_wrap(f"cost model: {s['cost_model']}; {s['scheduler']} scheduler, block {s['block_size']}"),
+             *_wrap(s.get("trust") or "real servers: not validated"),
              f"load: {ld['num_requests']:,} of {ld['trace_requests']:,} requests ({ld['how']}) over "
              f"{ld['duration_s']:,.0f} s at " + (f"{rate:.3g} requests/s" if rate else "no arrival times (offline)"),
              "output tokens: " + ", ".join(f"{k} {val:,}" for k, val in rec.percentiles.items())
