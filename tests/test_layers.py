@@ -18,7 +18,7 @@ LAYERS = {
     "costs": ["costmodel", "swap", "pipeline"],
     "rules": ["policies", "predict"],
     "simulator": ["sim"],
-    "analyses": ["capacity", "recommend", "sweep", "presets", "claims", "studies", "preemption_cost", "calibrate",
+    "analyses": ["capacity", "recommend", "validate", "sweep", "presets", "claims", "studies", "preemption_cost", "calibrate",
                  "measure", "plots"],
     "face": ["report", "cli", "__init__", "__version__"],
 }
