@@ -50,22 +50,40 @@ def test_capacity_is_a_direct_capacity_call(at_20):
                            max_num_seqs=256, max_num_batched_tokens=2048, scheduler="chunked",
                            max_new_tokens=int(trace["output_tokens"].max()), block_size=16,
                            pool_pages=kvlab.pool_pages(MODEL, GPU, gpu_memory_utilization=0.9))
-    window = trace.iloc[1100:1500][["prompt_tokens", "output_tokens"]].reset_index(drop=True)
+    window = trace.iloc[1100:1500].reset_index(drop=True)  # with its own arrival times
+    # the grid starts at the power of two nearest the offered ~20 requests/s, whatever the load
     direct = capacity(window, config, SLO(tbt_p99_s=0.1, scheduling_delay_p50_s=2.0), num_requests=400, seed=4,
-                      qps_start=rec.load["rate_per_s"], rel_tol=0.05)
+                      qps_start=16.0, rel_tol=0.05, arrivals="replay")
+    assert rec.setup["capacity_arrivals"] == "replay" and rec.setup["capacity_grid_start_qps"] == 16.0
     assert rec.capacities["vllm: default"][1] == direct.capacity_qps
     row = rec.row("vllm: default")
     caps = rec.capacities["vllm: default"]
     assert row["capacity_lo_qps"] == min(caps) and row["capacity_hi_qps"] == max(caps)
 
 
-def test_overloaded_says_so_with_the_replicas_needed(at_20):
-    _, rec = at_20
+def test_overloaded_names_replicas_of_the_printed_setting_and_one_share_agrees(at_20):
+    trace, rec = at_20
     best = rec.table.loc[rec.table["capacity_qps"].idxmax()]
     assert best["capacity_qps"] < 20.0 * 0.95  # this GPU cannot carry 20 requests/s
-    assert rec.decision == "overloaded" and rec.chosen is None and not rec.table["recommended"].any()
-    assert rec.answer.startswith("Overloaded") and f"{math.ceil(rec.load['rate_per_s'] / best['capacity_qps'])} " \
-        "replicas" in rec.answer
+    assert rec.decision == "overloaded" and rec.chosen is not None
+    row = rec.row(rec.chosen)
+    assert row["recommended"] and int(rec.table["recommended"].sum()) == 1
+    # the printed flags are the chosen setting's, and its capacity sizes the replicas
+    assert list(rec.flags["setting"]) == [row["setting"]]
+    n = int(row["replicas"])
+    rate = rec.load["rate_per_s"]
+    assert n == math.ceil(rate / row["capacity_qps"] - 1e-9) and n * row["capacity_qps"] >= rate
+    assert f"run {n} replicas of it" in rec.answer and rec.chosen in rec.answer
+    assert rec.check["replicas"] == n and rec.check["rate_per_s"] == pytest.approx(rate / n)
+    # one replica's share: the same setting, now on one replica, with the same capacities
+    vllm = settings("vllm", model=MODEL, gpu=GPU)[:2]
+    share = recommend(trace, model=MODEL, gpu=GPU, candidates=vllm, num_requests=600, num_windows=2,
+                      window_requests=400, seed=3, rate_scale=1 / n)
+    assert share.load["rate_per_s"] == pytest.approx(rate / n)
+    assert share.chosen == rec.chosen and share.decision != "overloaded"
+    assert int(share.row(share.chosen)["replicas"]) == 1
+    assert share.capacities == rec.capacities
+    assert list(share.flags["command"]) == list(rec.flags["command"])
 
 
 def test_identical_settings_tie_and_all_ties_keep_the_default():
