@@ -50,7 +50,7 @@ from ..arrivals import PROCESSES, gap_cv
 from ..capacity import SLO, ServingConfig, capacity, serve, slo_verdict
 from ..lengths import recommend_max_new_tokens
 from ..reservation import pool_pages as _pool_pages
-from ..specs import gpu as _gpu, model as _model
+from ..specs import gpu as _gpu, hf_id as _hf_id, model as _model
 from ..trace_window import HOW, TraceWindow, offered_rate_per_s, trace_window, window_starts
 from .systems import (RESERVATION, SYSTEMS, VERSION_FAMILY, Setting, client_note, command_line, default_settings,
                       settings)
@@ -643,7 +643,9 @@ def recommend(trace: pd.DataFrame, *, model: Any, gpu: Any, system: str | None =
     if fit.prompts_over_context and rate is not None:
         answer += (f" The trace offers {offered:.3g} requests/s, but {fit.refused().split(';')[0]}: "
                    f"{rate:.3g} requests/s are left to serve.")
-    flags = _flags(table, candidates, chosen, comparison, model=model_name, fit=fit, block_size=block_size, tp=tp)
+    # the server is told the checkpoint: the catalogue's Hugging Face id, else the spec's own name
+    flags = _flags(table, candidates, chosen, comparison, model=_hf_id(model_spec) or model_name, fit=fit,
+                   block_size=block_size, tp=tp)
     cost_label = configs[0].cost_label()
     setup = {"model": model_name, "gpu": gpu_spec.name, "tp": tp, "pp": 1, "system": system or "comparison",
              "version_family": VERSION_FAMILY.get(system or "", "each system's default"), "slo": str(slo),
