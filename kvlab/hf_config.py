@@ -6,7 +6,8 @@ config alone (no checkpoint needed). The formula, per decoder layer ``l`` and in
 
 * attention, grouped-query (GQA/MHA): ``h q d`` (query) + ``2 h k d`` (key, value) + ``q d h``
   (output), with ``h`` the hidden size, ``q`` query heads, ``k`` KV heads, ``d`` head dim, plus
-  biases where the architecture has them (Qwen2: query/key/value; OPT: every projection);
+  biases where the architecture has them (Qwen2: query/key/value; OPT: every projection), plus
+  ``2 d`` for Qwen3's per-head RMSNorms of the queries and keys (``q_norm``, ``k_norm``);
 * attention, multi-head latent (MLA, DeepSeek-V2/V3): ``h r_q + r_q + r_q q (d_nope + d_rope)``
   (query down-projection, its norm, up-projection; ``h q (d_nope + d_rope)`` without a query
   rank) + ``h (r_kv + d_rope) + r_kv`` (the compressed KV and rope key, its norm)
@@ -14,7 +15,8 @@ config alone (no checkpoint needed). The formula, per decoder layer ``l`` and in
 * MLP: ``3 h f`` gated (SwiGLU/GeGLU: gate, up, down) or ``2 h f`` (+ ``f + h`` biases) plain;
   a mixture-of-experts layer holds ``E`` routed experts of ``3 h f_e`` each, ``S`` shared experts
   of the same size and a router of ``h E`` (+ ``E`` score-correction biases for DeepSeek-V3);
-  DeepSeek-V3's first ``first_k_dense_replace`` layers are dense MLPs of width ``f``;
+  DeepSeek-V3's first ``first_k_dense_replace`` layers are dense MLPs of width ``f``, and so are
+  Qwen3-MoE's ``mlp_only_layers`` and the layers ``decoder_sparse_step`` skips;
 * norms: ``n_norm h`` per layer (``2 n_norm h`` for LayerNorm with bias), plus a final norm;
 * embeddings ``V h`` (+ learned positions for OPT: ``(P + 2) h``), and an output head ``V h``
   unless ``tie_word_embeddings`` ties it to the embedding (+ ``V`` bias for GPT-J).
@@ -35,7 +37,8 @@ from typing import Any, Callable, Mapping
 from ._validate import read_text_file
 
 #: ``model_type`` values :func:`shapes_from_config` reads.
-MODEL_TYPES = ("llama", "mistral", "qwen2", "gemma2", "phi3", "mixtral", "deepseek_v3", "opt", "falcon", "gptj")
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gemma2", "phi3", "mixtral", "deepseek_v3", "opt",
+               "falcon", "gptj")
 
 
 def load_config(path_or_dict: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]:
@@ -124,6 +127,28 @@ def _qwen2(r: _Reader) -> dict[str, Any]:
     return {**out, **_window(r, out["num_layers"])}
 
 
+def _qwen3(r: _Reader) -> dict[str, Any]:
+    # Qwen3 (transformers' Qwen3Attention): no biases unless attention_bias, an RMSNorm of
+    # head_dim over each query and key head, head_dim given (0.6B: 128 with hidden 1024 / 16 heads)
+    bias = r.bool("attention_bias", False)
+    out = _shared(r, qkv_bias=bias, o_bias=bias, qk_norm=True)
+    return {**out, **_window(r, out["num_layers"])}
+
+
+def _qwen3_moe(r: _Reader) -> dict[str, Any]:
+    # Qwen3-MoE (transformers' Qwen3MoeDecoderLayer): layer i is sparse unless i is in
+    # mlp_only_layers or (i + 1) % decoder_sparse_step != 0; no shared experts, a bias-free router.
+    out = _qwen3(r)
+    n, step = out["num_layers"], r.int("decoder_sparse_step", default=1)
+    only = r.cfg.get("mlp_only_layers") or []
+    if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
+        raise ValueError(f"{r.where}: mlp_only_layers must be a list of layer indices, got {only!r}")
+    sparse = sum(1 for i in range(n) if i not in only and (i + 1) % step == 0)
+    out.update(num_experts=r.int("num_experts"), experts_per_token=r.int("num_experts_per_tok"),
+               moe_intermediate_size=r.int("moe_intermediate_size"), num_dense_layers=n - sparse)
+    return out
+
+
 def _gemma2(r: _Reader) -> dict[str, Any]:
     # Four RMSNorms per layer (before/after attention and MLP); embeddings tied; every other
     # layer (layer 0, 2, ...) attends within the sliding window.
@@ -199,7 +224,8 @@ def _gptj(r: _Reader) -> dict[str, Any]:
 
 
 _READERS: dict[str, Callable[[_Reader], dict[str, Any]]] = {
-    "llama": _llama, "mistral": _llama, "qwen2": _qwen2, "gemma2": _gemma2, "phi3": _llama,
+    "llama": _llama, "mistral": _llama, "qwen2": _qwen2, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe, "gemma2": _gemma2,
+    "phi3": _llama,
     "mixtral": _mixtral, "deepseek_v3": _deepseek_v3, "opt": _opt, "falcon": _falcon, "gptj": _gptj,
 }
 
@@ -231,7 +257,7 @@ def count_params(s: Mapping[str, Any]) -> tuple[int, int]:
         attn = query + h * (r_kv + rope) + r_kv + r_kv * q * (d - rope + dv) + q * dv * h
     else:
         attn = h * q * d + 2 * h * k * d + q * d * h
-        attn += (q * d + 2 * k * d) * s["qkv_bias"] + h * s["o_bias"]
+        attn += (q * d + 2 * k * d) * s["qkv_bias"] + h * s["o_bias"] + 2 * d * s.get("qk_norm", False)
     f = s["intermediate_size"]
     dense_mlp = 3 * h * f if s["gated_mlp"] else 2 * h * f + (f + h) * s["mlp_bias"]
     norms = s["norms_per_layer"] * h * (2 if s["norm_bias"] else 1)

@@ -230,3 +230,19 @@ def test_ttft_bound_is_part_of_the_slo(tmp_path, capsys):
     out = _run_json(capsys, str(path), *TINY, "--system", "tgi", "--slo-p99-ttft", "0.001")
     assert out["setup"]["slo_p99_ttft_s"] == 0.001 and "P99 TTFT <= 0.001 s" in out["setup"]["slo"]
     assert all(r["capacity_qps"] == 0 for r in out["table"])  # no prefill finishes in 1 ms
+
+
+def test_a_qwen3_config_runs(tmp_path, capsys):
+    path = tmp_path / "azure.csv"
+    _azure(path, n=120)
+    config = tmp_path / "qwen3"  # a folder holding Qwen/Qwen3-0.6B's config.json
+    config.mkdir()
+    (config / "config.json").write_text(json.dumps({
+        "model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
+        "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+        "max_position_embeddings": 40960, "tie_word_embeddings": True, "_name_or_path": "Qwen/Qwen3-0.6B"}))
+    args = [a if a != MODEL else str(config) for a in TINY]
+    out = _run_json(capsys, str(path), *args, "--system", "tgi")
+    assert out["setup"]["model"] == "Qwen/Qwen3-0.6B" and out["context"]["max_model_len"] == 40960
+    assert out["context"]["prompts_over_context"] == 0  # the 4,096-5,000-token prompts fit 40,960
+    assert "--model-id Qwen/Qwen3-0.6B" in out["flags"][0]["command"]
