@@ -803,6 +803,6 @@ def _wrap(text: str, indent: str = "") -> list[str]:
                          break_on_hyphens=False) or [indent]
 
 
-__all__ = ["DECISIONS", "DEFAULT_NUM_WINDOWS", "DEFAULT_SLO", "DEFAULT_WINDOW_REQUESTS", "LATENCY_COLUMNS",
-           "TABLE_COLUMNS", "ContextFit", "Recommendation", "fit_to_context", "output_percentiles", "recommend",
-           "render_text", "serving_config"]
+__all__ = ["DECISIONS", "DEFAULT_ARRIVALS", "DEFAULT_NUM_WINDOWS", "DEFAULT_SLO", "DEFAULT_WINDOW_REQUESTS",
+           "LATENCY_COLUMNS", "TABLE_COLUMNS", "ContextFit", "Recommendation", "fit_to_context", "grid_start",
+           "output_percentiles", "recommend", "render_text", "serving_config"]
