@@ -372,3 +372,20 @@ def read_text_file(path: Any, what: str) -> str:
     except UnicodeDecodeError as exc:
         raise ValueError(f"{what} {path} is not {enc.upper()} text (byte 0x{data[exc.start]:02x} at offset "
                          f"{exc.start}); save it as UTF-8") from None
+
+
+def read_yaml_mapping(path: Any, what: str) -> dict:
+    """A small YAML file the user names that must hold a mapping (a GPU spec, a length profile).
+
+    Read as :func:`read_text_file` reads it; invalid YAML or anything but a mapping at the top
+    is a ``ValueError`` naming ``what`` and the file.
+    """
+    import yaml
+
+    try:
+        data = yaml.safe_load(read_text_file(path, what))
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{what} {path} is not valid YAML: {' '.join(str(exc).split())}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} {path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data

@@ -414,15 +414,8 @@ def gpu_from_file(path: str | os.PathLike) -> GPUSpec:
     ValueError
         Unreadable file, not a mapping, a missing or unknown key, or a number that is not positive.
     """
-    import yaml
-
     where = f"GPU spec file {os.fspath(path)}"
-    try:
-        data = yaml.safe_load(v.read_text_file(path, "GPU spec file"))
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{where} is not valid YAML: {' '.join(str(exc).split())}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{where} must hold a mapping of the columns of data/gpus.csv, got {type(data).__name__}")
+    data = v.read_yaml_mapping(os.fspath(path), "GPU spec file")
     fields = ("name", *GPU_NUMBER_FIELDS)
     missing = [f for f in fields if data.get(f) is None]
     unknown = sorted(set(map(str, data)) - set(fields) - set(GPU_TEXT_FIELDS))

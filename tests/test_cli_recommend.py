@@ -48,7 +48,7 @@ def test_json_gives_the_rate_the_capacities_and_clamped_flags(tmp_path, capsys):
     assert out["context"]["prompts_over_context"] == 3
     too_long = fits & (df["ContextTokens"] + df["GeneratedTokens"] > 4096)
     assert out["context"]["outputs_over_context"] == int(too_long.sum()) >= 1
-    assert any("3 prompts do not fit" in w for w in out["warnings"])
+    assert any(w.startswith("3 of 400 requests (0.8%) are refused: their prompts do not fit") for w in out["warnings"])
     rows = out["table"]
     assert {r["system"] for r in rows} == {"vllm"} and len(rows) >= 4
     for r in rows:

@@ -29,7 +29,6 @@ from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
-import yaml
 from scipy import optimize, special, stats
 
 from .. import _validate as v
@@ -287,12 +286,7 @@ def read_profile(path: str | Path, name: str | None = None) -> Profile:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"profile file {path} does not exist")
-    try:
-        raw = yaml.safe_load(v.read_text_file(path, "profile file"))
-    except yaml.YAMLError as exc:
-        raise ValueError(f"profile file {path} is not valid YAML: {' '.join(str(exc).split())}") from None
-    if not isinstance(raw, dict):
-        raise ValueError(f"profile file {path}: expected a mapping at the top level")
+    raw = v.read_yaml_mapping(path, "profile file")
     for key in ("source", "prompt", "output"):
         if key not in raw:
             raise ValueError(f"profile file {path}: missing key {key!r}")

@@ -105,30 +105,26 @@ class ContextFit:
         """Share of the trace's requests the server accepts."""
         return self.served_requests / self.trace_requests if self.trace_requests else 1.0
 
-    def refused(self) -> str:
-        """The refused and capped requests in words ("" when every request is served in full)."""
+    def refused_parts(self) -> list[str]:
+        """The refused and capped requests, one phrase each (empty when every request is served in full)."""
         parts = []
         if self.prompts_over_context:
             n = self.prompts_over_context
             parts.append(f"{n:,} of {self.trace_requests:,} requests ({n / self.trace_requests:.1%}) are refused: "
                          f"{'its prompt does' if n == 1 else 'their prompts do'} not fit the "
-                         f"{self.max_model_len:,}-token context")
+                         f"{self.max_model_len:,}-token context ({self.context_source})")
         if self.outputs_over_context:
             parts.append(f"{self.outputs_over_context:,} outputs are cut at the context")
         if self.outputs_over_cap:
             parts.append(f"{self.outputs_over_cap:,} outputs are cut at max_new_tokens {self.max_new_tokens:,}")
-        return "; ".join(parts)
+        return parts
+
+    def refused(self) -> str:
+        """:meth:`refused_parts` in one line ("" when every request is served in full)."""
+        return "; ".join(self.refused_parts())
 
     def warnings(self) -> list[str]:
-        out = []
-        if self.prompts_over_context:
-            n = self.prompts_over_context
-            out.append(f"{n:,} {'prompt does' if n == 1 else 'prompts do'} not fit the "
-                       f"{self.max_model_len:,}-token context ({self.context_source}): the server rejects them; "
-                       f"left out of the simulation")
-        if self.outputs_over_context:
-            out.append(f"{self.outputs_over_context:,} outputs would run past the context: cut at "
-                       f"{self.max_model_len:,} tokens of prompt + output")
+        out = self.refused_parts()
         if self.max_new_tokens < self.trace_cap_tokens:
             out.append(f"max_new_tokens clamped from {self.trace_cap_tokens:,} to {self.max_new_tokens:,} "
                        f"(the context)")
@@ -641,7 +637,7 @@ def recommend(trace: pd.DataFrame, *, model: Any, gpu: Any, system: str | None =
                                 rate_scale=rate_scale, served=served, num_requests=num_requests, how=how,
                                 served_qps=served_qps)
     if fit.prompts_over_context and rate is not None:
-        answer += (f" The trace offers {offered:.3g} requests/s, but {fit.refused().split(';')[0]}: "
+        answer += (f" The trace offers {offered:.3g} requests/s, but {fit.refused_parts()[0]}: "
                    f"{rate:.3g} requests/s are left to serve.")
     # the server is told the checkpoint: the catalogue's Hugging Face id, else the spec's own name
     flags = _flags(table, candidates, chosen, comparison, model=_hf_id(model_spec) or model_name, fit=fit,
@@ -788,7 +784,8 @@ def render_text(rec: Recommendation) -> str:
     if rec.decision == "overloaded" and rec.chosen is not None:
         lines += _wrap(f"what to do: {rec.what_to_do}")
     for w in rec.warnings:
-        lines += _wrap(f"warning: {w}")
+        if w not in fit.refused_parts():  # those are in the headline
+            lines += _wrap(f"warning: {w}")
     for _, f in rec.flags.iterrows():
         lines += ["", f"{f['system']} ({f['version']}), {f['setting']}:"] + _wrap(f["command"], indent="  ") \
             + _wrap(f["client"], indent="  ")
