@@ -564,14 +564,16 @@ def recommend(trace: pd.DataFrame, *, model: Any, gpu: Any, system: str | None =
 
     n_win = min(window_requests, len(served))
     starts = window_starts(len(served), n_win, num_windows)
-    timed = "arrival_s" in served.columns
+    windows = [trace_window(served, n_win, start_row=s).requests for s in starts]
+    # the trace's own arrival process needs times that span some seconds in every window
+    timed = all(offered_rate_per_s(w.get("arrival_s")) is not None for w in windows)
     process = arrivals if timed else "poisson"
     cols = ["prompt_tokens", "output_tokens"] + (["arrival_s"] if timed else [])
-    windows = [trace_window(served, n_win, start_row=s).requests[cols] for s in starts]
+    windows = [w[cols] for w in windows]
     warnings = fit.warnings()
     if not timed and arrivals != "poisson":
-        warnings.append("the trace has no arrival times: capacity is searched under Poisson arrivals, not the "
-                        "trace's own")
+        warnings.append("the trace has no arrival times (or a window's all coincide): capacity is searched under "
+                        "Poisson arrivals, not the trace's own")
     needed = num_windows * window_requests
     if len(served) < needed:
         warnings.append(f"small trace: {len(served):,} requests give {num_windows} overlapping windows of {n_win:,}; "
