@@ -8,11 +8,11 @@
   only when the body finished without an exception;
 - staging folders of earlier runs into the same destination that were killed outright (SIGKILL,
   power loss) are removed once the lock is held: no live run can be using them;
-- on an exception, on SIGINT and on SIGTERM it removes the staging folder and kills the process
+- on an exception, on SIGINT, SIGTERM and SIGHUP it removes the staging folder and kills the process
   groups of the child processes that lead their own group. Jupyter kernels are such children
   (``jupyter_client`` starts each one in a new session), so a kernel and everything it started
-  go with it. Python's default SIGTERM action kills the process without running ``finally``
-  blocks; here both signals raise :class:`Interrupted` instead, so the cleanup runs.
+  go with it. Python's default SIGTERM and SIGHUP actions kill the process without running
+  ``finally`` blocks; here these signals raise :class:`Interrupted` instead, so the cleanup runs.
 
 Problems preparing the destination (under a file, read-only, under ``/proc``) raise
 ``ValueError`` naming the folder: they are bad input, not failed runs.
@@ -36,8 +36,12 @@ except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
 
+#: Signals that stop a run cleanly (SIGHUP: the terminal that started it closed).
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
 class Interrupted(KeyboardInterrupt):
-    """The run was stopped by a signal (SIGINT or SIGTERM); ``signum`` says which.
+    """The run was stopped by a signal (SIGINT, SIGTERM or SIGHUP); ``signum`` says which.
 
     A ``KeyboardInterrupt`` so that the libraries below (nbclient, asyncio) unwind and shut
     their kernels down exactly as they do on Ctrl-C."""
@@ -86,9 +90,10 @@ def _kill_groups(groups: set[int], sig: int) -> None:
 
 
 @contextlib.contextmanager
-def _raise_on_signals(groups: set[int]) -> Iterator[None]:
-    """Within the block SIGINT and SIGTERM raise :class:`Interrupted` (once) after sending
+def raising_on_signals(groups: set[int] | None = None) -> Iterator[None]:
+    """Within the block SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted` (once) after sending
     SIGTERM to the child process groups; the groups seen are added to ``groups``."""
+    groups = set() if groups is None else groups
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers can only be set from the main thread
         return
@@ -102,7 +107,7 @@ def _raise_on_signals(groups: set[int]) -> Iterator[None]:
             fired.append(signum)
             raise Interrupted(signum)
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
     try:
         yield
     finally:
@@ -163,7 +168,7 @@ def staged_folder(dest: str | os.PathLike) -> Iterator[Path]:
     ValueError
         ``dest`` exists, another run holds its lock, or its parent cannot be created or written.
     Interrupted
-        SIGINT or SIGTERM arrived; the staging folder and child process groups are gone.
+        SIGINT, SIGTERM or SIGHUP arrived; the staging folder and child process groups are gone.
     """
     dest = Path(dest)
     if dest.exists():
@@ -179,7 +184,7 @@ def staged_folder(dest: str | os.PathLike) -> Iterator[Path]:
         for stale in dest.parent.glob(f".{glob.escape(dest.name)}.partial-*"):  # left by a killed run (SIGKILL):
             shutil.rmtree(stale, ignore_errors=True)                           # no live run holds the lock
         groups: set[int] = set()
-        with _raise_on_signals(groups):
+        with raising_on_signals(groups):
             try:
                 tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.partial-", dir=dest.parent))
             except OSError as exc:

@@ -42,9 +42,10 @@ the slowest of them (:meth:`kvlab.pipeline.PipelineCostModel.with_peers`).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
+import warnings
 from pathlib import Path
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -52,6 +53,7 @@ import numpy as np
 import pandas as pd
 
 from . import _validate as v
+from ._workers import worker_pool
 from .arrivals import PROCESSES, gap_cv, time_compressed
 from .costmodel import describe as _describe_cost, resolve as _resolve_cost
 from .lengths import Profile, workload_sample
@@ -61,8 +63,18 @@ from .sim import SimResult, simulate
 from .trace_window import trace_window
 
 
+#: A sustained queue still holds a few requests at any instant: fewer waiting than this never
+#: counts as a growing queue (so trials of a few dozen requests are judged by the SLO alone).
+MIN_BACKLOG_REQUESTS = 8
+
+
+class CapacityWindowWarning(UserWarning):
+    """A capacity found with short trials fails when twice as many requests are served."""
+
+
 #: Columns of the trials table, in order.
-TRIAL_COLUMNS = ("trial", "qps", "passed", "reason", "tbt_p99_s", "scheduling_delay_p50_s", "ttft_p50_s",
+TRIAL_COLUMNS = ("trial", "qps", "passed", "reason", "tbt_p99_s", "scheduling_delay_p50_s", "backlog_frac",
+                 "backlog_requests", "ttft_p50_s",
                  "ttft_p99_s", "e2e_p50_s", "normalized_latency_s_per_token", "tokens_per_s", "num_aborted",
                  "num_preempted_requests", "num_tbt_max_only_requests", "mean_batch_size", "makespan_s")
 
@@ -213,6 +225,9 @@ class CapacityResult:
         The arrival process the trials scaled (see the module note).
     burst_cv : float or None
         The gap CV of ``gamma`` arrivals (None for the others).
+    window_verdict : str
+        What serving twice as many requests at the capacity found said (``capacity``'s
+        ``window_check``): "steady: ...", "too short: ..." or "not checked: ..."; empty when not run.
     """
 
     capacity_qps: float
@@ -224,6 +239,7 @@ class CapacityResult:
     seed: int
     arrivals: str = "poisson"
     burst_cv: float | None = None
+    window_verdict: str = ""
 
     def binding(self) -> str:
         """Why the lowest failing rate above the capacity failed (which SLO binds); the reason if none."""
@@ -238,21 +254,33 @@ class CapacityResult:
 
 
 # ---------------------------------------------------------------------------------- metrics
-def slo_metrics(result: SimResult) -> dict[str, float]:
-    """The two SLO figures of one run and its context (seconds, counts).
+def slo_metrics(result: SimResult, *, warmup_frac: float = 0.0) -> dict[str, float]:
+    """The SLO figures of one run and its context (seconds, counts).
 
     ``tbt_p99_s`` over every gap between tokens (the simulator's summary,
-    :func:`kvlab.sim.metrics.token_gaps_s`); ``scheduling_delay_p50_s`` the median over all
-    requests of admission minus arrival (infinite for a request never admitted).
+    :func:`kvlab.sim.metrics.token_gaps_s`); ``scheduling_delay_p50_s`` the median over the
+    requests after the first ``warmup_frac`` of arrivals (they meet an empty server) of admission
+    minus arrival (infinite for a request never admitted); ``backlog_frac`` the share of requests
+    still waiting (not yet admitted) when the last one arrived: bounded when the rate is sustained,
+    near ``1 - served rate / offered rate`` when the queue grows, whatever the number of requests;
+    ``num_aborted`` the requests the server gave up on (prompts refused for the model's context are
+    not counted: no rate serves them, :mod:`kvlab.sim.context`).
     """
     rq, s = result.requests, result.summary
-    delay = (rq["admitted_s"] - rq["arrival_s"]).to_numpy(dtype=np.float64)
-    delay = np.where(np.isnan(delay), np.inf, delay)
+    arrival = rq["arrival_s"].to_numpy(dtype=np.float64)
+    admitted = rq["admitted_s"].to_numpy(dtype=np.float64)
+    delay = np.where(np.isnan(admitted), np.inf, admitted - arrival)
+    order = np.argsort(arrival, kind="stable")
+    steady = order[int(math.floor(v.fraction(warmup_frac, "warmup_frac", low_open=False, high_closed=False)
+                                  * len(order))):]
+    last_s = float(arrival.max()) if len(arrival) else 0.0
+    waiting = int(np.sum(~(admitted <= last_s)))
     return {"tbt_p99_s": s["tbt_p99_s"] if np.isfinite(s["tbt_p99_s"]) else 0.0,
-            "scheduling_delay_p50_s": float(np.median(delay)),
+            "scheduling_delay_p50_s": float(np.median(delay[steady])) if len(steady) else 0.0,
+            "backlog_frac": waiting / len(arrival) if len(arrival) else 0.0, "backlog_requests": waiting,
             "ttft_p50_s": s["ttft_p50_s"], "ttft_p99_s": s["ttft_p99_s"], "e2e_p50_s": s["e2e_p50_s"],
             "normalized_latency_s_per_token": s["normalized_latency_s_per_token"],
-            "tokens_per_s": s["tokens_per_s"], "num_aborted": int(s["num_aborted"]),
+            "tokens_per_s": s["tokens_per_s"], "num_aborted": int(s["num_aborted"] - s["num_rejected_context"]),
             "num_preempted_requests": int((rq["num_preemptions"] > 0).sum()),
             "num_tbt_max_only_requests": int(s["num_tbt_max_only_requests"]), "mean_batch_size": s["mean_batch_size"],
             "makespan_s": s["makespan_s"]}
@@ -360,8 +388,12 @@ def slo_verdict(result: SimResult, slo: SLO) -> str:
     return _verdict(slo_metrics(result), slo)
 
 
-def _verdict(m: Mapping[str, float], slo: SLO) -> str:
+def _verdict(m: Mapping[str, float], slo: SLO, max_backlog_frac: float | None = None) -> str:
     why = []
+    if max_backlog_frac is not None and m["backlog_frac"] > max_backlog_frac \
+            and m["backlog_requests"] > MIN_BACKLOG_REQUESTS:
+        why.append(f"not sustained: {m['backlog_frac']:.1%} of the requests still wait when the last arrives "
+                   f"(> {max_backlog_frac:.1%}: the queue grows)")
     if m["num_aborted"]:
         why.append(f"{m['num_aborted']} requests aborted")
     if slo.tbt_p99_s is not None and m["tbt_p99_s"] > slo.tbt_p99_s:
@@ -377,10 +409,12 @@ def _verdict(m: Mapping[str, float], slo: SLO) -> str:
     return "; ".join(why) or "meets the SLO"
 
 
-def _trial(args: tuple[pd.DataFrame, ServingConfig, SLO, float, int, str, float | None]) -> dict[str, Any]:
-    workload, config, slo, qps, seed, arrivals, burst_cv = args
-    m = slo_metrics(serve(workload, config, qps, seed=seed, arrivals=arrivals, burst_cv=burst_cv))
-    reason = _verdict(m, slo)
+def _trial(args: tuple[pd.DataFrame, ServingConfig, SLO, float, int, float, float | None, str, float | None]
+           ) -> dict[str, Any]:
+    workload, config, slo, qps, seed, warmup_frac, max_backlog_frac, arrivals, burst_cv = args
+    m = slo_metrics(serve(workload, config, qps, seed=seed, arrivals=arrivals, burst_cv=burst_cv),
+                    warmup_frac=warmup_frac)
+    reason = _verdict(m, slo, max_backlog_frac)
     return {"qps": qps, "passed": reason == "meets the SLO", "reason": reason, **m}
 
 
@@ -397,7 +431,8 @@ def lone_decode_s(workload: pd.DataFrame, config: ServingConfig) -> float:
 
 def capacity(workload: pd.DataFrame | str | Path | Profile, config: ServingConfig, slo: SLO, *,
              num_requests: int = 2048, seed: int = 0, qps_start: float = 1.0, qps_min: float = 1e-3,
-             qps_max: float = 1e4, rel_tol: float = 0.05, max_trials: int = 40, arrivals: str = "poisson",
+             qps_max: float = 1e4, rel_tol: float = 0.05, max_trials: int = 40, warmup_frac: float = 0.1,
+             max_backlog_frac: float | None = 0.025, window_check: bool = True, arrivals: str = "poisson",
              burst_cv: float | None = None) -> CapacityResult:
     """Largest rate at which ``config`` meets ``slo`` (requests/s), with the trials run.
 
@@ -423,6 +458,21 @@ def capacity(workload: pd.DataFrame | str | Path | Profile, config: ServingConfi
         Stop when the bracket ``[pass, fail]`` satisfies ``fail / pass - 1 <= rel_tol``.
     max_trials : int
         At most this many trials (the result says when it stopped for that reason).
+    warmup_frac : float
+        Share of a trial's first arrivals left out of the median scheduling delay: they meet an
+        empty server, not the steady state the SLO is about (0 keeps every request, as
+        Sarathi-Serve's trials do).
+    max_backlog_frac : float or None
+        A rate is sustained only when at most this share of a trial's requests (and more than
+        :data:`MIN_BACKLOG_REQUESTS`) still waits when the last one arrives. A growing queue leaves about ``1 - served / offered`` of them
+        waiting whatever the trial's length, so this check does not depend on ``num_requests``,
+        while a median delay over a short trial hides an overload the queue has not yet shown.
+        ``None``: no check (the SLO terms alone).
+    window_check : bool
+        After the search, serve twice ``num_requests`` at the capacity found (when the workload
+        has them): if that fails, the trials were too short to reach steady state and a
+        :class:`CapacityWindowWarning` names the size needed; ``window_verdict`` of the result
+        says what the check found.
     arrivals : {"poisson", "replay", "gamma"}
         The arrival process scaled to each trial's rate (see the module note).
     burst_cv : float, optional
@@ -471,7 +521,7 @@ def capacity(workload: pd.DataFrame | str | Path | Profile, config: ServingConfi
                               num_requests=num_requests, seed=seed, arrivals=arrivals, burst_cv=burst_cv)
 
     def passes(qps: float) -> bool:
-        rows.append(_trial((work, config, slo, qps, seed, arrivals, burst_cv)))
+        rows.append(_trial((work, config, slo, qps, seed, warmup_frac, max_backlog_frac, arrivals, burst_cv)))
         return rows[-1]["passed"]
 
     floor_s = lone_decode_s(work, config)
@@ -502,8 +552,31 @@ def capacity(workload: pd.DataFrame | str | Path | Profile, config: ServingConfi
                               f"[{lo:.4g}, {hi:.4g}] requests/s")
         q = 0.5 * (lo + hi)
         lo, hi = (q, hi) if passes(q) else (lo, q)
-    return result(lo, f"converged: meets the SLO at {lo:.4g} requests/s, fails at {hi:.4g} "
-                      f"(within rel_tol = {rel_tol:g})")
+    found = result(lo, f"converged: meets the SLO at {lo:.4g} requests/s, fails at {hi:.4g} "
+                       f"(within rel_tol = {rel_tol:g})")
+    if not window_check:
+        return found
+    return dataclasses.replace(found, window_verdict=_window_check(workload, config, slo, lo, num_requests, seed,
+                                                                   warmup_frac, max_backlog_frac, arrivals, burst_cv))
+
+
+def _window_check(workload: Any, config: ServingConfig, slo: SLO, qps: float, num_requests: int, seed: int,
+                  warmup_frac: float, max_backlog_frac: float | None, arrivals: str = "poisson",
+                  burst_cv: float | None = None) -> str:
+    """Serve ``2 x num_requests`` at ``qps`` (the same arrival process): what that says of the trials'
+    length (warns when it fails)."""
+    longer = 2 * num_requests
+    try:
+        work = trial_requests(workload, longer, seed, keep_arrivals=arrivals != "poisson")
+    except ValueError:
+        return f"not checked: the workload has fewer than {longer:,} requests"
+    row = _trial((work, config, slo, qps, seed, warmup_frac, max_backlog_frac, arrivals, burst_cv))
+    if row["passed"]:
+        return f"steady: {longer:,} requests at {qps:.4g} requests/s also meet the SLO"
+    warnings.warn(f"the capacity found with {num_requests:,}-request trials ({qps:.4g} requests/s) fails with "
+                  f"{longer:,} requests ({row['reason']}): the trials are too short to reach steady state; "
+                  f"use num_requests >= {longer:,}", CapacityWindowWarning, stacklevel=3)
+    return f"too short: {longer:,} requests at {qps:.4g} requests/s fail ({row['reason']})"
 
 
 def _capacity_job(args: tuple[Any, ServingConfig, SLO, dict[str, Any]]) -> CapacityResult:
@@ -529,7 +602,7 @@ def capacities(workload: pd.DataFrame | str | Path | Profile, cases: Mapping[Any
     if max_workers == 1 or len(jobs) == 1:
         found = [_capacity_job(j) for j in jobs]
     else:
-        with ProcessPoolExecutor(min(max_workers, len(jobs))) as pool:
+        with worker_pool(min(max_workers, len(jobs))) as pool:
             found = list(pool.map(_capacity_job, jobs))
     return dict(zip(cases, found))
 

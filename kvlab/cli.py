@@ -250,13 +250,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Every anticipated failure is one line on stderr, and so is every warning: exit status 2 for bad input (``ValueError``:
     a parameter, trace or output folder), 1 for a run that failed (a notebook, the file system,
-    memory), 128 + the signal number for a run stopped by SIGINT or SIGTERM (what a shell
+    memory), 128 + the signal number for a run stopped by SIGINT, SIGTERM or SIGHUP (what a shell
     reports for a process the signal ended). Anything else is a bug in kvlab: it is reported in
     one line too, and ``KVLAB_TRACEBACK=1`` shows where it happened.
     """
     parser = build_parser()
     args = parser.parse_args(argv)
-    from ._staging import Interrupted
+    from ._staging import Interrupted, raising_on_signals
     from .report import NotebookError
 
     def fail(message: str, status: int) -> int:
@@ -267,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kvlab {args.command}: warning: {' '.join(str(message).split())}", file=sys.stderr)
 
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), raising_on_signals():  # SIGTERM / SIGHUP unwind: workers are killed
             warnings.showwarning = one_line_warning  # restored on leaving the block
             return args.func(args)
     except Interrupted as exc:

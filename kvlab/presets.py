@@ -178,7 +178,9 @@ def scheduler_comparison(names: Sequence[str], workloads: Mapping[str, pd.DataFr
                     for sched in SCHEDULERS:
                         cases[(name, trace, kind, cm, sched)] = (p.config(sched, kind, engine=engine, cost_model=cm),
                                                                  p.slo(kind))
-        found.update(capacities(workload, cases, max_workers=max_workers, **capacity_kw))
+        # Sarathi-Serve's own trials: every request counts, no steadiness check (the paper's terms)
+        found.update(capacities(workload, cases, max_workers=max_workers,
+                                **{"warmup_frac": 0.0, "max_backlog_frac": None, "window_check": False, **capacity_kw}))
     table = capacity_table(found, key_names=COMPARISON_KEYS[:3] + ("cost_model_", "scheduler_"))
     table = table.rename(columns={"cost_model": "cost_model_label"}).rename(
         columns={"cost_model_": "cost_model"}).drop(columns=["scheduler_"])

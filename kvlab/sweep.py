@@ -29,7 +29,7 @@ import inspect
 import itertools
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from . import _validate as v
+from ._workers import worker_pool
 from ._intmath import ceil_div
 from .backend import backend_name, get_xp
 from .lengths.profiles import list_profiles, profile
@@ -200,14 +201,10 @@ def _serial(source: _Source, tasks: list) -> Iterator[list]:
 def _processes(source: _Source, tasks: list, max_workers: int) -> Iterator[list]:
     # A forked child cannot use a CUDA context its parent made: on CuPy, workers start fresh.
     context = multiprocessing.get_context("spawn") if backend_name(get_xp()) == "cupy" else None
-    pool = ProcessPoolExecutor(max_workers=max_workers, mp_context=context, initializer=_set_worker_source,
-                               initargs=(source,))
-    try:
+    with worker_pool(max_workers, mp_context=context, initializer=_set_worker_source, initargs=(source,)) as pool:
         futures = [pool.submit(_run_chunk_in_worker, chunk) for chunk in _chunks(tasks, max_workers)]
         for fut in as_completed(futures):
             yield fut.result()
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _import_distributed() -> Any:

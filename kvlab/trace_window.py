@@ -114,8 +114,9 @@ def trace_window(trace: pd.DataFrame, num_requests: int | None = None, *, how: s
     Parameters
     ----------
     trace : DataFrame
-        ``prompt_tokens``, ``output_tokens``, optional ``arrival_s`` (seconds, non-decreasing in
-        row order as every kvlab loader returns them) and ``censored``.
+        ``prompt_tokens``, ``output_tokens``, optional ``arrival_s`` (seconds; rows out of arrival
+        order are taken in arrival order, ties in row order, as every kvlab loader returns them)
+        and ``censored``.
     num_requests : int, optional
         Requests to take; None takes the whole trace.
     how : {"window", "sample"}
@@ -149,6 +150,8 @@ def trace_window(trace: pd.DataFrame, num_requests: int | None = None, *, how: s
     (4.0, 20)
     """
     trace = v.request_table(trace, "trace")  # the trace contract (datetime arrival_s becomes seconds)
+    if "arrival_s" in trace.columns and (np.diff(trace["arrival_s"].to_numpy()) < 0).any():
+        trace = trace.sort_values("arrival_s", kind="stable").reset_index(drop=True)  # a window is a span of time
     total = len(trace)
     how = v.choice(how, "how", HOW)
     n = total if num_requests is None else v.positive_int(num_requests, "num_requests")

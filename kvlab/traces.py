@@ -337,10 +337,16 @@ def _finish(path: Path | str, fmt: str, prompt_raw: pd.Series, output_raw: pd.Se
         notes.append(f"dropped {dropped} bad row(s)")
     out = o[keep].astype(np.int64)
     table = {"prompt_tokens": p[keep].astype(np.int64), "output_tokens": out}
+    cens = np.zeros(out.size, dtype=bool) if censored is None else censored[keep].astype(bool)
     if arrival_s is not None:
         t = arrival_s[keep]
         table["arrival_s"] = t - t.min()
-    cens = np.zeros(out.size, dtype=bool) if censored is None else censored[keep].astype(bool)
+        if (np.diff(t) < 0).any():  # rows in arrival order, ties in file order: every window is a span of time
+            order = np.argsort(t, kind="stable")
+            table = {name: col[order] for name, col in table.items()}
+            out, cens = out[order], cens[order]
+            notes.append(f"rows were not in arrival order: sorted by arrival time ({int((np.diff(t) < 0).sum()):,} "
+                         "out of order; ties keep the file's order)")
     detected = None
     if max_new_tokens is not None:
         over = np.flatnonzero(out > max_new_tokens)

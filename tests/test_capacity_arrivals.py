@@ -1,13 +1,15 @@
 """Capacity under the trace's own arrival process: a bursty trace sustains less than its Poisson twin."""
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pandas as pd
 import pytest
 
 import kvlab
 from kvlab.arrivals import arrival_times, gap_cv, time_compressed
-from kvlab.capacity import SLO, ServingConfig, capacity, serve, slo_metrics, slo_verdict
+from kvlab.capacity import SLO, ServingConfig, _verdict, capacity, serve, slo_metrics, slo_verdict
 
 MODEL, GPU = "Llama-2-7B", "A100-40GB"
 SLO_ = SLO(tbt_p99_s=0.1, scheduling_delay_p50_s=2.0)
@@ -52,12 +54,15 @@ def test_a_bursty_trace_sustains_less_than_its_poisson_twin_and_a_direct_run_agr
     above = float(failed["qps"].min())
     assert above / own.capacity_qps - 1 <= rel_tol
 
+    defaults = inspect.signature(capacity).parameters  # the search's own steady-state rule
+
     def direct(qps: float) -> str:
         timed = work.assign(arrival_s=time_compressed(work["arrival_s"], qps))
         res = kvlab.simulate(timed, "vllm", model=MODEL, gpu=GPU, max_new_tokens=config.max_new_tokens,
                              max_num_seqs=256, max_num_batched_tokens=2048, pool_pages=config.engine_pool_pages(),
                              arrivals="trace", cost_model=config.cost())
-        return slo_verdict(res, SLO_)
+        m = slo_metrics(res, warmup_frac=defaults["warmup_frac"].default)
+        return _verdict(m, SLO_, defaults["max_backlog_frac"].default)
 
     assert direct(own.capacity_qps) == "meets the SLO"
     assert direct(above) != "meets the SLO"

@@ -158,6 +158,17 @@ def test_errors_exit_2_with_a_message(tmp_path, capsys):
         main(["recommend", str(path), "--gpu", GPU])  # --model is required
 
 
+def test_a_shuffled_copy_of_a_trace_gets_the_same_answer(tmp_path, capsys):
+    """Rows out of arrival order are the same requests: the same table, capacities and flags."""
+    path, shuffled = tmp_path / "azure.csv", tmp_path / "shuffled.csv"
+    df = _azure(path)
+    df.sample(frac=1.0, random_state=3).to_csv(shuffled, index=False)
+    a = _run_json(capsys, str(path), *TINY, "--system", "vllm")
+    b = _run_json(capsys, str(shuffled), *TINY, "--system", "vllm")
+    assert {**b["load"], "source": ""} == {**a["load"], "source": ""}
+    assert b["table"] == a["table"] and b["flags"] == a["flags"] and b["capacities"] == a["capacities"]
+
+
 def test_headline_names_the_refused_requests_and_the_traces_rate(tmp_path, capsys):
     path = tmp_path / "azure.csv"
     df = _azure(path)

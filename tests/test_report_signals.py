@@ -68,7 +68,7 @@ def _slow_notebook(path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_signal_removes_the_partial_folder_the_kernel_and_its_children(tmp_path, signum):
     nb = _slow_notebook(tmp_path / "01_slow.ipynb")
     pid_file = tmp_path / "pids"

@@ -275,3 +275,16 @@ def test_simulator_table_round_trip(tmp_path_factory, rows):
     assert df.prompt_tokens.tolist() == [r[0] for r in rows]
     assert df.output_tokens.tolist() == [r[1] for r in rows]
     assert df.censored.tolist() == [r[1] == 10**5 for r in rows]
+
+
+def test_rows_out_of_arrival_order_load_in_arrival_order(tmp_path):
+    """A shuffled Azure file loads as the sorted one does (ties keep the file's order), with a note."""
+    t = ["2023-11-16 18:15:46.6805900", "2023-11-16 18:15:50.9951690", "2023-11-16 18:15:50.9951690",
+         "2023-11-16 18:15:52.0000000"]
+    rows = [(t[3], 30, 3), (t[1], 10, 1), (t[0], 40, 4), (t[2], 20, 2)]
+    path = tmp_path / "shuffled.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(f"{a},{b},{c}\n" for a, b, c in rows))
+    df = traces.load(path)
+    assert df["prompt_tokens"].tolist() == [40, 10, 20, 30] and df["output_tokens"].tolist() == [4, 1, 2, 3]
+    np.testing.assert_allclose(df["arrival_s"], [0.0, 4.314579, 4.314579, 5.31941], atol=1e-6)
+    assert any("not in arrival order" in n for n in df.attrs["notes"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .. import _numba_cache  # noqa: F401  (first: it gives Numba a writable cache folder)
 import numba
 import numpy as np
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from .. import _validate as v
+from .._workers import worker_pool
 from ..arrivals import PROCESSES, gap_cv
 from ..capacity import SLO, ServingConfig, capacity, serve, slo_verdict
 from ..lengths import recommend_max_new_tokens
@@ -340,7 +341,7 @@ def _run(jobs: list[tuple[Callable, Any]], max_workers: int, progress: bool) -> 
                 if bar is not None:
                     bar.update(1)
         else:
-            with ProcessPoolExecutor(max_workers) as pool:
+            with worker_pool(max_workers) as pool:
                 futures = {pool.submit(fn, args): i for i, (fn, args) in enumerate(jobs)}
                 for fut in as_completed(futures):
                     out[futures[fut]] = fut.result()

@@ -24,6 +24,7 @@ policies to the array engine.
 """
 from __future__ import annotations
 
+from ... import _numba_cache  # noqa: F401  (first: it gives Numba a writable cache folder)
 import numba
 import numpy as np
 
