@@ -199,3 +199,15 @@ def test_serve_at_the_workloads_own_times_is_simulate_with_them():
     assert got["makespan_s"] == direct["makespan_s"] and got["tbt_p99_s"] == direct["tbt_p99_s"]
     assert slo_verdict(serve(trace, config, None), SLO(tbt_p99_s=1e-6)) \
         .startswith("P99 TBT")
+
+
+def test_what_binds_is_named_without_its_numbers():
+    from kvlab.recommend.core import _limit
+
+    assert _limit("P99 TBT 0.1234 s > 0.1 s") == "P99 TBT"
+    assert _limit("median scheduling delay 3.1 s > 2 s; P99 TBT 0.2 s > 0.1 s") == "median scheduling delay"
+    assert _limit("P99 TTFT 5.2 s > 1 s") == "P99 TTFT"
+    assert _limit("3 requests aborted") == "aborted requests"
+    assert _limit("not sustained: 2.8% of the requests still wait when the last arrives (> 2.5%: the queue grows)") \
+        == "a growing queue (requests still waiting when the last arrives)"
+    assert _limit("converged: meets the SLO at 3 requests/s") == ""

@@ -375,11 +375,13 @@ def _limit(binding: str) -> str:
     first = binding.split(";")[0].strip()
     if first.startswith(("converged", "unreachable", "not bracketed", "stopped")):
         return ""
+    if first.startswith("not sustained"):  # kvlab.capacity's backlog rule
+        return "a growing queue (requests still waiting when the last arrives)"
     if first.split()[0].isdigit():  # "3 requests aborted"
         return "aborted requests"
     words = []
     for w in first.split():
-        if w.replace(".", "", 1).isdigit():
+        if any(c.isdigit() for c in w):
             break
         words.append(w)
     return " ".join(words) or first
