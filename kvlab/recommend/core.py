@@ -381,7 +381,7 @@ def _limit(binding: str) -> str:
         return "aborted requests"
     words = []
     for w in first.split():
-        if any(c.isdigit() for c in w):
+        if w[0].isdigit():  # a figure: "0.12", "2.8%"
             break
         words.append(w)
     return " ".join(words) or first
