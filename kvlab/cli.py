@@ -211,8 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--sample", action="store_true",
                      help="N requests as a random sample rescaled to the trace's rate (default a window)")
     rec.add_argument("--rate-scale", type=float, default=1.0, help="serve at this multiple of the trace's rate")
-    rec.add_argument("--qps", type=float, help="serve at this rate (requests/s): the trace's times rescaled, "
-                                               "or Poisson when it has none")
+    rec.add_argument("--qps", type=float, help="offer this rate (requests/s, refused requests included): the "
+                                               "trace's times rescaled, or Poisson when it has none")
     rec.add_argument("--windows", type=int, default=5, help="capacity windows (default 5)")
     rec.add_argument("--window-requests", type=int, default=2048, help="requests per window (default 2048)")
     rec.add_argument("--percentiles", type=float, nargs="+", default=[50, 90, 95, 99],

@@ -208,9 +208,11 @@ class Recommendation:
                     f"(qps) to check the load.")
         n = int(row["replicas"])
         if n > 1:
+            again = (f"--qps {self.load['qps'] / n:.4g}" if self.load.get("qps")
+                     else f"--rate-scale {self.load.get('rate_scale', 1.0) / n:.4g}")
             return (f"Launch {n} replicas ({n * int(self.setup['tp'])} GPUs) behind a load balancer, each with: "
                     f"{f['command']}; {f['client']}. Each carries {rate / n:.3g} requests/s, one replica's share "
-                    f"(re-running with --rate-scale {1 / n:.4g} asks about one replica and chooses this setting).")
+                    f"(re-running with {again} asks about one replica and chooses this setting).")
         return (f"Launch with: {f['command']}; {f['client']}. It carries {row['capacity_lo_qps']:.3g}-"
                 f"{row['capacity_hi_qps']:.3g} requests/s, {row['capacity_lo_qps'] / rate:.1f}x or more today's "
                 f"{rate:.3g}: re-run with --rate-scale when traffic grows past that.")
@@ -468,8 +470,9 @@ def recommend(trace: pd.DataFrame, *, model: Any, gpu: Any, system: str | None =
     trace : DataFrame
         ``prompt_tokens``, ``output_tokens``, optional ``arrival_s`` (seconds) and ``censored``
         (``kvlab.traces.load``, ``kvlab.traces.from_prometheus`` or a profile sample).
-    model, gpu : str
-        Names in ``kvlab.specs``.
+    model, gpu : str or spec
+        Names in ``kvlab.specs``, or a :class:`kvlab.specs.ModelSpec` / :class:`kvlab.specs.GPUSpec`
+        (``kvlab.specs.resolve_model`` reads a Hugging Face id or a config.json into one).
     system : {"vllm", "sglang", "tgi", "tensorrt-llm", "reservation"}, optional
         Search that system's settings (:func:`kvlab.recommend.systems.settings`); None compares
         the four systems at their defaults.
