@@ -74,6 +74,7 @@ def test_overloaded_names_replicas_of_the_printed_setting_and_one_share_agrees(a
     rate = rec.load["rate_per_s"]
     assert n == math.ceil(rate / row["capacity_qps"] - 1e-9) and n * row["capacity_qps"] >= rate
     assert f"run {n} replicas of it" in rec.answer and rec.chosen in rec.answer
+    assert f"--rate-scale {1 / n:.4g}" in rec.what_to_do
     assert rec.check["replicas"] == n and rec.check["rate_per_s"] == pytest.approx(rate / n)
     # one replica's share: the same setting, now on one replica, with the same capacities
     vllm = settings("vllm", model=MODEL, gpu=GPU)[:2]
@@ -121,6 +122,13 @@ def test_context_clamp_counts_what_does_not_fit():
         assert lens and max(lens) <= 8192, cmd
     _, capped = fit_to_context(trace, model="Llama-3-8B", max_new_tokens=20000)
     assert capped.max_new_tokens == 8191 and "clamped" in " ".join(capped.warnings())
+    # the user's own context: prompts of 4,096 tokens or more are refused, outputs cut at 4,096
+    served, mine = fit_to_context(trace, model="Llama-3-8B", max_new_tokens=None, max_model_len=4096)
+    assert mine.max_model_len == 4096 and mine.max_context_tokens == 8192
+    assert mine.prompts_over_context == 4 and served["output_tokens"].tolist() == [50, 900]
+    assert mine.refused().startswith("4 of 6 requests (66.7%) are refused") and mine.served_frac == 2 / 6
+    with pytest.raises(ValueError, match="above Llama-3-8B's context of 8,192"):
+        fit_to_context(trace, model="Llama-3-8B", max_new_tokens=None, max_model_len=9000)
 
 
 def test_default_cap_is_the_traces_detected_cap():
