@@ -223,7 +223,7 @@ class Recommendation:
         return {"decision": self.decision, "answer": self.answer, "what_to_do": self.what_to_do,
                 "chosen": self.chosen, "ties": self.ties,
                 "load": self.load, "context": self.context.__dict__, "percentiles": self.percentiles,
-                "setup": self.setup, "warnings": self.warnings, "capacities": self.capacities,
+                "setup": self.setup, "warnings": self.warnings, "capacities": self.capacities, "check": self.check,
                 "elapsed_s": self.elapsed_s, "table": table.to_dict(orient="records"),
                 "flags": self.flags.to_dict(orient="records")}
 
