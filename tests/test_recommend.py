@@ -219,3 +219,20 @@ def test_what_binds_is_named_without_its_numbers():
     assert _limit("not sustained: 2.8% of the requests still wait when the last arrives (> 2.5%: the queue grows)") \
         == "a growing queue (requests still waiting when the last arrives)"
     assert _limit("converged: meets the SLO at 3 requests/s") == ""
+
+
+def test_h200_and_h100_differ_where_their_specs_do_and_an_unmeasured_gpu_says_so():
+    rng = np.random.default_rng(0)
+    n = 300  # short prompts, long outputs: decode reads weights and KV, so HBM bandwidth binds
+    trace = pd.DataFrame({"prompt_tokens": rng.integers(100, 400, n), "output_tokens": rng.integers(200, 600, n),
+                          "arrival_s": np.cumsum(rng.exponential(0.1, n))})
+    kw = dict(model="Llama-3-8B", num_windows=1, window_requests=n, cost_model="roofline", rel_tol=0.05,
+              slo=SLO(tbt_p99_s=0.015, scheduling_delay_p50_s=2.0))
+    caps = {}
+    for gpu in ("H100-SXM", "H200"):
+        rec = recommend(trace, gpu=gpu, candidates=settings("vllm", model="Llama-3-8B", gpu=gpu)[:1], **kw)
+        caps[gpu] = rec.table["capacity_qps"].iloc[0]
+        assert rec.setup["gpu_measured"] == (gpu == "H100-SXM")
+        assert ("GPU not measured: spec-sheet estimate for H200" in " ".join(str(rec).split())) == (gpu == "H200")
+    # 4.8 vs 3.35 TB/s: more than the search's 5% apart (the same FLOP/s would not separate them)
+    assert caps["H200"] > caps["H100-SXM"] * 1.05 ** 2

@@ -49,6 +49,7 @@ from .. import _validate as v
 from .._workers import worker_pool
 from ..arrivals import PROCESSES, gap_cv
 from ..capacity import SLO, ServingConfig, capacity, serve, slo_verdict
+from ..costmodel import measured_gpus as _measured_gpus
 from ..lengths import recommend_max_new_tokens
 from ..reservation import pool_pages as _pool_pages
 from ..specs import gpu as _gpu, hf_id as _hf_id, model as _model
@@ -655,7 +656,7 @@ def recommend(trace: pd.DataFrame, *, model: Any, gpu: Any, system: str | None =
              "version_family": VERSION_FAMILY.get(system or "", "each system's default"), "slo": str(slo),
              "slo_p99_tbt_s": slo.tbt_p99_s, "scheduling_delay_p50_s": slo.scheduling_delay_p50_s,
              "slo_p99_ttft_s": slo.ttft_p99_s, "cost_model": cost_label,
-             "gpu_measured": not cost_label.startswith("roofline"), "scheduler": "chunked",
+             "gpu_measured": gpu_spec.name in _measured_gpus(), "scheduler": "chunked",
              "block_size": block_size, "num_windows": len(starts), "window_requests": n_win, "window_starts": starts,
              "seed": seed, "capacity_rel_tol": rel_tol, "capacity_grid_start_qps": cap_kw["qps_start"],
              "capacity_arrivals": process,
@@ -749,7 +750,8 @@ def render_text(rec: Recommendation) -> str:
     """The terminal report, every line at most :data:`WIDTH` columns."""
     ld, s, fit = rec.load, rec.setup, rec.context
     rate, offered = ld["rate_per_s"], ld.get("offered_rate_per_s")
-    gpu_note = "" if s.get("gpu_measured", True) else f"; GPU not measured: spec-sheet estimate for {s['gpu']}"
+    gpu_note = "" if s.get("gpu_measured", True) or not s["cost_model"].startswith("roofline") \
+        else f"; GPU not measured: spec-sheet estimate for {s['gpu']}"
     lines = [*_wrap(f"{s['model']} on {s['tp']} x {s['gpu']}; {s['system']} ({s['version_family']}); SLO {s['slo']}"
                     + ("" if s.get("slo_p99_ttft_s") is not None else " (no TTFT bound: --slo-p99-ttft)")),
              *_wrap(f"cost model: {s['cost_model']}{gpu_note}; {s['scheduler']} scheduler, block {s['block_size']}")]
