@@ -115,10 +115,10 @@ class ContextFit:
             parts.append(f"{n:,} of {self.trace_requests:,} requests ({n / self.trace_requests:.1%}) are refused: "
                          f"{'its prompt does' if n == 1 else 'their prompts do'} not fit the "
                          f"{self.max_model_len:,}-token context ({self.context_source})")
-        if self.outputs_over_context:
-            parts.append(f"{self.outputs_over_context:,} outputs are cut at the context")
-        if self.outputs_over_cap:
-            parts.append(f"{self.outputs_over_cap:,} outputs are cut at max_new_tokens {self.max_new_tokens:,}")
+        for n, where in ((self.outputs_over_context, "the context"),
+                         (self.outputs_over_cap, f"max_new_tokens {self.max_new_tokens:,}")):
+            if n:
+                parts.append(f"{n:,} {'output is' if n == 1 else 'outputs are'} cut at {where}")
         return parts
 
     def refused(self) -> str:
@@ -379,7 +379,7 @@ def _limit(binding: str) -> str:
     if first.startswith(("converged", "unreachable", "not bracketed", "stopped")):
         return ""
     if first.startswith("not sustained"):  # kvlab.capacity's backlog rule
-        return "a growing queue (requests still waiting when the last arrives)"
+        return "a growing queue"
     if first.split()[0].isdigit():  # "3 requests aborted"
         return "aborted requests"
     words = []
@@ -788,7 +788,7 @@ def render_text(rec: Recommendation) -> str:
             mark = (mark + " MISS").strip()
         lines.append(f"{name[:30]:<30} {capr:>22} {_fmt(r['headroom'], '.2f'):>8} {_fmt(r['replicas'], 'd'):>8} "
                      f"{_fmt(r['p99_ttft_ms'], '.0f'):>9} {_fmt(r['p99_itl_ms'], '.1f'):>8} {mark}".rstrip())
-    if rate:
+    if rate and not rec.table["meets_slo_at_load"].all():
         lines += ["(MISS: misses the SLO when one replica serves the whole trace at its rate)"]
     lines += ["", *_wrap(f"answer: {rec.answer}")]
     if rec.decision == "overloaded" and rec.chosen is not None:
