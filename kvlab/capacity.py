@@ -162,6 +162,9 @@ class ServingConfig:
     max_model_len : int, optional
         The served context (tokens, prompt + output); the model's ``max_context_tokens`` when
         None. Longer prompts are rejected and outputs cut at it (:mod:`kvlab.sim.context`).
+    cpu_pool_pages : int, optional
+        Host pages a swapped or offloaded request may go to (``kvlab.simulate``'s
+        ``cpu_pool_pages``); None: the simulator's default 4 GiB.
     """
 
     model: str
@@ -182,6 +185,7 @@ class ServingConfig:
     stage_link: str = "in-node"
     pipeline_bubbles: bool = True
     max_model_len: int | None = None
+    cpu_pool_pages: int | None = None
 
     def __post_init__(self) -> None:
         v.positive_int(self.tp, "config.tp")
@@ -361,7 +365,7 @@ def serve(workload: pd.DataFrame, config: ServingConfig, qps: float | None, *, s
                         max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
                         preemption_mode=config.preemption_mode, seed=seed, **arrivals,
                         record_iterations=record, cost_model=cost_model,
-                        max_model_len=config.max_model_len, **extra)
+                        max_model_len=config.max_model_len, cpu_pool_pages=config.cpu_pool_pages, **extra)
 
     if not (config.pipeline_bubbles and isinstance(cost, PipelineCostModel) and cost.peer_stage_s is None):
         return run(cost, record_iterations)

@@ -115,9 +115,12 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
 
     from .capacity import SLO
     from .recommend import recommend
-    from .specs import resolve_gpu, resolve_model
+    from .recommend.servers import resolve
+    from .specs import resolve_gpu, resolve_model, with_precision
 
     # what a user types is checked before the trace loads (a large trace takes seconds to read)
+    if args.system is not None:
+        resolve(args.system)
     model = resolve_model(args.model)
     gpu = resolve_gpu(args.gpu, args.gpu_spec)
     model.check_tp(args.tp)
@@ -126,6 +129,8 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
     if args.max_model_len is not None and args.max_model_len > model.max_context_tokens:
         raise ValueError(f"--max-model-len {args.max_model_len:,} is above {model.name}'s context of "
                          f"{model.max_context_tokens:,} tokens")
+    if args.weights != "bf16" or args.kv_cache_dtype != "auto":
+        model = with_precision(model, kv_cache_dtype=args.kv_cache_dtype, weights=args.weights)
     trace = _load_recommend_trace(args)
     workers = args.workers if args.workers is not None else min(2, os.cpu_count() or 1)
     rec = recommend(trace, model=model, gpu=gpu, system=args.system, slo=slo, tp=args.tp,
@@ -135,7 +140,7 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
                     rate_scale=args.rate_scale, qps=args.qps, num_windows=args.windows,
                     window_requests=args.window_requests, percentiles=args.percentiles,
                     max_unserved_frac=args.max_unserved_frac, seed=args.seed, cost_model=args.cost_model,
-                    max_workers=workers,
+                    max_workers=workers, save_dir=args.save_dir,
                     progress=not args.no_progress and not args.json)
     if args.csv:
         if args.output:
@@ -188,10 +193,21 @@ def build_parser() -> argparse.ArgumentParser:
     gpu.add_argument("--gpu-spec", metavar="GPU.yaml",
                      help="your own GPU: a YAML file with the columns of data/gpus.csv (name, memory_mib, "
                           "hbm_bandwidth_gbps, bf16_dense_tflops, host_link_gbps, interconnect_gbps, "
-                          "internode_gbps); priced by the spec-sheet (roofline) cost model")
-    rec.add_argument("--system", choices=["vllm", "sglang", "tgi", "tensorrt-llm", "reservation"],
-                     help="the server you run: search its settings and print its flags (default: compare "
-                          "the systems at their defaults)")
+                          "internode_gbps; fp8_dense_tflops optional); priced by the spec-sheet (roofline) "
+                          "cost model")
+    rec.add_argument("--system", metavar="SYSTEM[==VERSION]",
+                     help="the server you run: vllm, sglang, tgi, tensorrt-llm (newest release family) or "
+                          "e.g. vllm==0.8 (the family holding that version), or reservation (the brief's recipe): "
+                          "search its settings and print its flags (default: compare the systems at their "
+                          "defaults)")
+    rec.add_argument("--weights", choices=["bf16", "fp8", "int4"], default="bf16",
+                     help="weight precision of the served checkpoint (default bf16)")
+    rec.add_argument("--kv-cache-dtype", choices=["auto", "fp8"], default="auto",
+                     help="KV-cache storage the server runs with (default auto: the model's 16-bit dtype; "
+                          "the search also offers fp8 where the system and GPU support it)")
+    rec.add_argument("--save-dir", metavar="DIR",
+                     help="write the config files the printed commands need (TensorRT-LLM's extra LLM API "
+                          "YAML) into DIR; the commands name them there")
     rec.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs per replica (default 1)")
     rec.add_argument("--slo-p99-tbt", type=float, default=0.1, metavar="SECONDS",
                      help="SLO: 99th percentile of the time between output tokens (default 0.1 s)")
@@ -219,7 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="output-length percentiles to report (default 50 90 95 99)")
     rec.add_argument("--max-unserved-frac", type=float, default=0.0,
                      help="share of requests a setting may reject or truncate (default 0)")
-    rec.add_argument("--block-size", type=int, default=16, help="tokens per KV page (default 16)")
+    rec.add_argument("--block-size", type=int, default=16,
+                     help="tokens per KV page (default 16; checked against the values the system accepts)")
     rec.add_argument("--cost-model", choices=["measured", "roofline"],
                      help="iteration-time model (default: measured where the GPU has measurements, else roofline)")
     rec.add_argument("--format", default="auto", help="trace format (default: detected from the columns)")

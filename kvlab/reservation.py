@@ -23,11 +23,13 @@ def pages_for(tokens: np.ndarray | int, block_size: int) -> np.ndarray | int:
 
 def pool_pages(model: str | ModelSpec, gpu: str | GPUSpec, *, block_size: int = 16,
                gpu_memory_utilization: float = 0.9, tp: int = 1, pp: int = 1,
-               dtype_bytes: int = 2, activation_reserve_bytes: float = 1 * GIB) -> int:
+               dtype_bytes: int | None = None, activation_reserve_bytes: float = 1 * GIB) -> int:
     """KV pages that fit on one GPU after weights and activations (pages).
 
     ``(memory x gpu_memory_utilization - weights per GPU - activation_reserve_bytes)
     / (block_size x KV bytes per token per GPU)``, rounded down, as vLLM sizes its block pool.
+    Weights and KV take the model's precision (``kvlab.specs.with_precision``: FP8 KV halves
+    the page, so the pool holds twice the pages); ``dtype_bytes`` forces one byte width on both.
 
     Raises ``ValueError`` (with the numbers) when the weights and reserve do not fit.
     """
@@ -159,7 +161,7 @@ def reservation_waste(output_tokens: np.ndarray, max_new_tokens: Sequence[int] |
 
 def real_pool_table(model: str | ModelSpec, gpu: str | GPUSpec, max_new_tokens: Sequence[int] | int = (128, 512, 2048),
                     *, block_size: int = 16, gpu_memory_utilization: float = 0.9, tp: int = 1, pp: int = 1,
-                    prompt_tokens: int = 0, dtype_bytes: int = 2,
+                    prompt_tokens: int = 0, dtype_bytes: int | None = None,
                     activation_reserve_bytes: float = 1 * GIB) -> pd.DataFrame:
     """:func:`reservation_table` for a real model on a real GPU (pool sized by :func:`pool_pages`)."""
     m, g = _model(model), _gpu(gpu)

@@ -25,13 +25,22 @@ layer, which is exact up to the window and an upper bound beyond it (vLLM withou
 allocator); :meth:`ModelSpec.kv_bytes` gives the bytes when windowed layers keep only the window.
 Weights count total parameters (every expert is stored); FLOPs count active parameters (a
 mixture-of-experts token passes through ``experts_per_token`` experts).
+
+Precision (:func:`with_precision`): ``kv_cache_dtype`` ``auto`` stores K and V in the model's
+16-bit dtype (2 bytes), ``fp8`` in one byte (vLLM ``--kv-cache-dtype fp8``, SGLang ``fp8_e4m3``,
+TGI ``fp8_e4m3fn``, TensorRT-LLM ``kv_cache_config.dtype: fp8``), so a pool holds twice the
+pages. ``weight_dtype`` ``bf16`` (2 bytes a parameter), ``fp8`` (1 byte: W8A8 checkpoints) or
+``int4`` (half a byte plus one 16-bit scale per group of 128: AWQ / GPTQ W4A16); quantized
+checkpoints keep the embedding and the LM head in BF16 (vocab x hidden each). FP8 weights run
+their GEMMs at the GPU's FP8 peak where it has one (:meth:`GPUSpec.gemm_flops_per_s`); INT4
+weights are dequantized to BF16 for the GEMM.
 """
 from __future__ import annotations
 
 import difflib
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any, Mapping
 
@@ -44,6 +53,11 @@ from .hf_config import spec_fields
 
 MIB = 1024**2
 GIB = 1024**3
+
+#: KV-cache storage dtypes and their bytes per element (``auto``: the model's 16-bit dtype).
+KV_CACHE_DTYPES = {"auto": 2, "fp8": 1}
+#: Weight precisions and their bytes per quantized parameter (int4: 4 bits + a BF16 scale per 128).
+WEIGHT_DTYPES = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5 + 2.0 / 128}
 
 
 def _key(name: str) -> str:
@@ -83,6 +97,12 @@ class ModelSpec:
         Value head dim when it differs from ``head_dim`` (MLA); 0 means ``head_dim``.
     source : str
         Where the numbers come from.
+    hf_id : str
+        Hugging Face repository of the checkpoint ("" when none is published).
+    kv_cache_dtype : {"auto", "fp8"}
+        KV-cache storage (:data:`KV_CACHE_DTYPES`).
+    weight_dtype : {"bf16", "fp8", "int4"}
+        Weight precision (:data:`WEIGHT_DTYPES`).
     """
 
     name: str
@@ -106,8 +126,13 @@ class ModelSpec:
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    hf_id: str = ""
+    kv_cache_dtype: str = "auto"
+    weight_dtype: str = "bf16"
 
     def __post_init__(self) -> None:
+        v.choice(self.kv_cache_dtype, f"{self.name}: kv_cache_dtype", tuple(KV_CACHE_DTYPES))
+        v.choice(self.weight_dtype, f"{self.name}: weight_dtype", tuple(WEIGHT_DTYPES))
         for f in _INT_FIELDS:
             v.positive_int(getattr(self, f), f"{self.name}: {f}")
         for f in _ZERO_INT_FIELDS:
@@ -138,6 +163,17 @@ class ModelSpec:
     def is_mla(self) -> bool:
         """True for multi-head latent attention (a compressed KV latent per layer)."""
         return self.kv_lora_rank > 0
+
+    @property
+    def kv_dtype_bytes(self) -> int:
+        """Bytes of one cached K or V element (2 for ``auto``, 1 for ``fp8``)."""
+        return KV_CACHE_DTYPES[self.kv_cache_dtype]
+
+    @property
+    def unquantized_params(self) -> int:
+        """Parameters a quantized checkpoint keeps in BF16: the embedding and the LM head
+        (``2 x vocab x hidden``, at most every parameter)."""
+        return min(self.num_params, 2 * self.vocab_size * self.hidden_size)
 
     @property
     def is_moe(self) -> bool:
@@ -187,19 +223,20 @@ class ModelSpec:
             raise ValueError(f"pp={pp} exceeds the {self.num_layers} layers of {self.name}")
         return ceil_div(self.num_layers, pp)
 
-    def kv_bytes_per_token_per_layer(self, *, tp: int = 1, dtype_bytes: int = 2) -> int:
+    def kv_bytes_per_token_per_layer(self, *, tp: int = 1, dtype_bytes: int | None = None) -> int:
         """KV-cache bytes one token occupies in one layer on one GPU (bytes/token).
 
         ``2 x kv_heads_per_gpu(tp) x head_dim x dtype_bytes``, or for MLA
-        ``(kv_lora_rank + qk_rope_head_dim) x dtype_bytes`` on every GPU.
+        ``(kv_lora_rank + qk_rope_head_dim) x dtype_bytes`` on every GPU; ``dtype_bytes``
+        defaults to the spec's :attr:`kv_dtype_bytes`.
         """
-        dtype_bytes = v.positive_int(dtype_bytes, "dtype_bytes")
+        dtype_bytes = self.kv_dtype_bytes if dtype_bytes is None else v.positive_int(dtype_bytes, "dtype_bytes")
         tp = v.positive_int(tp, "tp")
         if self.is_mla:
             return (self.kv_lora_rank + self.qk_rope_head_dim) * dtype_bytes
         return 2 * self.kv_heads_per_gpu(tp) * self.head_dim * dtype_bytes
 
-    def kv_bytes_per_token(self, *, tp: int = 1, pp: int = 1, dtype_bytes: int = 2) -> int:
+    def kv_bytes_per_token(self, *, tp: int = 1, pp: int = 1, dtype_bytes: int | None = None) -> int:
         """KV-cache bytes one token occupies on one GPU (bytes/token), every layer holding it.
 
         What the paged pool reserves per token (see the module docstring for sliding windows).
@@ -207,7 +244,7 @@ class ModelSpec:
         per_layer = self.kv_bytes_per_token_per_layer(tp=tp, dtype_bytes=dtype_bytes)
         return self.layers_per_gpu(pp) * per_layer
 
-    def kv_bytes(self, context_tokens: int, *, tp: int = 1, pp: int = 1, dtype_bytes: int = 2) -> int:
+    def kv_bytes(self, context_tokens: int, *, tp: int = 1, pp: int = 1, dtype_bytes: int | None = None) -> int:
         """KV-cache bytes of one sequence of ``context_tokens`` on one GPU when windowed layers
         keep only their last ``sliding_window_tokens`` tokens (bytes).
 
@@ -222,12 +259,22 @@ class ModelSpec:
                                                                                self.sliding_window_tokens)
         return per_layer * (full * context_tokens + (layers - full) * window)
 
-    def weight_bytes_per_gpu(self, *, tp: int = 1, pp: int = 1, dtype_bytes: int = 2) -> float:
-        """Weight bytes held by one GPU, all ``num_params`` split evenly over tp x pp GPUs (bytes)."""
+    def weight_bytes_per_gpu(self, *, tp: int = 1, pp: int = 1, dtype_bytes: float | None = None) -> float:
+        """Weight bytes held by one GPU, all ``num_params`` split evenly over tp x pp GPUs (bytes).
+
+        ``dtype_bytes`` (bytes a parameter, all of them) defaults to the spec's
+        ``weight_dtype``: BF16 everywhere, or the quantized bytes with
+        :attr:`unquantized_params` kept in BF16.
+        """
         tp = self.check_tp(tp)
         pp = v.positive_int(pp, "pp")
-        dtype_bytes = v.positive_int(dtype_bytes, "dtype_bytes")
-        return self.num_params * dtype_bytes / (tp * pp)
+        if dtype_bytes is not None:
+            return self.num_params * v.positive_float(dtype_bytes, "dtype_bytes") / (tp * pp)
+        per_param = WEIGHT_DTYPES[self.weight_dtype]
+        if self.weight_dtype == "bf16":
+            return self.num_params * per_param / (tp * pp)
+        keep = self.unquantized_params
+        return ((self.num_params - keep) * per_param + keep * WEIGHT_DTYPES["bf16"]) / (tp * pp)
 
 
 _INT_FIELDS = ("num_layers", "num_q_heads", "num_kv_heads", "head_dim", "hidden_size", "intermediate_size",
@@ -248,6 +295,8 @@ class GPUSpec:
         Device-memory bandwidth (bytes/s).
     bf16_flops_per_s : float
         Dense BF16 tensor-core peak (FLOP/s), no sparsity.
+    fp8_flops_per_s : float
+        Dense FP8 tensor-core peak (FLOP/s); 0 where the GPU has no FP8 tensor cores.
     host_link_bytes_per_s : float
         GPU <-> host bandwidth per direction (bytes/s), e.g. PCIe Gen4 x16 = 31.5e9.
     interconnect_bytes_per_s : float
@@ -271,6 +320,18 @@ class GPUSpec:
     internode_bytes_per_s: float
     internode_link: str
     source: str = ""
+    fp8_flops_per_s: float = 0.0
+
+    @property
+    def has_fp8(self) -> bool:
+        """Whether the GPU has FP8 tensor cores (Hopper, Ada, Blackwell, MI300)."""
+        return self.fp8_flops_per_s > 0
+
+    def gemm_flops_per_s(self, weight_dtype: str = "bf16") -> float:
+        """Dense GEMM peak for weights of ``weight_dtype`` (FLOP/s): FP8 weights at the FP8 peak
+        where the GPU has one, everything else (BF16, INT4 dequantized to BF16) at the BF16 peak."""
+        v.choice(weight_dtype, "weight_dtype", tuple(WEIGHT_DTYPES))
+        return self.fp8_flops_per_s if weight_dtype == "fp8" and self.has_fp8 else self.bf16_flops_per_s
 
 
 @cache
@@ -333,6 +394,7 @@ def model(name: str | ModelSpec) -> ModelSpec:
         return name
     row = _lookup(_model_table(), name, "model")
     kw: dict = {"name": str(row["name"]), "source": str(row["source"]), "gated_mlp": bool(row["gated_mlp"]),
+                "hf_id": "" if pd.isna(row["hf_id"]) else str(row["hf_id"]),
                 "sliding_window_tokens": _optional_int(row["sliding_window_tokens"])}
     kw.update({f: int(row[f]) for f in _INT_FIELDS})
     kw.update({f: _optional_int(row[f]) or 0 for f in _ZERO_INT_FIELDS})
@@ -397,6 +459,7 @@ def _gpu_from_row(row: Mapping[str, Any], where: str) -> GPUSpec:
         internode_bytes_per_s=num["internode_gbps"] * 1e9,
         internode_link=str(row["internode_link"]),
         source=str(row["source"]),
+        fp8_flops_per_s=0.0 if pd.isna(row["fp8_dense_tflops"]) else float(row["fp8_dense_tflops"]) * 1e12,
     )
 
 
@@ -418,24 +481,16 @@ def gpu_from_file(path: str | os.PathLike) -> GPUSpec:
     data = v.read_yaml_mapping(os.fspath(path), "GPU spec file")
     fields = ("name", *GPU_NUMBER_FIELDS)
     missing = [f for f in fields if data.get(f) is None]
-    unknown = sorted(set(map(str, data)) - set(fields) - set(GPU_TEXT_FIELDS))
+    unknown = sorted(set(map(str, data)) - set(fields) - set(GPU_TEXT_FIELDS) - {"fp8_dense_tflops"})
     if missing or unknown:
         raise ValueError(f"{where}: " + "; ".join(
             ([f"missing {', '.join(missing)}"] if missing else []) + ([f"unknown key {', '.join(unknown)}"] if unknown
                                                                       else []))
-            + f" (keys: {', '.join(fields + GPU_TEXT_FIELDS[1:])}, as the columns of data/gpus.csv)")
-    row = {"host_link": "given", "internode_link": "given", "source": f"given in {os.fspath(path)}", **data}
+            + f" (keys: {', '.join(fields + GPU_TEXT_FIELDS[1:])}, fp8_dense_tflops (optional), as the columns of "
+              f"data/gpus.csv)")
+    row = {"host_link": "given", "internode_link": "given", "source": f"given in {os.fspath(path)}",
+           "fp8_dense_tflops": float("nan"), **data}
     return _gpu_from_row(row, where)
-
-
-def hf_id(name: str | ModelSpec) -> str | None:
-    """The Hugging Face repository a catalogue model's row comes from (None when it has none)."""
-    if isinstance(name, ModelSpec):
-        name = name.name
-    table = _model_table()
-    hit = table[table["name"].map(_key) == _key(name)]
-    value = hit["hf_id"].iloc[0] if len(hit) and "hf_id" in table.columns else None
-    return None if value is None or pd.isna(value) else str(value)
 
 
 def resolve_model(text: str | ModelSpec) -> ModelSpec:
@@ -453,7 +508,10 @@ def resolve_model(text: str | ModelSpec) -> ModelSpec:
     text = str(text)
     path = os.path.expanduser(text)
     if text.endswith(".json") or os.path.isdir(path) or os.path.isfile(path):
-        return model_from_config(path)
+        spec = model_from_config(path)
+        # a config saved from the hub names its repository (_name_or_path "Qwen/Qwen3-8B"): the id to load
+        is_id = re.fullmatch(r"[\w.-]+/[\w.-]+", spec.name) and not os.path.exists(spec.name)
+        return replace(spec, hf_id=spec.name) if is_id and not spec.hf_id else spec
     table = _model_table()
     if (table["name"].map(_key) == _key(text)).any():
         return model(text)
@@ -474,3 +532,21 @@ def resolve_gpu(name: str | None = None, spec_file: str | os.PathLike | None = N
     if (name is None) == (spec_file is None):
         raise ValueError("give a GPU name (--gpu) or a GPU spec file (--gpu-spec), one of them")
     return gpu(name) if spec_file is None else gpu_from_file(spec_file)
+
+
+def with_precision(model_: str | ModelSpec, *, kv_cache_dtype: str = "auto", weights: str = "bf16") -> ModelSpec:
+    """``model_`` with its KV cache stored as ``kv_cache_dtype`` and its weights as ``weights``.
+
+    The result works wherever kvlab takes a model: its KV bytes per token, weight bytes and so
+    the pool's pages (``kvlab.pool_pages``) and the cost models follow the precision.
+
+    Examples
+    --------
+    >>> m = with_precision("Llama-3-8B", kv_cache_dtype="fp8")
+    >>> m.kv_bytes_per_token(), model("Llama-3-8B").kv_bytes_per_token()
+    (65536, 131072)
+    """
+    m = model(model_)
+    v.choice(kv_cache_dtype, "kv_cache_dtype", tuple(KV_CACHE_DTYPES))
+    v.choice(weights, "weights", tuple(WEIGHT_DTYPES))
+    return replace(m, kv_cache_dtype=kv_cache_dtype, weight_dtype=weights)

@@ -95,13 +95,15 @@ def _seq_and_block(seq_tokens: Any, block_size: Any) -> tuple[np.ndarray, int]:
     return v.positive_int_array(seq_tokens, "seq_tokens"), v.positive_int(block_size, "block_size")
 
 
-def swap_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, dtype_bytes: int = 2,
+def swap_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, dtype_bytes: int | None = None,
                copy_mode: str = "per_page", link_bytes_per_s: float | None = None,
                copy_latency_s: float = DEFAULT_COPY_LATENCY_S) -> SwapModel:
     """The :class:`SwapModel` of ``model`` on ``gpu`` under tensor parallelism ``tp``.
 
     Parameters
     ----------
+    dtype_bytes : int, optional
+        Bytes of a cached element; default the model's KV precision (``kv_cache_dtype``).
     copy_mode : {"per_page", "per_layer_page", "batched"}
         ``per_page``: one copy per page (a page-contiguous layout; what ``kvlab.sim`` charges),
         ``per_layer_page``: one copy per page per layer for K and for V (vLLM v0's layout, the

@@ -143,8 +143,9 @@ def test_3_azure_time_zones_normalised_or_a_clear_error(tmp_path):
     # 18:00+02:00 is 16:00 UTC; 17:30+01:00 is 16:30 UTC; 16:15Z is 16:15 UTC
     p = _write(tmp_path, "tz.csv", head + "2023-11-16 18:00:00+02:00,10,5\n2023-11-16 17:30:00+01:00,11,6\n"
                                           "2023-11-16 16:15:00Z,12,7\n")
-    df = traces.load(p)
-    np.testing.assert_allclose(df.arrival_s, [0.0, 1800.0, 900.0])
+    df = traces.load(p)  # rows come back in arrival order: 16:00, 16:15, 16:30 UTC
+    np.testing.assert_allclose(df.arrival_s, [0.0, 900.0, 1800.0])
+    assert df["prompt_tokens"].tolist() == [10, 12, 11]
     assert any("UTC" in n for n in df.attrs["notes"])
     mixed = _write(tmp_path, "mixed.csv", head + "2023-11-16 18:00:00,10,5\n2023-11-16 17:30:00+01:00,11,6\n")
     with pytest.raises(ValueError, match=r"mixed\.csv: row 2 \(line 3\): TIMESTAMP='2023-11-16 17:30:00\+01:00' "

@@ -158,6 +158,40 @@ def test_errors_exit_2_with_a_message(tmp_path, capsys):
         main(["recommend", str(path), "--gpu", GPU])  # --model is required
 
 
+def test_pinned_version_precision_and_saved_config_files(tmp_path, capsys):
+    path = tmp_path / "azure.csv"
+    _azure(path, n=200)
+    old = _run_json(capsys, str(path), *TINY, "--system", "vllm==0.8")
+    assert old["setup"]["version_family"].startswith("vLLM V0") and old["setup"]["server"]["overflow"].startswith(
+        "recompute by default")
+    assert any(r["overflow"] == "swap" for r in old["table"])  # V0 still swaps, and says so
+    assert old["setup"]["default_flags"] == "--max-num-seqs 256 --max-num-batched-tokens 4096 " \
+        "--gpu-memory-utilization 0.9"  # V0: max(max_model_len, 2048) tokens, the model's 4,096 context
+    # TensorRT-LLM's scheduler policy and KV dtype live in a YAML file: --save-dir writes it where the command says
+    saved = tmp_path / "cfg"
+    trt = _run_json(capsys, str(path), "--model", "Llama-3-8B", "--gpu", "H100-SXM", "--windows", "1",
+                    "--window-requests", "60", "--no-progress", "--workers", "1", "--system", "tensorrt-llm",
+                    "--kv-cache-dtype", "fp8", "--save-dir", str(saved))
+    cmd = trt["flags"][0]["command"]
+    yaml_path = re.search(r"--extra_llm_api_options (\S+)", cmd).group(1)
+    assert yaml_path == str(saved / "extra_llm_api_options.yaml")
+    text = (saved / "extra_llm_api_options.yaml").read_text()
+    assert "capacity_scheduler_policy:" in text and "dtype: fp8" in text  # the KV dtype the run simulated
+    assert trt["setup"]["kv_cache_dtype"] == "fp8" and "meta-llama/Meta-Llama-3-8B" in cmd
+
+
+def test_flags_are_checked_against_the_release(tmp_path, capsys):
+    path = tmp_path / "azure.csv"
+    _azure(path, n=50)
+    assert main(["recommend", str(path), *FAST, "--system", "vllm", "--block-size", "7"]) == 2
+    err = capsys.readouterr().err
+    assert "block_size 7" in err and "1, 8, 16, 32, 64, 128, 256" in err
+    assert main(["recommend", str(path), *FAST, "--system", "vllm==0.4"]) == 2
+    assert "no profile covers vllm 0.4" in capsys.readouterr().err
+    assert main(["recommend", str(path), *FAST, "--system", "triton"]) == 2
+    assert "known systems are vllm, sglang, tgi, tensorrt-llm" in capsys.readouterr().err
+
+
 def test_a_shuffled_copy_of_a_trace_gets_the_same_answer(tmp_path, capsys):
     """Rows out of arrival order are the same requests: the same table, capacities and flags."""
     path, shuffled = tmp_path / "azure.csv", tmp_path / "shuffled.csv"

@@ -45,11 +45,12 @@ def test_offered_rate_is_the_traces(at_20):
 
 def test_capacity_is_a_direct_capacity_call(at_20):
     trace, rec = at_20
-    # the default vLLM V1 setting written out by hand, on the second window (rows 1100-1499)
+    # the default vLLM V1 setting written out by hand, on the second window (rows 1100-1499): an A100
+    # gets 256 sequences and 2,048 tokens (get_batch_defaults), 0.92 of its memory (vllm/config/cache.py)
     config = ServingConfig(model=MODEL, gpu=GPU, policy="vllm", policy_params={"watermark_frac": 0.0},
                            max_num_seqs=256, max_num_batched_tokens=2048, scheduler="chunked",
                            max_new_tokens=int(trace["output_tokens"].max()), block_size=16,
-                           pool_pages=kvlab.pool_pages(MODEL, GPU, gpu_memory_utilization=0.9))
+                           pool_pages=kvlab.pool_pages(MODEL, GPU, gpu_memory_utilization=0.92))
     window = trace.iloc[1100:1500].reset_index(drop=True)  # with its own arrival times
     # the grid starts at the power of two nearest the offered ~20 requests/s, whatever the load
     direct = capacity(window, config, SLO(tbt_p99_s=0.1, scheduling_delay_p50_s=2.0), num_requests=400, seed=4,
@@ -147,13 +148,21 @@ def test_small_trace_warns_with_the_number_needed():
 
 def test_systems_offer_only_what_they_can_set():
     vllm = settings("vllm", model="Llama-3-8B", gpu="H100-SXM")
-    assert {s.policy for s in vllm} == {"vllm"} and {s.preemption_mode for s in vllm} == {"recompute"}
+    assert {s.policy for s in vllm} == {"vllm"}
+    # V1 recomputes; the one host tier is --kv-offloading-size, labelled CPU offload, never "swap"
+    assert {s.overflow for s in vllm} == {"recompute", "cpu offload"}
+    offload = [s for s in vllm if s.overflow == "cpu offload"]
+    assert len(offload) == 1 and offload[0].flags["--kv-offloading-size"] == 16 and offload[0].host_pool_gib == 16
+    assert not any("--preemption-mode" in s.flags or "--swap-space" in s.flags for s in vllm)
     assert vllm[0].is_default and sum(s.is_default for s in vllm) == 1
+    v0 = settings("vllm==0.8", model="Llama-3-8B", gpu="H100-SXM")  # the V0 engine still swaps, labelled so
+    assert [s.overflow for s in v0 if s.preemption_mode == "swap"] == ["swap"]
     trt = {s.label: s for s in settings("tensorrt-llm", model="Llama-3-8B", gpu="H100-SXM",
                                         percentiles={"p99": 600}, max_new_tokens=1000)}
     assert trt["default"].policy == "reserve_max" and trt["max_tokens=600"].output_cap_tokens == 600
     tgi = settings("tgi", model="Llama-3-8B", gpu="H100-SXM")
     assert all(s.policy_params["cap_tokens"] == 1024 for s in tgi)  # TGI's cap is not a flag
+    assert not any("--max-batch-size" in s.flags for s in tgi)  # ignored with prefill chunking (backend.rs)
     pct = {"p50": 10, "p95": 40, "p99": 80}
     recipe = settings(RESERVATION, model="Llama-3-8B", gpu="H100-SXM", percentiles=pct, max_new_tokens=64)
     # p99 = 80 >= the 64-token cap reserves everything anyway: not offered
@@ -217,7 +226,7 @@ def test_what_binds_is_named_without_its_numbers():
     assert _limit("P99 TTFT 5.2 s > 1 s") == "P99 TTFT"
     assert _limit("3 requests aborted") == "aborted requests"
     assert _limit("not sustained: 2.8% of the requests still wait when the last arrives (> 2.5%: the queue grows)") \
-        == "a growing queue"
+        == "a growing queue (requests still waiting when the last arrives)"
     assert _limit("converged: meets the SLO at 3 requests/s") == ""
 
 
@@ -236,3 +245,105 @@ def test_h200_and_h100_differ_where_their_specs_do_and_an_unmeasured_gpu_says_so
         assert ("GPU not measured: spec-sheet estimate for H200" in " ".join(str(rec).split())) == (gpu == "H200")
     # 4.8 vs 3.35 TB/s: more than the search's 5% apart (the same FLOP/s would not separate them)
     assert caps["H200"] > caps["H100-SXM"] * 1.05 ** 2
+
+
+# --- KV precision and what binds ----------------------------------------------------------------
+
+def _long_prompts(n: int = 200) -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    return pd.DataFrame({"prompt_tokens": rng.integers(2500, 3500, n), "output_tokens": rng.integers(300, 600, n)})
+
+
+def test_fp8_kv_doubles_the_pool_and_moves_capacity_where_kv_binds():
+    # Llama-3-8B on an L4: ~2,400 pages of 16 tokens hold 11 of these 3,000-token requests; FP8 holds twice as many
+    from kvlab.recommend import serving_config
+    work = _long_prompts()
+    by = {s.label: s for s in settings("vllm", model="Llama-3-8B", gpu="L4")}
+    slo = SLO(tbt_p99_s=2.0, scheduling_delay_p50_s=2.0)
+    res = {}
+    for label in ("default", "kv_cache_dtype=fp8"):
+        config = serving_config(by[label], model="Llama-3-8B", gpu="L4", tp=1, block_size=16, max_new_tokens=600)
+        res[label] = (config.pool_pages, capacity(work, config, slo, num_requests=200, seed=0))
+    (bf16_pages, bf16), (fp8_pages, fp8) = res["default"], res["kv_cache_dtype=fp8"]
+    assert fp8_pages in (2 * bf16_pages, 2 * bf16_pages + 1)
+    assert (bf16.trials["num_preempted_requests"] > 0).any()  # KV binds: the pool preempts at these loads
+    assert fp8.capacity_qps >= 1.5 * bf16.capacity_qps > 0
+
+
+def _row(setting, knob, cap, lo, hi, *, default=False, binding="median scheduling delay 2.5 s > 2 s",
+         kv_at=float("nan"), tried=40.0, policy="vllm"):
+    return {"system": "vllm", "setting": setting, "knob": knob, "default": default, "capacity_qps": cap,
+            "capacity_lo_qps": lo, "capacity_hi_qps": hi, "binding": binding, "kv_binds_at_qps": kv_at,
+            "max_tried_qps": tried, "policy": policy}
+
+
+def test_what_binds_by_hand():
+    from kvlab.recommend import what_binds
+    table = pd.DataFrame([_row("default", "default", 11.8, 11.0, 12.5, default=True, kv_at=30.0),
+                          _row("gpu_memory_utilization=0.95", "gpu_memory_utilization", 12.0, 11.2, 12.9),
+                          _row("kv_cache_dtype=fp8", "kv_cache_dtype", 11.5, 10.9, 12.2),
+                          _row("max_num_batched_tokens=2048", "max_num_batched_tokens", 24.2, 23.0, 25.1)])
+    kv = table["knob"].isin(["gpu_memory_utilization", "kv_cache_dtype"])
+    text = what_binds(table, kv)
+    assert text.startswith("KV memory does not bind at this load: what binds at the default is median scheduling "
+                           "delay")
+    assert "the knob that moves it is max_num_batched_tokens (max_num_batched_tokens=2048: 24.2" in text
+    assert "at the default KV starts to bind at 30 requests/s" in text
+    # a KV knob whose interval clears the default's: KV binds, nothing to say
+    moved = table.copy()
+    moved.loc[2, ["capacity_qps", "capacity_lo_qps", "capacity_hi_qps"]] = [20.0, 19.0, 21.0]
+    assert what_binds(moved, kv) == ""
+    # no preemption anywhere in the search: said so, with the highest rate it tried
+    quiet = table.copy()
+    quiet.loc[0, "kv_binds_at_qps"] = float("nan")
+    assert "at the default no request was preempted for pages at any rate the capacity search tried (up to 40" in \
+        what_binds(quiet, kv)
+    # capacity's backlog rule read as what it means, not as its numbers
+    queue = table.copy()
+    queue.loc[0, "binding"] = "not sustained: 3.5% of the requests still wait when the last arrives (> 2.5%: ...)"
+    assert "what binds at the default is a growing queue (requests still waiting" in what_binds(queue, kv)
+
+
+def test_recommend_says_what_binds_when_kv_knobs_tie():
+    trace = _trace(400, 2.0, seed=5)  # short requests on an H100: the pool is never the limit
+    by = {s.label: s for s in settings("vllm", model="Llama-3-8B", gpu="H100-SXM")}
+    picks = [by[k] for k in ("default", "kv_cache_dtype=fp8", "gpu_memory_utilization=0.95")]
+    rec = recommend(trace, model="Llama-3-8B", gpu="H100-SXM", candidates=picks, num_windows=2,
+                    window_requests=150, rel_tol=0.2)
+    assert rec.decision in ("keep-default", "all-tie")
+    assert "KV memory does not bind at this load: what binds at the default is" in rec.answer
+    t = rec.table.set_index("setting")
+    assert t.loc["kv_cache_dtype=fp8", "pool_pages"] in (2 * t.loc["default", "pool_pages"],
+                                                         2 * t.loc["default", "pool_pages"] + 1)
+
+
+def test_cpu_offload_is_a_host_pool_priced_by_the_host_link():
+    from kvlab.recommend import serving_config
+    from kvlab.swap import swap_model
+    kw = dict(model="Llama-3-8B", gpu="H100-SXM", tp=1, block_size=16, max_new_tokens=1000)
+    vllm = {s.label: s for s in settings("vllm", model="Llama-3-8B", gpu="H100-SXM")}
+    off = serving_config(vllm["kv_offloading_size=16"], **kw)
+    # --kv-offloading-size 16 (GiB) holds 16 GiB / (16 tokens x 131,072 bytes) = 8,192 pages
+    assert (off.preemption_mode, off.cpu_pool_pages) == ("swap", 16 * 2**30 // (16 * 131_072)) == ("swap", 8192)
+    assert serving_config(vllm["default"], **kw).cpu_pool_pages is None
+    # each page moves at the GPU's host link (PCIe Gen5 x16, 63 GB/s) plus one copy's latency
+    page_s = swap_model("Llama-3-8B", "H100-SXM").page_copy_s(16)
+    assert page_s == pytest.approx(5e-6 + 16 * 131_072 / 63e9)
+    # SGLang's hierarchical cache: a host pool of hicache_ratio (2) x the device pool
+    sg = {s.label: s for s in settings("sglang", model="Llama-3-8B", gpu="H100-SXM")}
+    host = serving_config(sg["hierarchical_cache=on"], **kw)
+    device = serving_config(sg["default"], **kw).pool_pages
+    assert host.preemption_mode == "swap" and abs(host.cpu_pool_pages - 2 * device) <= 2
+
+
+def test_quantized_weights_shrink_memory_and_say_what_the_measured_model_cannot_price():
+    from kvlab.specs import with_precision
+    fp8 = with_precision("Llama-3-8B", weights="fp8")
+    trace = _trace(120, 1.0, seed=4)
+    rec = recommend(trace, model=fp8, gpu="H100-SXM", candidates=settings("vllm", model=fp8, gpu="H100-SXM")[:1],
+                    num_windows=1, window_requests=100, rel_tol=0.3)
+    assert rec.setup["model"] == "Llama-3-8B" and rec.setup["weights"] == "fp8"
+    assert any("fitted on BF16 GEMMs" in w for w in rec.warnings)
+    assert "--quantization fp8" in rec.flags["command"].iloc[0]
+    plain = kvlab.pool_pages("Llama-3-8B", "H100-SXM", gpu_memory_utilization=0.92)
+    assert rec.table["pool_pages"].iloc[0] > plain  # 7 GB fewer weight bytes hold more pages

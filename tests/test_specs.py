@@ -3,6 +3,7 @@ import dataclasses
 import pytest
 import yaml
 
+import kvlab
 from kvlab import specs
 from kvlab._paths import DATA_DIR
 
@@ -83,8 +84,11 @@ def test_every_catalogue_row_is_its_config_through_model_from_config():
     for name, entry in configs.items():
         want = specs.model_from_config(entry["config"], name=name)
         got = specs.model(name)
-        assert dataclasses.replace(got, source="") == dataclasses.replace(want, source=""), name
+        assert dataclasses.replace(got, source="", hf_id="") == dataclasses.replace(want, source=""), name
         assert got.source == entry["source"]
+        # the Hugging Face id a printed command loads is the repository whose config.json the row is
+        repo = entry["source"].split(" config.json")[0] if " config.json" in entry["source"] else ""
+        assert got.hf_id == repo, name
 
 
 @pytest.mark.parametrize("name, published, rtol", [
@@ -144,3 +148,47 @@ def test_new_gpu_rows_and_links():
     assert a100.internode_bytes_per_s == 25e9  # 200 Gb/s HDR InfiniBand per GPU
     assert a100.internode_bytes_per_s < a100.interconnect_bytes_per_s
     assert specs.gpu("B200").bf16_flops_per_s == 36e15 / 8 / 2  # HGX B200: 36 PFLOP/s sparse for 8 GPUs
+
+
+# --- precision: FP8 / INT4 weights and FP8 KV ------------------------------------------------
+
+def test_fp8_kv_halves_the_page_and_doubles_the_pool_by_hand():
+    # Llama-3-8B on one H100 SXM at 0.9: 81,559 MiB x 0.9 - 8,030,261,248 x 2 bytes of BF16 weights - 1 GiB
+    free = 81559 * 2**20 * 0.9 - 8_030_261_248 * 2 - 2**30
+    bf16_page = 16 * 32 * 2 * 8 * 128 * 2  # tokens x layers x (K, V) x KV heads x head dim x 2 bytes
+    assert bf16_page == 2_097_152
+    fp8 = specs.with_precision("Llama-3-8B", kv_cache_dtype="fp8")
+    assert fp8.kv_bytes_per_token() * 16 == bf16_page // 2
+    assert kvlab.pool_pages("Llama-3-8B", "H100-SXM") == int(free // bf16_page) == 28_531
+    assert kvlab.pool_pages(fp8, "H100-SXM") == int(free // (bf16_page // 2)) == 57_062  # twice the pages
+    assert fp8.weight_bytes_per_gpu() == specs.model("Llama-3-8B").weight_bytes_per_gpu()  # KV only
+
+
+def test_quantized_weights_keep_embedding_and_head_in_bf16_by_hand():
+    n, embed = 8_030_261_248, 2 * 128_256 * 4096  # Llama-3-8B: untied embedding and LM head
+    fp8 = specs.with_precision("Llama-3-8B", weights="fp8")
+    int4 = specs.with_precision("Llama-3-8B", weights="int4")
+    assert fp8.weight_bytes_per_gpu() == (n - embed) * 1 + embed * 2
+    assert int4.weight_bytes_per_gpu(tp=2) == ((n - embed) * (0.5 + 2 / 128) + embed * 2) / 2
+    assert fp8.kv_bytes_per_token() == specs.model("Llama-3-8B").kv_bytes_per_token()  # weights only
+    # lighter weights leave more of the same memory to KV
+    assert kvlab.pool_pages(int4, "L4") > kvlab.pool_pages(fp8, "L4") > kvlab.pool_pages("Llama-3-8B", "L4")
+
+
+def test_fp8_gemm_peak_only_where_the_gpu_has_fp8():
+    from kvlab.costmodel import roofline
+    h100, a100 = specs.gpu("H100-SXM"), specs.gpu("A100-80GB-SXM")
+    assert h100.has_fp8 and not a100.has_fp8
+    assert h100.gemm_flops_per_s("fp8") == 1979e12 and h100.gemm_flops_per_s("int4") == 989e12
+    assert a100.gemm_flops_per_s("fp8") == a100.bf16_flops_per_s == 312e12
+    fp8 = specs.with_precision("Llama-3-8B", weights="fp8")
+    assert roofline(fp8, h100).effective_flops_per_s == 1979e12 * 0.6
+    assert roofline(fp8, a100).effective_flops_per_s == 312e12 * 0.6
+    assert roofline(fp8, h100).weight_bytes == fp8.weight_bytes_per_gpu()
+
+
+def test_precision_names_are_checked():
+    with pytest.raises(ValueError, match="kv_cache_dtype"):
+        specs.with_precision("Llama-3-8B", kv_cache_dtype="fp4")
+    with pytest.raises(ValueError, match="weights"):
+        specs.with_precision("Llama-3-8B", weights="int8")

@@ -88,7 +88,7 @@ def prefill_attention_pairs(chunk_tokens: Any, context_tokens: Any) -> Any:
     return chunk_tokens * context_tokens + chunk_tokens * (chunk_tokens + 1) // 2
 
 
-def roofline(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 1, dtype_bytes: int = 2,
+def roofline(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 1, dtype_bytes: int | None = None,
              compute_efficiency: float = 0.6, bandwidth_efficiency: float = 0.8,
              iteration_overhead_s: float = 0.002, allreduce_latency_s: float = 10e-6,
              label: str = "roofline (spec sheet)") -> CostModel:
@@ -107,7 +107,10 @@ def roofline(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int
     label : str
         Readable name recorded by results (say where non-default constants come from).
 
-    Under pipeline parallelism ``pp`` the constants describe one stage (layers / PP).
+    Under pipeline parallelism ``pp`` the constants describe one stage (layers / PP). Weights,
+    KV and the GEMM peak follow the model's precision (``kvlab.specs.with_precision``: FP8
+    weights at the GPU's FP8 peak where it has one); ``dtype_bytes`` forces one byte width on
+    weights, KV and activations.
     """
     m, g = _model(model), _gpu(gpu)
     tp, pp = v.positive_int(tp, "tp"), v.positive_int(pp, "pp")
@@ -123,9 +126,9 @@ def roofline(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int
         attention_flops_per_pair=layers * m.attention_flops_per_pair_per_layer / tp,
         weight_bytes=m.weight_bytes_per_gpu(tp=tp, pp=pp, dtype_bytes=dtype_bytes),
         kv_bytes_per_token=float(m.kv_bytes_per_token(tp=tp, pp=pp, dtype_bytes=dtype_bytes)),
-        effective_flops_per_s=g.bf16_flops_per_s * compute_efficiency,
+        effective_flops_per_s=g.gemm_flops_per_s(m.weight_dtype) * compute_efficiency,
         effective_bytes_per_s=g.hbm_bandwidth_bytes_per_s * bandwidth_efficiency,
-        allreduce_bytes_per_token=2 * layers * ring * m.hidden_size * dtype_bytes,
+        allreduce_bytes_per_token=2 * layers * ring * m.hidden_size * (2 if dtype_bytes is None else dtype_bytes),
         allreduce_latency_s_per_iteration=(2 * layers * allreduce_latency_s) if tp > 1 else 0.0,
         interconnect_bytes_per_s=g.interconnect_bytes_per_s,
         iteration_overhead_s=iteration_overhead_s, label=str(label),

@@ -52,10 +52,10 @@ from ..capacity import SLO, ServingConfig, capacity, serve, slo_verdict
 from ..costmodel import measured_gpus as _measured_gpus
 from ..lengths import recommend_max_new_tokens
 from ..reservation import pool_pages as _pool_pages
-from ..specs import gpu as _gpu, hf_id as _hf_id, model as _model
+from ..specs import gpu as _gpu, model as _model, with_precision
 from ..trace_window import HOW, TraceWindow, offered_rate_per_s, trace_window, window_starts
-from .systems import (RESERVATION, SYSTEMS, VERSION_FAMILY, Setting, client_note, command_line, default_settings,
-                      settings)
+from .servers import resolve as _resolve
+from .systems import Setting, client_note, default_settings, launch, profile_of, settings, write_files
 
 #: The SLO used when none is given: P99 time between tokens <= 100 ms and median scheduling
 #: delay <= 2 s (the shape of Sarathi-Serve's capacity SLO; 100 ms is a common interactive bound).
@@ -72,7 +72,7 @@ LATENCY_COLUMNS = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_
 TABLE_COLUMNS = ("system", "setting", "knob", "default", "policy", "overflow", "max_num_seqs",
                  "max_num_batched_tokens", "gpu_memory_utilization", "pool_pages", "max_new_tokens",
                  "capacity_qps", "capacity_lo_qps", "capacity_hi_qps", "capacity_poisson_qps",
-                 "capacity_gamma_qps", "binding", "headroom", "replicas",
+                 "capacity_gamma_qps", "binding", "kv_binds_at_qps", "max_tried_qps", "headroom", "replicas",
                  "num_gpus", "meets_slo_at_load", "slo_at_load", "offered_rate_per_s", *LATENCY_COLUMNS,
                  "preempted_request_frac", "unserved_frac", "tie", "recommended")
 #: The possible decisions (``overloaded``: the chosen setting needs more than one replica).
@@ -285,11 +285,17 @@ def output_percentiles(output_tokens: Any, percentiles: Sequence[float]) -> dict
 
 def serving_config(setting: Setting, *, model: str, gpu: str, tp: int, block_size: int, max_new_tokens: int,
                    cost_model: Any = None, engine: str | None = None) -> ServingConfig:
-    """The :class:`kvlab.capacity.ServingConfig` that simulates ``setting``."""
-    pages = _pool_pages(model, gpu, block_size=block_size, gpu_memory_utilization=setting.gpu_memory_utilization,
-                        tp=tp)
+    """The :class:`kvlab.capacity.ServingConfig` that simulates ``setting`` (its KV precision on
+    ``model``'s weights, its scheduler, its host pool)."""
+    m = _model(model)
+    if setting.kv_cache_dtype != m.kv_cache_dtype:
+        m = with_precision(m, kv_cache_dtype=setting.kv_cache_dtype, weights=m.weight_dtype)
+    pages = _pool_pages(m, gpu, block_size=block_size, gpu_memory_utilization=setting.gpu_memory_utilization, tp=tp)
     cap = min(setting.output_cap_tokens or max_new_tokens, max_new_tokens)
-    return ServingConfig(model=model, gpu=gpu, tp=tp, scheduler="chunked",
+    plain = isinstance(model, str) and m.kv_cache_dtype == "auto" and m.weight_dtype == "bf16"
+    return ServingConfig(model=model if plain else m, gpu=gpu, tp=tp,
+                         scheduler=setting.scheduler,
+                         cpu_pool_pages=setting.host_pool_pages(m, block_size=block_size, tp=tp),
                          max_num_batched_tokens=max(setting.max_num_batched_tokens, block_size),
                          max_num_seqs=setting.max_num_seqs, policy=setting.policy,
                          policy_params=dict(setting.policy_params), max_new_tokens=cap, block_size=block_size,
@@ -328,10 +334,15 @@ def _no_load(requests: pd.DataFrame, config: ServingConfig, trace_cap: int) -> d
             "slo_at_load": "no offered load (the trace has no arrival times; give qps)"}
 
 
-def _capacity(args: tuple[pd.DataFrame, ServingConfig, SLO, dict[str, Any]]) -> tuple[float, str, str]:
+def _capacity(args: tuple[pd.DataFrame, ServingConfig, SLO, dict[str, Any]]) -> tuple[float, str, str, float, float]:
+    """Capacity, what binds, why the search stopped, the lowest rate tried at which a request was
+    preempted for pages (NaN: none) and the highest rate tried (requests/s)."""
     requests, config, slo, kw = args
     res = capacity(requests, config, slo, **kw)
-    return res.capacity_qps, res.binding(), res.reason
+    t = res.trials
+    preempted = t.loc[t["num_preempted_requests"] > 0, "qps"]
+    return (res.capacity_qps, res.binding(), res.reason, float(preempted.min()) if len(preempted) else float("nan"),
+            float(t["qps"].max()) if len(t) else float("nan"))
 
 
 def _run(jobs: list[tuple[Callable, Any]], max_workers: int, progress: bool) -> list[Any]:
@@ -379,7 +390,7 @@ def _limit(binding: str) -> str:
     if first.startswith(("converged", "unreachable", "not bracketed", "stopped")):
         return ""
     if first.startswith("not sustained"):  # kvlab.capacity's backlog rule
-        return "a growing queue"
+        return "a growing queue (requests still waiting when the last arrives)"
     if first.split()[0].isdigit():  # "3 requests aborted"
         return "aborted requests"
     words = []
@@ -394,8 +405,59 @@ def _key(row: pd.Series) -> str:
     return f"{row['system']}: {row['setting']}"
 
 
+def _overlaps(a: pd.Series, b: pd.Series) -> bool:
+    return bool(a["capacity_hi_qps"] >= b["capacity_lo_qps"] and a["capacity_lo_qps"] <= b["capacity_hi_qps"])
+
+
+def what_binds(table: pd.DataFrame, kv_knob: pd.Series) -> str:
+    """"KV memory does not bind at this load: what binds is ..." when every KV-memory knob
+    (``kv_knob``: rows that change the pool, its precision, its host tier or its reservation)
+    ties the default; "" when one of them moves the capacity, or there is none to compare.
+
+    Names the SLO term the default fails first above its capacity, the knob that moves it (the
+    best other setting that does not tie the default), and the load at which KV starts to bind:
+    the lowest rate of the default's capacity searches at which a request was preempted for
+    pages.
+    """
+    default = table[table["default"]]
+    kv = table[kv_knob & ~table["default"]]
+    if default.empty or kv.empty:
+        return ""
+    d = default.iloc[0]
+    if not all(_overlaps(r, d) for _, r in kv.iterrows()):
+        return ""
+    term = _limit(str(d["binding"])) or "no SLO term within the search's range"
+    others = table[~kv_knob & ~table["default"]]
+    movers = [r for _, r in others.iterrows() if not _overlaps(r, d)]
+    if movers:
+        m = max(movers, key=lambda r: r["capacity_qps"])
+        knob = (f"the knob that moves it is {m['knob']} ({m['setting']}: {m['capacity_qps']:.3g} requests/s against "
+                f"{d['capacity_qps']:.3g} at the default)")
+    else:
+        knob = "and none of the knobs searched moves the capacity"
+    kv_at = d["kv_binds_at_qps"]
+    if kv_at == kv_at:  # not NaN
+        where = (f"at the default KV starts to bind at {kv_at:.3g} requests/s (the capacity search's first "
+                 f"preemption for pages)")
+    else:
+        where = (f"at the default no request was preempted for pages at any rate the capacity search tried (up "
+                 f"to {d['max_tried_qps']:.3g} requests/s)")
+        if d["policy"] == "reserve_max":
+            where += "; a server that reserves everything at admission queues instead of preempting"
+    return f"KV memory does not bind at this load: what binds at the default is {term}; {knob}; {where}."
+
+
 def _decide(table: pd.DataFrame, *, rate: float | None, max_unserved_frac: float, comparison: bool,
-            slo: SLO, tp: int) -> tuple[str, str, int | None]:
+            slo: SLO, tp: int, kv_knob: pd.Series | None = None) -> tuple[str, str, int | None]:
+    """(decision, answer, chosen row index): :func:`_decide_setting`, then what binds (:func:`what_binds`)."""
+    decision, answer, chosen = _decide_setting(table, rate=rate, max_unserved_frac=max_unserved_frac,
+                                               comparison=comparison, slo=slo, tp=tp)
+    binds = "" if comparison or kv_knob is None or decision == "overloaded" else what_binds(table, kv_knob)
+    return decision, f"{answer} {binds}".strip(), chosen
+
+
+def _decide_setting(table: pd.DataFrame, *, rate: float | None, max_unserved_frac: float, comparison: bool,
+                    slo: SLO, tp: int) -> tuple[str, str, int | None]:
     """(decision, answer, chosen row index): one setting, chosen on capacity alone.
 
     Capacity does not depend on the offered rate (see the module note), so neither does the
@@ -463,7 +525,7 @@ def recommend(trace: pd.DataFrame, *, model: Any, gpu: Any, system: str | None =
               percentiles: Sequence[float] = (50, 90, 95, 99), max_unserved_frac: float = 0.0, seed: int = 0,
               arrivals: str = DEFAULT_ARRIVALS, cost_model: Any = None, engine: str | None = None,
               rel_tol: float = 0.05, max_workers: int = 1, progress: bool = False,
-              candidates: Sequence[Setting] | None = None) -> Recommendation:
+              candidates: Sequence[Setting] | None = None, save_dir: str | None = None) -> Recommendation:
     """Which setting of the server you run meets the SLO at your real load, with how much capacity.
 
     Parameters
@@ -473,10 +535,12 @@ def recommend(trace: pd.DataFrame, *, model: Any, gpu: Any, system: str | None =
         (``kvlab.traces.load``, ``kvlab.traces.from_prometheus`` or a profile sample).
     model, gpu : str or spec
         Names in ``kvlab.specs``, or a :class:`kvlab.specs.ModelSpec` / :class:`kvlab.specs.GPUSpec`
-        (``kvlab.specs.resolve_model`` reads a Hugging Face id or a config.json into one).
+        (``kvlab.specs.resolve_model`` reads a Hugging Face id or a config.json into one); ``model``
+        may carry its precision (``kvlab.specs.with_precision``: FP8 / INT4 weights, FP8 KV).
     system : {"vllm", "sglang", "tgi", "tensorrt-llm", "reservation"}, optional
-        Search that system's settings (:func:`kvlab.recommend.systems.settings`); None compares
-        the four systems at their defaults.
+        Search that system's settings (:func:`kvlab.recommend.systems.settings`), its newest
+        version family, or the family holding a version: ``"vllm==0.8"``; None compares the
+        four systems at their defaults.
     slo : kvlab.capacity.SLO, optional
         Default :data:`DEFAULT_SLO` (P99 TBT <= 100 ms, median scheduling delay <= 2 s, no TTFT
         bound; ``SLO(ttft_p99_s=...)`` adds one).
@@ -520,6 +584,9 @@ def recommend(trace: pd.DataFrame, *, model: Any, gpu: Any, system: str | None =
     candidates : sequence of Setting, optional
         Search exactly these settings instead of ``system``'s (one system: a search of it; several:
         a comparison).
+    save_dir : str, optional
+        Folder for the config files the printed commands name (TensorRT-LLM's extra LLM API
+        YAML); the commands name them there.
 
     Returns
     -------
@@ -533,7 +600,7 @@ def recommend(trace: pd.DataFrame, *, model: Any, gpu: Any, system: str | None =
     start = time.perf_counter()
     trace = v.request_table(trace, "trace")  # the trace contract: lengths, times, no duplicate columns
     if system is not None:
-        v.choice(system, "system", SYSTEMS + (RESERVATION,))
+        _resolve(system)  # an unknown system or version family is named here
     slo = DEFAULT_SLO if slo is None else slo
     if not isinstance(slo, SLO):
         raise ValueError(f"slo must be a kvlab.capacity.SLO, got {type(slo).__name__}")
@@ -565,8 +632,12 @@ def recommend(trace: pd.DataFrame, *, model: Any, gpu: Any, system: str | None =
         systems = {c.system for c in candidates}
         system = systems.pop() if len(systems) == 1 else None
     else:
-        candidates = (default_settings(model=model_spec, gpu=gpu_spec, tp=tp) if system is None else
-                      settings(system, model=model_spec, gpu=gpu_spec, tp=tp, percentiles=pct, max_new_tokens=cap))
+        candidates = (default_settings(model=model_spec, gpu=gpu_spec, tp=tp, max_model_len=fit.max_model_len)
+                      if system is None else
+                      settings(system, model=model_spec, gpu=gpu_spec, tp=tp, percentiles=pct, max_new_tokens=cap,
+                               max_model_len=fit.max_model_len))
+    for prof in {profile_of(c).key: profile_of(c) for c in candidates}.values():
+        prof.check_block_size(block_size)  # a block size the release refuses is refused here, not printed
     comparison = system is None
 
     n_win = min(window_requests, len(served))
@@ -596,6 +667,10 @@ def recommend(trace: pd.DataFrame, *, model: Any, gpu: Any, system: str | None =
 
     configs = [serving_config(s, model=model_spec, gpu=gpu_spec, tp=tp, block_size=block_size, max_new_tokens=cap,
                               cost_model=cost_model, engine=engine) for s in candidates]
+    if model_spec.weight_dtype != "bf16" and configs[0].cost_label().startswith("measured"):
+        warnings.append(f"{model_spec.weight_dtype} weights: the measured cost model was fitted on BF16 GEMMs, so "
+                        f"here the precision changes the weight and KV memory, not the GEMM time (--cost-model "
+                        f"roofline prices FP8 GEMMs at the GPU's FP8 peak)")
     cap_kw = {"rel_tol": rel_tol, "qps_start": grid_start(rate)}
 
     def searches(c: ServingConfig, kind: str) -> list[tuple[Callable, Any]]:
@@ -613,10 +688,11 @@ def recommend(trace: pd.DataFrame, *, model: Any, gpu: Any, system: str | None =
     for k, (s, c) in enumerate(zip(candidates, configs)):
         at = results[-len(configs) + k] if rate is not None else _no_load(load.requests, c, cap)
         caps = results[k * len(windows): (k + 1) * len(windows)]
-        values = np.array([q for q, _, _ in caps])
+        values = np.array([q[0] for q in caps])
         median = float(np.median(values))
         binding = caps[int(np.argsort(values)[len(values) // 2])][1]
-        unbounded = sum(reason.startswith("not bracketed") for _, _, reason in caps)
+        unbounded = sum(q[2].startswith("not bracketed") for q in caps)
+        kv_at = [q[3] for q in caps if q[3] == q[3]]
         if unbounded:
             warnings.append(f"{s.system}: {s.label}: {unbounded} of {len(caps)} windows still meet the SLO at "
                             f"{values.max():.3g} requests/s (the search's ceiling): {n_win:,} requests are too "
@@ -630,14 +706,17 @@ def recommend(trace: pd.DataFrame, *, model: Any, gpu: Any, system: str | None =
                      "max_new_tokens": c.max_new_tokens, "capacity_qps": median,
                      "capacity_lo_qps": float(values.min()), "capacity_hi_qps": float(values.max()),
                      "capacity_poisson_qps": float("nan"), "capacity_gamma_qps": float("nan"),
-                     "binding": binding, "headroom": median / rate if rate else None, "replicas": replicas,
+                     "binding": binding, "kv_binds_at_qps": min(kv_at) if kv_at else float("nan"),
+                     "max_tried_qps": max(q[4] for q in caps), "headroom": median / rate if rate else None,
+                     "replicas": replicas,
                      "num_gpus": replicas * tp if replicas is not None else None,
                      "meets_slo_at_load": at["slo_at_load"] == "meets the SLO"
                      and at["unserved_frac"] <= max_unserved_frac + 1e-12, **at, "tie": False,
                      "recommended": False})
     table = pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
+    kv_knob = pd.Series([s.knob in profile_of(s).kv_knobs for s in candidates], index=table.index)
     decision, answer, chosen = _decide(table, rate=rate, max_unserved_frac=max_unserved_frac, comparison=comparison,
-                                       slo=slo, tp=tp)
+                                       slo=slo, tp=tp, kv_knob=kv_knob)
     check: dict[str, Any] = {}
     if chosen is not None:
         table.loc[chosen, "recommended"] = True
@@ -648,15 +727,22 @@ def recommend(trace: pd.DataFrame, *, model: Any, gpu: Any, system: str | None =
     if fit.prompts_over_context and rate is not None:
         answer += (f" The trace offers {offered:.3g} requests/s, but {fit.refused_parts()[0]}: "
                    f"{rate:.3g} requests/s are left to serve.")
-    # the server is told the checkpoint: the catalogue's Hugging Face id, else the spec's own name
-    flags = _flags(table, candidates, chosen, comparison, model=_hf_id(model_spec) or model_name, fit=fit,
-                   block_size=block_size, tp=tp)
+    # the server is told the checkpoint: the model's Hugging Face id, else the spec's own name
+    flags = _flags(table, candidates, chosen, comparison, model=model_spec, fit=fit, block_size=block_size, tp=tp,
+                   save_dir=save_dir)
+    prof = None if comparison else profile_of(candidates[0])
     cost_label = configs[0].cost_label()
-    setup = {"model": model_name, "gpu": gpu_spec.name, "tp": tp, "pp": 1, "system": system or "comparison",
-             "version_family": VERSION_FAMILY.get(system or "", "each system's default"), "slo": str(slo),
+    setup = {"model": model_name, "hf_id": model_spec.hf_id, "weights": model_spec.weight_dtype,
+             "kv_cache_dtype": model_spec.kv_cache_dtype, "gpu": gpu_spec.name, "tp": tp, "pp": 1,
+             "system": system or "comparison",
+             "version_family": prof.family if prof else "each system's newest family at its default",
+             "server": prof.describe() if prof else {},
+             "default_flags": " ".join(f"{k} {val}" for k, val in candidates[0].flags.items())
+             if prof and candidates[0].is_default else "", "slo": str(slo),
              "slo_p99_tbt_s": slo.tbt_p99_s, "scheduling_delay_p50_s": slo.scheduling_delay_p50_s,
              "slo_p99_ttft_s": slo.ttft_p99_s, "cost_model": cost_label,
-             "gpu_measured": gpu_spec.name in _measured_gpus(), "scheduler": "chunked",
+             "gpu_measured": gpu_spec.name in _measured_gpus(),
+             "scheduler": "/".join(sorted({c.scheduler for c in configs})),
              "block_size": block_size, "num_windows": len(starts), "window_requests": n_win, "window_starts": starts,
              "seed": seed, "capacity_rel_tol": rel_tol, "capacity_grid_start_qps": cap_kw["qps_start"],
              "capacity_arrivals": process,
@@ -688,10 +774,10 @@ def _beside(table: pd.DataFrame, chosen: int, config: ServingConfig, searches: C
         share = trace_window(served, num_requests, how=how, seed=seed, **scale)
         jobs.append((_at_load, (share.requests, config, slo, seed, cap)))
     results = _run(jobs, max_workers, progress) if jobs else []
-    per = len(results) - (share is not None)
+    per = (len(results) - (share is not None)) // max(len(kinds), 1)  # searches per arrival process
     found = {}
     for i, kind in enumerate(kinds):
-        found[kind] = float(np.median([q for q, _, _ in results[i * (per // len(kinds)):(i + 1) * (per // len(kinds))]]))
+        found[kind] = float(np.median([q[0] for q in results[i * per:(i + 1) * per]]))
         table.loc[chosen, f"capacity_{kind}_qps"] = found[kind]
     if found:
         named = {"poisson": "Poisson arrivals", "gamma": "Gamma arrivals of the same gap CV"}
@@ -713,12 +799,16 @@ def _beside(table: pd.DataFrame, chosen: int, config: ServingConfig, searches: C
     return answer, check
 
 
-def _flags(table: pd.DataFrame, candidates: list[Setting], chosen: int | None, comparison: bool, *, model: str,
-           fit: ContextFit, block_size: int, tp: int) -> pd.DataFrame:
+FLAG_COLUMNS = ("system", "setting", "version", "max_model_len", "command", "client", "notes", "files")
+
+
+def _flags(table: pd.DataFrame, candidates: list[Setting], chosen: int | None, comparison: bool, *, model: Any,
+           fit: ContextFit, block_size: int, tp: int, save_dir: str | None = None) -> pd.DataFrame:
     """Commands for the chosen setting (first), and in a comparison each other system's default.
 
     The server's context is ``fit.max_model_len`` (the model's or the user's), so a prompt longer
-    than any in the trace is still accepted; no flags when nothing was chosen.
+    than any in the trace is still accepted; no flags when nothing was chosen. The config files
+    the commands name are written into ``save_dir`` when given.
     """
     if chosen is None:
         picks = []
@@ -727,13 +817,15 @@ def _flags(table: pd.DataFrame, candidates: list[Setting], chosen: int | None, c
     rows = []
     for i in picks:
         s = candidates[i]
-        rows.append({"system": s.system, "setting": s.label, "version": VERSION_FAMILY[s.system],
-                     "max_model_len": fit.max_model_len,
-                     "command": command_line(s, model=model, max_model_len=fit.max_model_len,
-                                             max_prompt_tokens=fit.max_model_len - 1,
-                                             max_new_tokens=fit.max_new_tokens, block_size=block_size, tp=tp),
-                     "client": client_note(s, max_new_tokens=fit.max_new_tokens)})
-    return pd.DataFrame(rows, columns=["system", "setting", "version", "max_model_len", "command", "client"])
+        run = launch(s, model=model, max_model_len=fit.max_model_len, max_prompt_tokens=fit.max_model_len - 1,
+                     max_new_tokens=fit.max_new_tokens, block_size=block_size, tp=tp, save_dir=save_dir)
+        if save_dir is not None:
+            write_files(run, save_dir)
+        rows.append({"system": s.system, "setting": s.label, "version": s.version or profile_of(s).family,
+                     "max_model_len": fit.max_model_len, "command": run.command,
+                     "client": client_note(s, max_new_tokens=fit.max_new_tokens), "notes": list(run.notes),
+                     "files": dict(run.files)})
+    return pd.DataFrame(rows, columns=list(FLAG_COLUMNS))
 
 
 # ------------------------------------------------------------------------------ the text
@@ -752,8 +844,10 @@ def render_text(rec: Recommendation) -> str:
     rate, offered = ld["rate_per_s"], ld.get("offered_rate_per_s")
     gpu_note = "" if s.get("gpu_measured", True) or not s["cost_model"].startswith("roofline") \
         else f"; GPU not measured: spec-sheet estimate for {s['gpu']}"
-    lines = [*_wrap(f"{s['model']} on {s['tp']} x {s['gpu']}; {s['system']} ({s['version_family']}); SLO {s['slo']}"
-                    + ("" if s.get("slo_p99_ttft_s") is not None else " (no TTFT bound: --slo-p99-ttft)")),
+    precision = "" if (s.get("weights"), s.get("kv_cache_dtype")) in ((None, None), ("bf16", "auto")) else \
+        f" ({s['weights']} weights, {s['kv_cache_dtype']} KV)"
+    lines = [*_wrap(f"{s['model']}{precision} on {s['tp']} x {s['gpu']}; {s['system']} ({s['version_family']}); "
+                    f"SLO {s['slo']}" + ("" if s.get("slo_p99_ttft_s") is not None else " (no TTFT bound: --slo-p99-ttft)")),
              *_wrap(f"cost model: {s['cost_model']}{gpu_note}; {s['scheduler']} scheduler, block {s['block_size']}")]
     if rate:
         own = "the trace's own rate" + ("" if ld["how"] == "all" else " over the rows served")
@@ -777,6 +871,8 @@ def render_text(rec: Recommendation) -> str:
     lines += _wrap(f"capacity: highest served rate within the SLO under {how}{cv}; median [range] over "
                    f"{s['num_windows']} windows of {s['window_requests']:,} requests, each found to within "
                    f"{s['capacity_rel_tol']:.0%} (the search's grid); requests/s") + [""]
+    if s.get("default_flags"):
+        lines[-1:-1] = _wrap(f"default of {s['version_family']} for this model and GPU: {s['default_flags']}")
     head = f"{'setting':<30} {'capacity [range]':>22} {'headroom':>8} {'replicas':>8} {'p99 ttft':>9} " \
            f"{'p99 itl':>8}"
     lines += [head, f"{'':<30} {'req/s':>22} {'x':>8} {'':>8} {'ms':>9} {'ms':>8}"]
@@ -796,9 +892,17 @@ def render_text(rec: Recommendation) -> str:
     for w in rec.warnings:
         if w not in fit.refused_parts():  # those are in the headline
             lines += _wrap(f"warning: {w}")
+    srv = s.get("server") or {}
+    if srv:
+        lines += ["", *_wrap(f"server: {srv['overflow']}; prefix cache {srv['prefix_cache']}; host KV tier "
+                             f"{srv['host_offload']} (read from {srv['sources']})")]
     for _, f in rec.flags.iterrows():
         lines += ["", f"{f['system']} ({f['version']}), {f['setting']}:"] + _wrap(f["command"], indent="  ") \
             + _wrap(f["client"], indent="  ")
+        for note in f["notes"]:
+            lines += _wrap(f"note: {note}", indent="  ")
+        for name, text in f["files"].items():
+            lines += [f"  {name}:"] + [f"    {line}" for line in text.splitlines()]
     lines += ["", f"({rec.elapsed_s:.1f} s; full table: --json or --csv -o FILE)"]
     return "\n".join(line.rstrip() for line in lines)
 
@@ -811,5 +915,5 @@ def _wrap(text: str, indent: str = "") -> list[str]:
 
 
 __all__ = ["DECISIONS", "DEFAULT_ARRIVALS", "DEFAULT_NUM_WINDOWS", "DEFAULT_SLO", "DEFAULT_WINDOW_REQUESTS",
-           "LATENCY_COLUMNS", "TABLE_COLUMNS", "ContextFit", "Recommendation", "fit_to_context", "grid_start",
-           "output_percentiles", "recommend", "render_text", "serving_config"]
+           "LATENCY_COLUMNS", "TABLE_COLUMNS", "ContextFit", "FLAG_COLUMNS", "Recommendation", "fit_to_context",
+           "grid_start", "output_percentiles", "recommend", "render_text", "serving_config", "what_binds"]

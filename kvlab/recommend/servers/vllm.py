@@ -1,0 +1,90 @@
+"""vLLM V1 (``vllm>=0.11``): the ``vllm serve`` OpenAI server as its current releases run it.
+
+Facts, read from vllm-project/vllm (the repository snapshot is larger than the fetch limit, so
+no release tag could be checked out: the files were read from the search index's copies of
+``main`` after v0.11, commit 002f10e0 for ``vllm/config/cache.py``; the issue's "vLLM 0.33" was
+not available to read):
+
+- ``vllm/engine/arg_utils.py``, ``EngineArgs.get_batch_defaults``: with no user value, GPUs with
+  at least 70 GiB whose name does not contain "a100" (H100, H200, B200, MI300X) default to
+  ``max_num_batched_tokens`` 8192 and ``max_num_seqs`` 1024 for the OpenAI API server (16384 /
+  1024 for the ``LLM`` class); every other GPU (A100 by name, PR #17885; L4, A10G, L40S) to 2048
+  / 256 (8192 / 256 for ``LLM``). ``_set_default_max_num_seqs_and_batched_tokens_args`` then
+  caps the token budget at ``max_num_seqs x max_model_len`` and the sequences at the budget.
+  kvlab prints ``vllm serve`` (``OPENAI_API_SERVER``).
+- ``vllm/config/cache.py``, ``CacheConfig``: ``gpu_memory_utilization`` 0.92; ``block_size``
+  16 by default (``DEFAULT_BLOCK_SIZE``); ``enable_prefix_caching`` True; ``cache_dtype``
+  ``auto`` or ``fp8`` (= ``fp8_e4m3``), among others; ``kv_offloading_size`` (GiB, summed over
+  TP ranks; None: no offload) with ``kv_offloading_backend`` ``native`` (CPU).
+- Block sizes: ``BlockSize = Literal[1, 8, 16, 32, 64, 128, 256]`` in ``vllm/config/cache.py``
+  of the v0.11 releases (later ``main`` takes any positive int, but the CUDA FlashAttention
+  backend needs a multiple of 16; 1 and 8 run only on backends that take them).
+- V1 always runs chunked prefill (``_set_default_chunked_prefill_and_prefix_caching_args``);
+  ``--preemption-mode`` and ``--swap-space`` are gone: a preempted request is recomputed, its
+  full blocks kept in the prefix cache for its return.
+"""
+from __future__ import annotations
+
+import json
+
+from ...specs import GIB
+from .base import Context, Launch, LaunchContext, ServerProfile, Setting, change
+
+#: Host buffer kvlab offers for ``--kv-offloading-size`` (GiB per replica).
+OFFLOAD_GIB = 16
+
+
+class VLLM(ServerProfile):
+    system = "vllm"
+    key = "vllm>=0.11"
+    family = "vLLM V1 (>=0.11)"
+    versions = ((0, 11), None)
+    sources = ("vllm-project/vllm vllm/engine/arg_utils.py (get_batch_defaults)",
+               "vllm-project/vllm vllm/config/cache.py (CacheConfig, commit 002f10e0; BlockSize of v0.11)")
+    overflow = "recompute (V1 has no swap; a preempted request's full blocks stay in the prefix cache)"
+    prefix_cache = "on by default (--enable-prefix-caching); kvlab does not credit its hits yet"
+    host_offload = "--kv-offloading-size GiB (native CPU offload; priced as a swap over the host link)"
+    block_sizes = (1, 8, 16, 32, 64, 128, 256)
+    kv_knobs = ("gpu_memory_utilization", "kv_cache_dtype", "kv_offloading_size")
+    kv_cache_dtypes = {"auto": "auto", "fp8": "fp8"}
+    tp_flag, kv_flag, fp8_weights_args = "--tensor-parallel-size", "--kv-cache-dtype", ("--quantization", "fp8")
+
+    def defaults(self, ctx: Context) -> dict:
+        g = ctx.gpu
+        big = g.memory_bytes >= 70 * GIB and "a100" not in g.name.lower()
+        tokens, seqs = (8192, 1024) if big else (2048, 256)
+        if ctx.max_model_len:
+            tokens = min(seqs * ctx.max_model_len, tokens)
+            seqs = min(seqs, tokens)
+        return {"max_num_batched_tokens": tokens, "max_num_seqs": seqs, "gpu_memory_utilization": 0.92,
+                "block_size": 16, "kv_cache_dtype": "auto", "enable_prefix_caching": True,
+                "enable_chunked_prefill": True, "kv_offloading_size": None}
+
+    def settings(self, ctx: Context) -> list[Setting]:
+        d = self.defaults(ctx)
+        seqs, tokens, util = d["max_num_seqs"], d["max_num_batched_tokens"], d["gpu_memory_utilization"]
+        base = self.base(policy="vllm", policy_params={"watermark_frac": 0.0}, max_num_seqs=seqs,
+                         max_num_batched_tokens=tokens, gpu_memory_utilization=util,
+                         kv_cache_dtype=ctx.model.kv_cache_dtype,
+                         flags={"--max-num-seqs": seqs, "--max-num-batched-tokens": tokens,
+                                "--gpu-memory-utilization": util})
+        out = [base]
+        out += [change(base, "max_num_seqs", n, "--max-num-seqs", max_num_seqs=n)
+                for n in (128, 256, 1024) if n != seqs][:2]
+        out += [change(base, "max_num_batched_tokens", n, "--max-num-batched-tokens", max_num_batched_tokens=n)
+                for n in (512, 2048, 8192, 16384) if n != tokens]
+        out.append(change(base, "gpu_memory_utilization", 0.95, "--gpu-memory-utilization",
+                          gpu_memory_utilization=0.95))
+        out += self.fp8_kv(base, ctx, "--kv-cache-dtype")
+        out.append(change(base, "kv_offloading_size", OFFLOAD_GIB, "--kv-offloading-size",
+                          preemption_mode="swap", host_pool_gib=float(OFFLOAD_GIB), overflow_kind="cpu offload"))
+        return out
+
+    def launch(self, setting: Setting, ctx: LaunchContext) -> Launch:
+        cap = setting.output_cap_tokens or ctx.max_new_tokens
+        return Launch(argv=["vllm", "serve", ctx.checkpoint, "--max-model-len", str(ctx.max_model_len),
+                            "--block-size", str(self.check_block_size(ctx.block_size)),
+                            *self.option_args(setting, ctx), "--generation-config", "vllm",
+                            "--override-generation-config", json.dumps({"max_new_tokens": cap})])
+
+PROFILE = VLLM()
