@@ -1,6 +1,6 @@
 """Speed of the simulator engines (kvlab.sim): the fast engine on 1,000,000 requests, and fast vs reference.
 
-1. 1,000,000 requests of the brief-sharegpt profile through the ``vllm`` policy (Llama-3-8B on
+1. 1,000,000 requests of the seed-figures profile through the ``vllm`` policy (Llama-3-8B on
    H100-SXM, chunked prefill, default limits), offline and at a Poisson rate of 80% of the
    offline throughput measured in the same run: wall time (target < 10 s on a 2-core machine)
    and peak resident memory of the process (target < 4 GiB). Each case runs in its own process
@@ -38,7 +38,7 @@ from kvlab.sim import simulate  # noqa: E402
 
 TARGET_S, TARGET_GIB, TARGET_RATIO, TARGET_COST_RATIO = 10.0, 4.0, 50.0, 1.5
 SETUP = {"model": "Llama-3-8B", "gpu": "H100-SXM"}
-PROFILE, POLICY, QPS_SHARE = "brief-sharegpt", "vllm", 0.8
+PROFILE, POLICY, QPS_SHARE = "seed-figures", "vllm", 0.8
 
 
 def _run(n: int, engine: str, qps: float | None, record_iterations: bool = False,

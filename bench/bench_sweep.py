@@ -13,7 +13,7 @@ One run measures, on the same grid:
   kvlab's engine integer for integer, timed against kvlab one configuration at a time.
 
 Grid: 5 policies x 5 ``max_new_tokens`` x 4 pool sizes x 2 preemption modes x 5 seeds (each
-seed draws its own brief-sharegpt requests and Poisson arrivals). Threads are pinned to one
+seed draws its own seed-figures requests and Poisson arrivals). Threads are pinned to one
 before NumPy loads, so ``processes`` is the only parallelism.
 
 Measured on the 2-core development machine (shared: load average 4-5 from other jobs, so wall
@@ -57,7 +57,7 @@ GRID = {"policy": ["vllm", "reserve_max", "tgi", "sglang", "orca_oracle"],
         "pool_pages": [125, 250, 500, 1000],
         "preemption_mode": ["recompute", "swap"]}
 FIXED = {"model": "Llama-3-8B", "gpu": "H100-SXM", "arrivals": "poisson", "qps": 100.0}
-PROFILE = "brief-sharegpt"
+PROFILE = "seed-figures"
 
 
 def _timed_sweep(backend: str, **kw) -> tuple[pd.DataFrame, float, float]:

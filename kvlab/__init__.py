@@ -22,4 +22,4 @@ __getattr__, __dir__, __all__ = _attach(__name__, {
     "Recommendation": "recommend",
 }, submodules=("arrivals", "backend", "calibrate", "claims", "costmodel", "lengths", "measure", "paged", "pipeline",
                "plots", "policies", "predict", "preemption_cost", "presets", "recommend", "report", "sim", "specs",
-               "studies", "swap", "trace_window", "traces"))
+               "studies", "swap", "trace_window", "traces", "validate"))

@@ -346,46 +346,112 @@ def percentiles(values: Any, name: str = "percentiles") -> list[float]:
     return out
 
 
-def read_text_file(path: Any, what: str) -> str:
-    """A small text file the user names (a config, parameter or profile file) as ``str``.
+def read_text_file(path: Any, what: str, *, max_bytes: int = 1 << 28) -> str:
+    """A text file the user names (a config, parameter, profile or scrape file) as ``str``.
 
-    UTF-8 with or without a byte-order mark, or UTF-16/32 with one; anything else, a folder, a
-    missing or unreadable file is a ``ValueError`` naming ``what`` and the file.
+    Gzip-compressed or not (recognised by its first bytes); UTF-8 with or without a byte-order
+    mark, or UTF-16/32 with one. Anything else (zero bytes in the text: UTF-16 without a mark or
+    a binary file), a file over ``max_bytes`` (256 MiB; decompressed), a folder, a missing or
+    unreadable file is a ``ValueError`` naming ``what`` and the file.
     """
     import codecs
     import os
+    import zlib
 
     try:
         if os.path.isdir(path):
             raise ValueError(f"{what} {path} is a directory, not a file")
-        with open(path, "rb") as fh:
-            data = fh.read()
+        chunks, size = [], 0
+        with open(path, "rb") as fh:  # in chunks: read(max_bytes + 1) would allocate max_bytes at once
+            while size <= max_bytes and (chunk := fh.read(1 << 20)):
+                chunks.append(chunk)
+                size += len(chunk)
+        data = b"".join(chunks)
     except FileNotFoundError:
         raise ValueError(f"{what} {path} does not exist") from None
     except OSError as exc:
         raise ValueError(f"{what} {path} cannot be read: {exc.strerror or exc}") from None
+    if data.startswith(b"\x1f\x8b"):  # gzip: inflate at most max_bytes + 1
+        try:
+            inflater = zlib.decompressobj(wbits=31)
+            data = inflater.decompress(data, max_bytes + 1)
+        except zlib.error as exc:
+            raise ValueError(f"{what} {path} is a damaged gzip file ({exc})") from None
+        if not inflater.eof and len(data) <= max_bytes:
+            raise ValueError(f"{what} {path} is a truncated gzip file")
+    if len(data) > max_bytes:
+        raise ValueError(f"{what} {path} holds more than {max_bytes:,} bytes: too large for a {what}")
     boms = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
             (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
     enc = next((name for bom, name in boms if data.startswith(bom)), "utf-8")
     try:
-        return data.decode(enc)
+        text = data.decode(enc)
     except UnicodeDecodeError as exc:
         raise ValueError(f"{what} {path} is not {enc.upper()} text (byte 0x{data[exc.start]:02x} at offset "
                          f"{exc.start}); save it as UTF-8") from None
+    if "\x00" in text:
+        raise ValueError(f"{what} {path} holds zero bytes: UTF-16 without a byte-order mark, or not a text file; "
+                         "save it as UTF-8")
+    return text
 
 
-def read_yaml_mapping(path: Any, what: str) -> dict:
-    """A small YAML file the user names that must hold a mapping (a GPU spec, a length profile).
+#: Limits on YAML a user gives (parameter and profile files, ``-p`` values): the values it may
+#: expand to (an alias repeats a node without copying it, so 1 kB of aliases can stand for 10**9
+#: values) and how deeply lists and mappings may nest (deeper raises RecursionError in the parser).
+MAX_YAML_VALUES = 100_000
+MAX_YAML_DEPTH = 50
+_YAML_PLAIN = (str, int, float, bool, type(None))
+_yaml_loader = None
 
-    Read as :func:`read_text_file` reads it; invalid YAML or anything but a mapping at the top
-    is a ``ValueError`` naming ``what`` and the file.
+
+def _loader() -> Any:
+    """PyYAML's safe loader without the timestamp rule (``2024-01-01`` stays a string)."""
+    global _yaml_loader
+    if _yaml_loader is None:
+        import yaml
+
+        class Loader(yaml.SafeLoader):
+            pass
+        Loader.yaml_implicit_resolvers = {
+            first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+            for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+        _yaml_loader = Loader
+    return _yaml_loader
+
+
+def _plain_data(value: Any, where: str, path: str, budget: list[int], depth: int) -> Any:
+    at = f"{where} (at {path})" if path else where
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise ValueError(f"{at} holds more than {MAX_YAML_VALUES:,} values (YAML aliases expanded)")
+    if depth > MAX_YAML_DEPTH:
+        raise ValueError(f"{at} nests lists or mappings more than {MAX_YAML_DEPTH} deep")
+    if isinstance(value, _YAML_PLAIN):
+        return value
+    if isinstance(value, list):
+        return [_plain_data(x, where, f"{path}[{i}]", budget, depth + 1) for i, x in enumerate(value)]
+    if isinstance(value, dict):
+        return {str(k): _plain_data(x, where, f"{path}.{str(k)[:40]}" if path else str(k)[:40], budget, depth + 1)
+                for k, x in value.items()}
+    raise ValueError(f"{at} is a YAML {type(value).__name__}; it must be a string, number, boolean, null, list "
+                     "or mapping")
+
+
+def yaml_data(text: str, where: str, *, invalid_as_text: bool = False) -> Any:
+    """YAML ``text`` as plain data: strings, numbers, booleans, null, lists and mappings with
+    string keys (timestamps stay strings), within :data:`MAX_YAML_VALUES` and :data:`MAX_YAML_DEPTH`.
+
+    ``ValueError`` naming ``where`` for text that is not YAML (or, with ``invalid_as_text``, the
+    text itself returned), nests too deeply, expands past the limit or holds other types.
     """
     import yaml
 
     try:
-        data = yaml.safe_load(read_text_file(path, what))
+        data = yaml.load(text, Loader=_loader())
     except yaml.YAMLError as exc:
-        raise ValueError(f"{what} {path} is not valid YAML: {' '.join(str(exc).split())}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{what} {path}: expected a mapping at the top level, got {type(data).__name__}")
-    return data
+        if invalid_as_text:
+            return text
+        raise ValueError(f"{where} is not valid YAML: {' '.join(str(exc).split())[:300]}") from None
+    except RecursionError:
+        raise ValueError(f"{where} nests lists or mappings more than {MAX_YAML_DEPTH} deep") from None
+    return _plain_data(data, where, "", [MAX_YAML_VALUES], 0)

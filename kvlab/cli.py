@@ -9,6 +9,9 @@ latency SLO at the trace's real load, each setting's capacity with its interval,
 server's flags (see :mod:`kvlab.recommend`). ``--model`` takes a catalogue name, a catalogued
 Hugging Face id or a ``config.json``; ``--gpu-spec gpu.yaml`` describes a GPU of one's own. The
 model, GPU and SLO are checked before the trace is read.
+
+``kvlab validate [RESULTS ...]`` replays measured real-server runs and prints the errors;
+``kvlab calibrate RESULTS ... -o my-h100.json`` fits a serving stack to them (:mod:`kvlab.validate.cli`).
 """
 from __future__ import annotations
 
@@ -20,54 +23,28 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
-import yaml
-
-
-class _Loader(yaml.SafeLoader):
-    """YAML as kvlab reads parameters: no timestamps (``2024-01-01`` stays a string)."""
-
-
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-
-_PLAIN = (str, int, float, bool, type(None))
-
-
-def _plain(value, where: str):
-    """``value`` if it is made of strings, numbers, booleans, null, lists and mappings (what a
-    notebook parameter can hold), else ``ValueError`` naming ``where``."""
-    if isinstance(value, _PLAIN):
-        return value
-    if isinstance(value, list):
-        return [_plain(v, where) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v, f"{where}.{k}") for k, v in value.items()}
-    raise ValueError(f"parameter {where} is a YAML {type(value).__name__}; a notebook parameter "
-                     "must be a string, number, boolean, null, list or mapping")
+#: Largest parameter file read (bytes).
+MAX_PARAMS_FILE_BYTES = 1 << 20
 
 
 def _parse_value(text: str, name: str = "given with -p"):
     """A command-line parameter value typed as YAML would type it (``32`` -> int,
-    ``[128, 512]`` -> list, ``true`` -> bool); anything else, dates included, stays a string."""
-    try:
-        value = yaml.load(text, Loader=_Loader)
-    except yaml.YAMLError:
-        return text
-    return _plain(value, name)
+    ``[128, 512]`` -> list, ``true`` -> bool); anything else, dates included, stays a string.
+    Limited as every YAML kvlab reads (:func:`kvlab._validate.yaml_data`)."""
+    from ._validate import yaml_data
+
+    return yaml_data(text, f"parameter {name}", invalid_as_text=True)
 
 
 def _load_params_file(path: str) -> dict:
-    from ._validate import read_text_file
+    from ._validate import read_text_file, yaml_data
 
-    try:
-        data = yaml.load(read_text_file(path, "parameter file"), Loader=_Loader) or {}
-    except yaml.YAMLError as exc:
-        raise ValueError(f"parameter file {path} is not valid YAML: {' '.join(str(exc).split())}") from None
+    data = yaml_data(read_text_file(path, "parameter file", max_bytes=MAX_PARAMS_FILE_BYTES),
+                     f"parameter file {path}") or {}
     if not isinstance(data, dict):
         raise ValueError(f"parameter file {path} must hold a mapping of name: value "
                          f"(or notebook: {{name: value}}), got {type(data).__name__}")
-    return {str(k): _plain(v, f"{k} in {path}") for k, v in data.items()}
+    return data
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -82,7 +59,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     for f in args.params_file or []:
         params.update(_load_params_file(f))
     for name, value in args.param or []:
-        params[name] = _parse_value(value)
+        params[name] = _parse_value(value, f"{name[:40]} given with -p")
     with warnings.catch_warnings():  # main() prints each warning as one line, as it happens
         warnings.simplefilter("always", ParameterWarning)
         dest = run_report(args.notebooks, params, out=args.out, progress=not args.no_progress,
@@ -101,12 +78,50 @@ def _load_recommend_trace(args: argparse.Namespace):
     if len(paths) > 2:
         raise ValueError(f"give one trace file, or two Prometheus scrapes; got {len(paths)} files")
     if is_exposition(paths[0]):
+        ignored = [flag for flag, given in (("--format", args.format != "auto"), ("--on-bad", args.on_bad != "raise"))
+                   if given]
+        if ignored:
+            raise ValueError(f"{' and '.join(ignored)} {'applies' if len(ignored) == 1 else 'apply'} to trace "
+                             f"files; {paths[0]} is a Prometheus scrape")
         return from_prometheus(paths[0], paths[1] if len(paths) == 2 else None,
                                interval_s=args.scrape_interval, seed=args.seed)
     if len(paths) == 2:
         raise ValueError(f"{paths[1]}: a second file is only for a second Prometheus scrape; "
                          f"{paths[0]} is a trace")
+    if args.scrape_interval is not None:
+        raise ValueError(f"--scrape-interval is for two Prometheus scrapes; {paths[0]} is a trace file")
     return load(paths[0], args.format, on_bad=args.on_bad)
+
+
+#: Most capacity windows ``kvlab recommend --windows`` runs (each is a capacity search per setting).
+MAX_WINDOWS = 100
+
+
+def _check_recommend_flags(args: argparse.Namespace) -> None:
+    """Refuse, before any work, an ``-o`` that would be ignored, overwrite an input trace, or
+    overwrite any existing file without ``--force``; a ``--windows`` beyond :data:`MAX_WINDOWS`;
+    and ``--sample`` without ``--num-requests`` (a sample of the whole trace is the trace)."""
+    from ._validate import positive_int
+
+    positive_int(args.windows, "--windows", maximum=MAX_WINDOWS)
+    if args.sample and args.num_requests is None:
+        raise ValueError("--sample needs --num-requests N (a random sample of N requests); without it the whole "
+                         "trace is served")
+    if args.output is None:
+        if args.force:
+            raise ValueError("--force is for -o FILE (overwrite it); no -o was given")
+        return
+    if not (args.csv or args.json):
+        raise ValueError(f"-o {args.output} needs --csv or --json (what to write there); the summary is printed")
+    out = Path(args.output)
+    for trace in args.trace:
+        same = out.exists() and Path(trace).exists() and os.path.samefile(out, trace)
+        if same or out.resolve() == Path(trace).resolve():
+            raise ValueError(f"-o {args.output} is the input {trace}: kvlab never overwrites an input")
+    if out.is_dir():
+        raise ValueError(f"-o {args.output} is a directory; give a file name")
+    if out.exists() and not args.force:
+        raise ValueError(f"-o {args.output} already exists; pass --force to overwrite it")
 
 
 def _cmd_recommend(args: argparse.Namespace) -> int:
@@ -119,6 +134,7 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
     from .specs import resolve_gpu, resolve_model, with_precision
 
     # what a user types is checked before the trace loads (a large trace takes seconds to read)
+    _check_recommend_flags(args)
     if args.system is not None:
         resolve(args.system)
     model = resolve_model(args.model)
@@ -237,8 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="share of requests a setting may reject or truncate (default 0)")
     rec.add_argument("--block-size", type=int, default=16,
                      help="tokens per KV page (default 16; checked against the values the system accepts)")
-    rec.add_argument("--cost-model", choices=["measured", "roofline"],
-                     help="iteration-time model (default: measured where the GPU has measurements, else roofline)")
+    rec.add_argument("--cost-model", help="iteration-time model: measured, roofline, a shipped stack (vllm-v0, "
+                                          "vllm-v1) or a cost-model file from kvlab calibrate (default: measured "
+                                          "where the GPU has measurements, else roofline)")
     rec.add_argument("--format", default="auto", help="trace format (default: detected from the columns)")
     rec.add_argument("--on-bad", choices=["raise", "drop"], default="raise",
                      help="bad or failed rows: stop with an error (default) or drop and count them")
@@ -248,10 +265,24 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--workers", type=int, help="processes (default: up to 2)")
     rec.add_argument("--json", action="store_true", help="print the decision and full table as JSON")
     rec.add_argument("--csv", action="store_true", help="write the full table as CSV (to -o FILE or stdout)")
-    rec.add_argument("-o", "--output", help="file for --csv (or --json)")
+    rec.add_argument("-o", "--output", help="file for --csv (or --json); never an input, nor an existing file "
+                                            "without --force")
+    rec.add_argument("--force", action="store_true", help="let -o overwrite an existing file (never an input)")
     rec.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     rec.set_defaults(func=_cmd_recommend)
+    from .validate.cli import add_commands as _add_validate_commands  # kvlab validate, kvlab calibrate
+    _add_validate_commands(sub)
     return parser
+
+
+#: Longest message printed on stderr (characters): a huge value a message quotes is cut, not echoed whole.
+MAX_MESSAGE_CHARS = 1000
+
+
+def _capped(text: str) -> str:
+    if len(text) <= MAX_MESSAGE_CHARS:
+        return text
+    return f"{text[:MAX_MESSAGE_CHARS]}... ({len(text):,} characters in all)"
 
 
 def _one_line(exc: BaseException) -> str:
@@ -277,11 +308,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .report import NotebookError
 
     def fail(message: str, status: int) -> int:
-        print(f"kvlab {args.command}: {message}", file=sys.stderr)
+        print(f"kvlab {args.command}: {_capped(message)}", file=sys.stderr)
         return status
 
     def one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
-        print(f"kvlab {args.command}: warning: {' '.join(str(message).split())}", file=sys.stderr)
+        print(f"kvlab {args.command}: warning: {_capped(' '.join(str(message).split()))}", file=sys.stderr)
 
     try:
         with warnings.catch_warnings(), raising_on_signals():  # SIGTERM / SIGHUP unwind: workers are killed

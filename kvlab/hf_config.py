@@ -6,8 +6,7 @@ config alone (no checkpoint needed). The formula, per decoder layer ``l`` and in
 
 * attention, grouped-query (GQA/MHA): ``h q d`` (query) + ``2 h k d`` (key, value) + ``q d h``
   (output), with ``h`` the hidden size, ``q`` query heads, ``k`` KV heads, ``d`` head dim, plus
-  biases where the architecture has them (Qwen2: query/key/value; OPT: every projection), plus
-  ``2 d`` for Qwen3's per-head RMSNorms of the queries and keys (``q_norm``, ``k_norm``);
+  biases where the architecture has them (Qwen2: query/key/value; OPT: every projection);
 * attention, multi-head latent (MLA, DeepSeek-V2/V3): ``h r_q + r_q + r_q q (d_nope + d_rope)``
   (query down-projection, its norm, up-projection; ``h q (d_nope + d_rope)`` without a query
   rank) + ``h (r_kv + d_rope) + r_kv`` (the compressed KV and rope key, its norm)
@@ -18,6 +17,7 @@ config alone (no checkpoint needed). The formula, per decoder layer ``l`` and in
   DeepSeek-V3's first ``first_k_dense_replace`` layers are dense MLPs of width ``f``, and so are
   Qwen3-MoE's ``mlp_only_layers`` and the layers ``decoder_sparse_step`` skips;
 * norms: ``n_norm h`` per layer (``2 n_norm h`` for LayerNorm with bias), plus a final norm;
+  Qwen3's per-head query and key norms add ``2 d``;
 * embeddings ``V h`` (+ learned positions for OPT: ``(P + 2) h``), and an output head ``V h``
   unless ``tie_word_embeddings`` ties it to the embedding (+ ``V`` bias for GPT-J).
 
@@ -63,18 +63,41 @@ def load_config(path_or_dict: str | os.PathLike | Mapping[str, Any]) -> dict[str
     return raw
 
 
+#: Largest value read for a config key (a bound far above any released model: 10x the largest
+#: published value or more), so a typo or a corrupt file is an error naming the key rather than
+#: an OverflowError or a parameter count of quintillions. Keys not listed: ``_DEFAULT_MAXIMUM``.
+_MAXIMA = {
+    "num_hidden_layers": 10_000, "n_layer": 10_000,  # largest released: 126 (Llama-3.1-405B)
+    "num_attention_heads": 65_536, "num_key_value_heads": 65_536, "num_kv_heads": 65_536, "n_head": 65_536,
+    "vocab_size": 16_777_216,  # largest released: 262,144 (Gemma 3)
+    "max_position_embeddings": 1_000_000_000, "n_positions": 1_000_000_000, "sliding_window": 1_000_000_000,
+    "num_local_experts": 65_536, "n_routed_experts": 65_536, "num_experts_per_tok": 65_536,
+    "n_shared_experts": 65_536, "first_k_dense_replace": 10_000, "moe_layer_freq": 10_000,
+}
+_DEFAULT_MAXIMUM = 1_048_576  # widths (hidden, intermediate, head dims, ranks): largest released 53,248
+
+
+def _shown(val: Any) -> str:
+    text = repr(val)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 class _Reader:
-    """Typed access to config keys, with errors that name the key and the config."""
+    """Typed, bounded access to config keys, with errors that name the key and the config."""
 
     def __init__(self, cfg: Mapping[str, Any], where: str) -> None:
         self.cfg, self.where = cfg, where
 
-    def int(self, *keys: str, default: int | None = None) -> int:
+    def int(self, *keys: str, default: int | None = None, minimum: int = 1) -> int:
         for key in keys:
             if self.cfg.get(key) is not None:
                 val = self.cfg[key]
-                if isinstance(val, bool) or not isinstance(val, (int, float)) or val != int(val) or val <= 0:
-                    raise ValueError(f"{self.where}: {key} must be a positive integer, got {val!r}")
+                top = _MAXIMA.get(key, _DEFAULT_MAXIMUM)
+                ok = not isinstance(val, bool) and isinstance(val, (int, float)) and math.isfinite(val) \
+                    and val == int(val) and minimum <= val <= top
+                if not ok:
+                    what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+                    raise ValueError(f"{self.where}: {key} must be {what} (at most {top:,}), got {_shown(val)}")
                 return int(val)
         if default is None:
             raise ValueError(f"{self.where}: missing key {' or '.join(keys)}")
@@ -83,20 +106,36 @@ class _Reader:
     def opt_int(self, key: str) -> int | None:
         return None if self.cfg.get(key) is None else self.int(key)
 
-    def bool(self, key: str, default: bool) -> bool:
+    def _typed(self, key: str, default: Any, kind: type, what: str) -> Any:
         val = self.cfg.get(key, default)
         if val is None:
             return default
-        if not isinstance(val, bool):
-            raise ValueError(f"{self.where}: {key} must be true or false, got {val!r}")
+        if not isinstance(val, kind):
+            raise ValueError(f"{self.where}: {key} must be {what}, got {_shown(val)}")
         return val
+
+    def bool(self, key: str, default: bool) -> bool:
+        return self._typed(key, default, bool, "true or false")
+
+    def str(self, key: str, default: str) -> str:
+        return self._typed(key, default, str, "a string")
+
+    def head_dim(self, hidden: int, heads: int, hidden_key: str = "hidden_size",
+                 heads_key: str = "num_attention_heads") -> int:
+        """``head_dim`` if the config gives it, else ``hidden / heads``, which must divide exactly."""
+        if self.cfg.get("head_dim") is not None:
+            return self.int("head_dim")
+        if hidden % heads:
+            raise ValueError(f"{self.where}: {hidden_key} {hidden:,} is not divisible by {heads_key} {heads:,} "
+                             f"and there is no head_dim key: the head dimension would be {hidden / heads:.4g}")
+        return hidden // heads
 
 
 def _shared(r: _Reader, **over: Any) -> dict[str, Any]:
     """Shapes common to the Llama family (RMSNorm, no biases, gated MLP, rotary positions)."""
     hidden = r.int("hidden_size")
     q = r.int("num_attention_heads")
-    d = over.pop("head_dim", None) or r.int("head_dim", default=hidden // q)
+    d = over.pop("head_dim", None) or r.head_dim(hidden, q)
     out = dict(num_layers=r.int("num_hidden_layers"), hidden_size=hidden, num_q_heads=q,
                num_kv_heads=r.int("num_key_value_heads", default=q), head_dim=d,
                intermediate_size=r.int("intermediate_size"), vocab_size=r.int("vocab_size"),
@@ -128,10 +167,10 @@ def _qwen2(r: _Reader) -> dict[str, Any]:
 
 
 def _qwen3(r: _Reader) -> dict[str, Any]:
-    # Qwen3 (transformers' Qwen3Attention): no biases unless attention_bias, an RMSNorm of
-    # head_dim over each query and key head, head_dim given (0.6B: 128 with hidden 1024 / 16 heads)
-    bias = r.bool("attention_bias", False)
-    out = _shared(r, qkv_bias=bias, o_bias=bias, qk_norm=True)
+    # Qwen3: no q/k/v bias (``attention_bias`` false), an RMSNorm over each query and key head
+    # (q_norm, k_norm: ``head_dim`` weights each, shared across heads), explicit ``head_dim``.
+    out = _shared(r, qkv_bias=r.bool("attention_bias", False), o_bias=r.bool("attention_bias", False),
+                  qk_norm=True)
     return {**out, **_window(r, out["num_layers"])}
 
 
@@ -168,11 +207,15 @@ def _deepseek_v3(r: _Reader) -> dict[str, Any]:
     out = _shared(r, head_dim=nope + rope)
     out.update(kv_lora_rank=r.int("kv_lora_rank"), q_lora_rank=r.opt_int("q_lora_rank"), qk_rope_head_dim=rope,
                v_head_dim=r.int("v_head_dim"), num_experts=r.int("n_routed_experts"),
-               experts_per_token=r.int("num_experts_per_tok"), num_shared_experts=r.int("n_shared_experts", default=0),
+               experts_per_token=r.int("num_experts_per_tok"),
+               num_shared_experts=r.int("n_shared_experts", default=0, minimum=0),
                moe_intermediate_size=r.int("moe_intermediate_size"),
-               num_dense_layers=min(int(r.cfg.get("first_k_dense_replace") or 0), out["num_layers"]),
-               router_bias=r.cfg.get("topk_method", "noaux_tc") == "noaux_tc",
+               num_dense_layers=r.int("first_k_dense_replace", default=0, minimum=0),
+               router_bias=r.str("topk_method", "noaux_tc") == "noaux_tc",
                sliding_window_tokens=None, num_sliding_layers=0)
+    if out["num_dense_layers"] > out["num_layers"]:
+        raise ValueError(f"{r.where}: first_k_dense_replace {out['num_dense_layers']:,} exceeds num_hidden_layers "
+                         f"{out['num_layers']:,}")
     if r.int("moe_layer_freq", default=1) != 1:
         raise ValueError(f"{r.where}: moe_layer_freq {r.cfg['moe_layer_freq']} is not supported (expected 1)")
     return out
@@ -184,7 +227,7 @@ def _opt(r: _Reader) -> dict[str, Any]:
         raise ValueError(f"{r.where}: word_embed_proj_dim != hidden_size (OPT-350m's projections) is not supported")
     q = r.int("num_attention_heads")
     return dict(num_layers=r.int("num_hidden_layers"), hidden_size=hidden, num_q_heads=q, num_kv_heads=q,
-                head_dim=hidden // q, intermediate_size=r.int("ffn_dim"), vocab_size=r.int("vocab_size"),
+                head_dim=r.head_dim(hidden, q), intermediate_size=r.int("ffn_dim"), vocab_size=r.int("vocab_size"),
                 max_context_tokens=r.int("max_position_embeddings"), tied=r.bool("tie_word_embeddings", True),
                 gated_mlp=False, norms_per_layer=2, norm_bias=True, qkv_bias=r.bool("enable_bias", True),
                 o_bias=r.bool("enable_bias", True), mlp_bias=r.bool("enable_bias", True),
@@ -200,10 +243,10 @@ def _falcon(r: _Reader) -> dict[str, Any]:
         kv = r.int("num_kv_heads", default=q)
     else:
         kv = 1 if r.bool("multi_query", True) else q
-    two_norms = new and r.cfg.get("num_ln_in_parallel_attn") != 1
+    two_norms = new and r.opt_int("num_ln_in_parallel_attn") != 1
     bias = r.bool("bias", False)
     return dict(num_layers=r.int("num_hidden_layers"), hidden_size=hidden, num_q_heads=q, num_kv_heads=kv,
-                head_dim=hidden // q, intermediate_size=r.int("ffn_hidden_size", default=4 * hidden),
+                head_dim=r.head_dim(hidden, q), intermediate_size=r.int("ffn_hidden_size", default=4 * hidden),
                 vocab_size=r.int("vocab_size"), max_context_tokens=r.int("max_position_embeddings", default=2048),
                 tied=r.bool("tie_word_embeddings", True), gated_mlp=False,
                 norms_per_layer=2 if two_norms or not r.bool("parallel_attn", True) else 1, norm_bias=True,
@@ -216,7 +259,8 @@ def _gptj(r: _Reader) -> dict[str, Any]:
     q = r.int("n_head")
     # One LayerNorm feeds the parallel attention and MLP; q/k/v/out have no bias, the MLP and
     # the untied output head do.
-    return dict(num_layers=r.int("n_layer"), hidden_size=hidden, num_q_heads=q, num_kv_heads=q, head_dim=hidden // q,
+    return dict(num_layers=r.int("n_layer"), hidden_size=hidden, num_q_heads=q, num_kv_heads=q,
+                head_dim=r.head_dim(hidden, q, "n_embd", "n_head"),
                 intermediate_size=r.int("n_inner", default=4 * hidden), vocab_size=r.int("vocab_size"),
                 max_context_tokens=r.int("n_positions"), tied=r.bool("tie_word_embeddings", False), gated_mlp=False,
                 norms_per_layer=1, norm_bias=True, qkv_bias=False, o_bias=False, mlp_bias=True, positions=0,
@@ -224,8 +268,7 @@ def _gptj(r: _Reader) -> dict[str, Any]:
 
 
 _READERS: dict[str, Callable[[_Reader], dict[str, Any]]] = {
-    "llama": _llama, "mistral": _llama, "qwen2": _qwen2, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe, "gemma2": _gemma2,
-    "phi3": _llama,
+    "llama": _llama, "mistral": _llama, "qwen2": _qwen2, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe, "gemma2": _gemma2, "phi3": _llama,
     "mixtral": _mixtral, "deepseek_v3": _deepseek_v3, "opt": _opt, "falcon": _falcon, "gptj": _gptj,
 }
 
@@ -239,9 +282,12 @@ def shapes_from_config(cfg: Mapping[str, Any], where: str = "config") -> dict[st
         Unknown ``model_type``, a missing or non-integer key (named), or an unsupported variant.
     """
     model_type = cfg.get("model_type")
-    if model_type not in _READERS:
-        raise ValueError(f"{where}: model_type {model_type!r} is not supported; supported are {', '.join(MODEL_TYPES)}")
+    if not isinstance(model_type, str) or model_type not in _READERS:
+        raise ValueError(f"{where}: model_type {_shown(model_type)} is not supported; supported are {', '.join(MODEL_TYPES)}")
     shapes = _READERS[model_type](_Reader(cfg, where))
+    if shapes.get("num_experts") and shapes["experts_per_token"] > shapes["num_experts"]:
+        raise ValueError(f"{where}: num_experts_per_tok {shapes['experts_per_token']:,} exceeds the "
+                         f"{shapes['num_experts']:,} experts")
     if shapes["num_q_heads"] % shapes["num_kv_heads"]:
         raise ValueError(f"{where}: {shapes['num_q_heads']} query heads are not a multiple of "
                          f"{shapes['num_kv_heads']} KV heads")
@@ -257,10 +303,10 @@ def count_params(s: Mapping[str, Any]) -> tuple[int, int]:
         attn = query + h * (r_kv + rope) + r_kv + r_kv * q * (d - rope + dv) + q * dv * h
     else:
         attn = h * q * d + 2 * h * k * d + q * d * h
-        attn += (q * d + 2 * k * d) * s["qkv_bias"] + h * s["o_bias"] + 2 * d * s.get("qk_norm", False)
+        attn += (q * d + 2 * k * d) * s["qkv_bias"] + h * s["o_bias"]
     f = s["intermediate_size"]
     dense_mlp = 3 * h * f if s["gated_mlp"] else 2 * h * f + (f + h) * s["mlp_bias"]
-    norms = s["norms_per_layer"] * h * (2 if s["norm_bias"] else 1)
+    norms = s["norms_per_layer"] * h * (2 if s["norm_bias"] else 1) + (2 * d if s.get("qk_norm") else 0)
     n_layers, n_experts = s["num_layers"], s.get("num_experts", 0)
     if n_experts:
         expert = 3 * h * s["moe_intermediate_size"]

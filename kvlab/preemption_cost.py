@@ -1,4 +1,4 @@
-"""Recompute against swap for one preemption: the costs side by side, their crossover, the claims.
+"""Recompute against swap for one preemption: the costs side by side, their crossover.
 
 A preempted sequence of ``s`` tokens (prompt + generated so far) can resume in two ways
 (brief section 4):
@@ -36,7 +36,6 @@ import numpy as np
 import pandas as pd
 
 from . import _validate as v
-from . import claims as _claims
 from .costmodel import CostModel, describe as _describe_cost, prefill_attention_pairs, resolve as _resolve_cost
 from .reservation import pool_pages
 from .specs import GPUSpec, ModelSpec, gpu as _gpu, model as _model, models as _models, gpus as _gpus
@@ -296,6 +295,11 @@ def _curve_grid(max_seq: int, num_points: int) -> np.ndarray:
     return np.unique(np.geomspace(1, max_seq, num_points).round().astype(np.int64))
 
 
+#: Most points of :func:`crossover`'s ``curves`` table (a table for plotting; the crossover itself
+#: is found at every integer length whatever this is).
+MAX_CURVE_POINTS = 100_000
+
+
 def crossover(model: str | ModelSpec, gpu: str | GPUSpec, block_size: int = 16, *, tp: int = 1,
               chunk_tokens: int | None = None, cost_model: Any = None,
               swap: SwapModel | None = None, max_seq_tokens: int | None = None,
@@ -323,7 +327,7 @@ def crossover(model: str | ModelSpec, gpu: str | GPUSpec, block_size: int = 16, 
     block_size = v.positive_int(block_size, "block_size")
     if chunk_tokens is not None:
         chunk_tokens = v.positive_int(chunk_tokens, "chunk_tokens")
-    num_curve_points = v.positive_int(num_curve_points, "num_curve_points")
+    num_curve_points = v.positive_int(num_curve_points, "num_curve_points", maximum=MAX_CURVE_POINTS)
     m, g, cost, sw = _models_for(model, gpu, tp, cost_model, swap)
     # every length is evaluated densely (a few int64/float64 arrays of max_seq_tokens each):
     # bounded before anything is allocated
@@ -464,124 +468,7 @@ def recompute_over_swap(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int =
     return pd.DataFrame(rows)
 
 
-def fig19_claims(*, setup: str = "vllm-sosp23-fig19", cost_models: Sequence[str] = ("roofline", "measured"),
-                 block_sizes: Sequence[int] = (8, 16, 32, 64, 128, 256), copy_latency_s: float = DEFAULT_COPY_LATENCY_S,
-                 piggybacked: bool = False, chunk_tokens: int | None = None, min_seq_tokens: int = 64,
-                 comparable_factor: float = 2.0) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The vLLM paper's Fig. 19 claims in its set-up, under each cost model that runs on its GPU.
-
-    OPT-13B on an A100 with vLLM v0's KV layout (one copy per page per layer for K and for V,
-    ``per_layer_page``) over the GPU's PCIe 4 host link, ``copy_latency_s`` per copy (assumed);
-    recompute priced alone (or ``piggybacked``) by each cost model, over lengths from
-    ``min_seq_tokens`` to the 2,048-token maximum. "Never more than 20% slower" is the largest
-    recompute / swap over ``block_sizes``; "comparable at 16-64" is the largest factor either way
-    (``max(max_ratio, 1 / min_ratio)``) over those block sizes, judged against ``comparable_factor``.
-
-    Returns
-    -------
-    (DataFrame, DataFrame)
-        The claims table and the ratios (:func:`recompute_over_swap` with a ``cost_model`` column).
-    """
-    from .presets import source_setup
-
-    s = source_setup(setup)
-    sizes = v.positive_int_array(block_sizes, "block_sizes").tolist()
-    mid = [bs for bs in sizes if 16 <= bs <= 64]
-    if not mid:
-        raise ValueError(f"block_sizes {sizes} hold none from 16 to 64, which the vLLM claim is about")
-    comparable_factor = v.positive_float(comparable_factor, "comparable_factor")
-    vllm_swap = swap_model(s.model, s.gpu, tp=s.tp, copy_mode="per_layer_page", copy_latency_s=copy_latency_s)
-    tables = []
-    reasons = _claims.cost_models_for(s.model, s.gpu, tp=s.tp, cost_models=list(cost_models))
-    for cm in cost_models:
-        if reasons[cm]:
-            continue
-        cost = _resolve_cost(cm, s.model, s.gpu, tp=s.tp)
-        tables.append(recompute_over_swap(s.model, s.gpu, tp=s.tp, block_sizes=sizes,
-                                          cost_model=piggyback(cost) if piggybacked else cost, swap=vllm_swap,
-                                          chunk_tokens=chunk_tokens, min_seq_tokens=min_seq_tokens)
-                      .assign(cost_model=cm))
-    ratios = pd.concat(tables, ignore_index=True)
-    worst = {cm: None for cm in _claims.COST_MODELS}
-    factor = dict(worst)
-    for cm, t in ratios.groupby("cost_model", sort=False):
-        worst[cm] = float(t["max_ratio"].max())
-        m = t[t["block_size"].isin(mid)]
-        factor[cm] = float(max(m["max_ratio"].max(), 1.0 / m["min_ratio"].min()))
-    src = s.source_setup()
-    mine = s.kvlab_setup(workload=f"one preempted sequence of {min_seq_tokens}-{s.max_model_len} tokens",
-                         scheduler=("recompute piggybacked on running iterations" if piggybacked else
-                                    "recompute alone in its own iteration(s)") +
-                         f"; swap over {vllm_swap.link_bytes_per_s / 1e9:.1f} GB/s, "
-                         f"{vllm_swap.copy_latency_s * 1e6:g} us per copy (assumed), per-layer page copies")
-    why = _claims.not_run_note(reasons)
-    rows = [
-        _claims.at_most(f"Recompute is never more than 20% slower than swap (block sizes {min(sizes)}-{max(sizes)})",
-                        "Kwon et al., vLLM (SOSP'23), section 7.3, Fig. 19", 1.2, worst, unit="x",
-                        source_setup=src, kvlab_setup=mine, note="largest recompute / swap" + (f"; {why}" if why else "")),
-        _claims.at_most(f"For block sizes 16-64 recompute and swap are comparable (within {comparable_factor:g}x "
-                        f"either way, blocks {mid})", "Kwon et al., vLLM (SOSP'23), section 7.3, Fig. 19",
-                        comparable_factor, factor, unit="x", source_setup=src, kvlab_setup=mine,
-                        note="largest factor between recompute and swap" + (f"; {why}" if why else "")),
-    ]
-    return _claims.table(rows), ratios
-
-
-def preemption_claims(model: str | ModelSpec, gpu: str | GPUSpec, *, catalogue: pd.DataFrame,
-                      tp: int | None = None, cost_model: Any = None) -> pd.DataFrame:
-    """The brief's recompute-vs-swap claims, checked on ``model`` and ``gpu`` and over the catalogue.
-
-    Parameters
-    ----------
-    model, gpu : str or spec
-        The pair the O(s^2) claim is checked on.
-    catalogue : DataFrame
-        :func:`crossover_table` output; the "~4,000 tokens" claim is counted over its rows.
-    tp : int or None
-        Tensor-parallel GPUs; ``None`` takes :func:`smallest_tp`.
-    cost_model : as :func:`preemption_costs`
-
-    Returns
-    -------
-    DataFrame from :func:`kvlab.claims.table`. The vLLM paper's claims are :func:`fig19_claims`.
-    """
-    m, g = _model(model), _gpu(gpu)
-    tp = smallest_tp(m, g) if tp is None else v.positive_int(tp, "tp")
-    if tp is None:
-        raise ValueError(f"model {m.name} fits GPU {g.name} at no TP in {TP_CHOICES}")
-    m, g, cost, _ = _models_for(m, g, tp, cost_model, None)
-    n_hold = int(catalogue["brief_claim"].str.startswith("holds").sum()) if len(catalogue) else 0
-    this = catalogue[(catalogue["model"] == m.name) & (catalogue["gpu"] == g.name)]
-    this_row = this[this["block_size"] == 16]
-    s_att = attention_dominance_tokens(cost)
-    linear, attention = recompute_flops(cost, [m.max_context_tokens])
-    att_share = float(attention[0] / (linear[0] + attention[0]))
-    brief = "the brief's serving in general"
-    rows = [
-        _claims.Claim(
-            claim="Below ~4,000 tokens recompute is faster, above it swap",
-            source="brief section 4 (no primary source)", source_setup=brief,
-            kvlab_setup=f"every model x GPU x block size of the catalogue ({len(catalogue)} rows)",
-            claimed="crossover ~4,000 tokens, recompute below",
-            kvlab_value=(f"{n_hold} of {len(catalogue)} catalogue rows; "
-                         + (f"{m.name} on {g.name}, block 16: {this_row['brief_claim'].iloc[0]}"
-                            if len(this_row) else "")),
-            verdict="holds" if len(catalogue) and n_hold == len(catalogue)
-            else f"differs: holds in {n_hold} of {len(catalogue)} (model, GPU, block size) rows"),
-        _claims.Claim(
-            claim=f"Recompute costs O(s^2), swap O(s) ({m.name})",
-            source="brief section 4", source_setup=brief, kvlab_setup=f"{m.name} on {tp} x {g.name}, FLOP counts",
-            claimed="recompute quadratic in s",
-            kvlab_value=(f"attention FLOPs pass linear-layer FLOPs at {s_att:,.0f} tokens; "
-                         f"at the {m.max_context_tokens:,}-token context attention is {att_share:.0%} of FLOPs"),
-            verdict=(f"holds above {s_att:,.0f} tokens only" if s_att < m.max_context_tokens
-                     else f"differs: recompute is dominated by O(s) linear layers up to the "
-                          f"{m.max_context_tokens:,}-token context (swap is O(s) throughout)")),
-    ]
-    return _claims.table(rows)
-
-
 # The swap model is re-exported: the crossover functions take it, and notebook 03 builds it here.
 __all__ = ["COPY_MODES", "DEFAULT_COPY_LATENCY_S", "TP_CHOICES", "Crossover", "SwapModel", "attention_dominance_tokens",
-           "crossing_tokens", "crossover", "crossover_table", "fig19_claims", "piggyback", "preemption_claims",
+           "crossing_tokens", "crossover", "crossover_table", "piggyback",
            "preemption_costs", "recompute_flops", "recompute_over_swap", "recompute_s", "smallest_tp", "swap_model"]

@@ -55,6 +55,9 @@ class Preset:
     max_model_len : int, optional
         The context the paper served (tokens): its chat-trace runs set ``max_seq_len`` 8192
         whatever the model's own context.
+    baseline_not_stated : str
+        Non-empty when the paper's gain names no baseline deployment: what is unstated, and which
+        one kvlab runs (its rows are then stand-ins).
     """
 
     name: str
@@ -70,6 +73,7 @@ class Preset:
     source: str
     stage_link: str = "in-node"
     max_model_len: int | None = None
+    baseline_not_stated: str = ""
 
     @property
     def num_gpus(self) -> int:
@@ -116,8 +120,14 @@ def _load() -> dict[str, Preset]:
                            scheduling_delay_p50_s=float(raw["scheduling_delay_p50_s"]),
                            paper_capacity_gain=float(p["paper_capacity_gain"]), source=str(p["source"]),
                            stage_link=str(p.get("stage_link", "in-node")),
-                           max_model_len=raw.get("max_model_len"))
+                           max_model_len=raw.get("max_model_len"),
+                           baseline_not_stated=str(p.get("baseline_not_stated", "")))
     return out
+
+
+def paper_trial_requests() -> int:
+    """Requests per trial in Sarathi-Serve's capacity runs (its artifact's ``num_requests``: 2,048)."""
+    return int(_raw()["trial_requests"])
 
 
 def preset_names() -> list[str]:
@@ -132,14 +142,15 @@ def preset(name: str) -> Preset:
 
 # ---------------------------------------------------------------------------------- the paper's comparison
 #: The key columns of :func:`scheduler_comparison`'s table, in order.
-COMPARISON_KEYS = ("preset", "trace", "slo", "cost_model", "scheduler")
+COMPARISON_KEYS = ("preset", "trace", "slo", "cost_model", "seed", "scheduler")
 
 
 def scheduler_comparison(names: Sequence[str], workloads: Mapping[str, pd.DataFrame | str | Path | Profile], *,
                          slos: Sequence[str] = SLO_KINDS, cost_models: Sequence[str] = ("roofline", "measured"),
-                         engine: str | None = None, max_workers: int = 1,
-                         **capacity_kw: Any) -> tuple[pd.DataFrame, dict[tuple[str, ...], CapacityResult]]:
-    """Capacity of Sarathi-Serve (chunked) and the vLLM baseline (prefill-first) per preset, trace, SLO and cost model.
+                         engine: str | None = None, max_workers: int = 1, seed: int = 0,
+                         seeds: Mapping[str, Sequence[int]] | None = None,
+                         **capacity_kw: Any) -> tuple[pd.DataFrame, dict[tuple[Any, ...], CapacityResult]]:
+    """Capacity of Sarathi-Serve (chunked) and the vLLM baseline (prefill-first) per preset, trace, SLO, cost model, seed.
 
     Parameters
     ----------
@@ -156,8 +167,13 @@ def scheduler_comparison(names: Sequence[str], workloads: Mapping[str, pd.DataFr
         Simulator engine.
     max_workers : int
         Processes running whole searches.
+    seed : int
+        Seed of a trace not in ``seeds``.
+    seeds : mapping, optional
+        Trace label -> the seeds its searches run with (each a whole search: arrivals, and the
+        sample of a profile), for an interval over seeds; default ``[seed]`` for every trace.
     **capacity_kw
-        Passed to :func:`kvlab.capacity.capacity` (``num_requests``, ``seed``, ``rel_tol``, ...).
+        Passed to :func:`kvlab.capacity.capacity` (``num_requests``, ``rel_tol``, ...).
 
     Returns
     -------
@@ -165,30 +181,32 @@ def scheduler_comparison(names: Sequence[str], workloads: Mapping[str, pd.DataFr
         :func:`kvlab.capacity.capacity_table` keyed by :data:`COMPARISON_KEYS` (its
         ``cost_model`` column renamed ``cost_model_label``); and the results by those keys.
     """
-    found: dict[tuple[str, ...], CapacityResult] = {}
+    found: dict[tuple[Any, ...], CapacityResult] = {}
     for trace, workload in workloads.items():
-        cases = {}
-        for name in names:
-            p = preset(name)
-            for kind in slos:
-                reasons = _claims.cost_models_for(p.model, p.gpu, tp=p.tp, cost_models=list(cost_models))
-                for cm in cost_models:
-                    if reasons[cm]:
-                        continue
-                    for sched in SCHEDULERS:
-                        cases[(name, trace, kind, cm, sched)] = (p.config(sched, kind, engine=engine, cost_model=cm),
-                                                                 p.slo(kind))
-        # Sarathi-Serve's own trials: every request counts, no steadiness check (the paper's terms)
-        found.update(capacities(workload, cases, max_workers=max_workers,
-                                **{"warmup_frac": 0.0, "max_backlog_frac": None, "window_check": False, **capacity_kw}))
-    table = capacity_table(found, key_names=COMPARISON_KEYS[:3] + ("cost_model_", "scheduler_"))
+        for sd in (seeds or {}).get(trace, [seed]):
+            cases = {}
+            for name in names:
+                p = preset(name)
+                for kind in slos:
+                    reasons = _claims.cost_models_for(p.model, p.gpu, tp=p.tp, cost_models=list(cost_models))
+                    for cm in cost_models:
+                        if reasons[cm]:
+                            continue
+                        for sched in SCHEDULERS:
+                            cases[(name, trace, kind, cm, int(sd), sched)] = (
+                                p.config(sched, kind, engine=engine, cost_model=cm), p.slo(kind))
+            # Sarathi-Serve's own trials: every request counts, no steadiness check (the paper's terms)
+            found.update(capacities(workload, cases, max_workers=max_workers, seed=int(sd),
+                                    **{"warmup_frac": 0.0, "max_backlog_frac": None, "window_check": False,
+                                       **capacity_kw}))
+    table = capacity_table(found, key_names=("preset", "trace", "slo", "cost_model_", "seed", "scheduler_"))
     table = table.rename(columns={"cost_model": "cost_model_label"}).rename(
         columns={"cost_model_": "cost_model"}).drop(columns=["scheduler_"])
     return table, found
 
 
 def capacity_gains(comparison: pd.DataFrame) -> pd.DataFrame:
-    """Chunked over prefill-first capacity per (preset, trace, slo, cost model), from :func:`scheduler_comparison`.
+    """Chunked over prefill-first capacity per (preset, trace, slo, cost model, seed), from :func:`scheduler_comparison`.
 
     ``gain`` is NaN when prefill-first's capacity is 0 (no finite ratio).
     """
@@ -199,56 +217,64 @@ def capacity_gains(comparison: pd.DataFrame) -> pd.DataFrame:
     return wide[[*keys, "chunked", "prefill_first", "gain"]]
 
 
-def paper_claims(comparison: pd.DataFrame, *, workloads: Mapping[str, str] | None = None,
-                 num_requests: int | None = None, rel_tol: float = 0.3) -> pd.DataFrame:
-    """The claims table: each preset's "up to" gain next to kvlab's in the paper's set-up, per cost model.
+def paper_claims(comparison: pd.DataFrame, *, inputs: Mapping[str, _claims.Inputs] | None = None,
+                 rel_tol: float = 0.3) -> pd.DataFrame:
+    """The claims table: each preset's "up to" gain next to kvlab's on each trace, per cost model, over seeds.
 
-    The paper reports "up to" gains over its two traces and two SLOs, so kvlab's value under a
-    cost model is its largest gain over the traces and SLOs run; the verdict is +-``rel_tol``.
-    The note names, for the roofline's best case, the constraint binding each scheduler just
-    above its capacity, and what the pipeline model adds under PP.
+    The paper's gain is "up to" over its two SLOs and its chat and arxiv traces; kvlab gives one
+    row per trace, its value under a cost model the best gain over the SLOs run, one per seed
+    (the interval the verdict is decided on, +-``rel_tol``). A row whose trace, trial size or
+    baseline is not the paper's (``inputs``: the arxiv file filtered to 4k against the paper's
+    16k, a fitted profile in place of a trace, a quick run's small trials, the 5.6x's unstated
+    baseline) is a stand-in and gets no verdict. The note names, for the roofline's best case,
+    the constraint binding each scheduler just above its capacity, and what the pipeline model
+    adds under PP.
 
     Parameters
     ----------
     comparison : DataFrame
         :func:`scheduler_comparison`'s table.
-    workloads : mapping, optional
-        Trace label -> where its requests came from (a line from :func:`trace_workload`).
-    num_requests : int, optional
-        Requests per trial (for the set-up line).
+    inputs : mapping, optional
+        Trace label -> what kvlab ran on it (:func:`trace_inputs`).
     """
     gains = capacity_gains(comparison)
+    if "seed" not in gains:
+        gains = gains.assign(seed=0)
     out = []
-    for name, g in gains.groupby("preset", sort=False):
+    for (name, trace), g in gains.groupby(["preset", "trace"], sort=False):
         p = preset(name)
         claim = (f"Sarathi-Serve serves up to {p.paper_capacity_gain}x vLLM's capacity "
-                 f"({p.model}, {p.num_gpus} x {p.gpu}, TP{p.tp}-PP{p.pp})")
-        traces = list(dict.fromkeys(g["trace"]))
+                 f"({p.model}, {p.num_gpus} x {p.gpu}, TP{p.tp}-PP{p.pp}): {trace} trace")
         src = _claims.SetUp(model=p.model, gpu=p.gpu, tp=p.tp, pp=p.pp,
-                            workload="chat (ShareGPT) and arxiv traces, 2,048 requests per trial, Poisson arrivals",
+                            workload=f"chat (ShareGPT) and arxiv traces, {paper_trial_requests():,} requests per "
+                                     "trial, Poisson arrivals",
                             scheduler=f"Sarathi-Serve chunks of {p.token_budget_tokens['strict']}/"
                                       f"{p.token_budget_tokens['relaxed']} tokens vs vLLM prefill-first, batch "
                                       f"{p.baseline_max_num_seqs}" + (", stages on two nodes" if p.pp > 1 else ""),
                             metric="capacity: highest request rate meeting the SLO; 'up to' over traces and SLOs",
                             slo=f"P99 TBT <= {p.tbt_slo_s['strict']:g} s (strict) / {p.tbt_slo_s['relaxed']:g} s "
                                 f"(relaxed), median scheduling delay <= {p.scheduling_delay_p50_s:g} s")
-        where = "; ".join((workloads or {}).get(t, t) for t in traces)
-        trials = f", {num_requests} requests per trial" if num_requests else ""
-        mine = replace(src, workload=f"{where}{trials}, Poisson arrivals",
-                       metric="capacity by kvlab.capacity (bisection over seeded Poisson trials); 'up to' over traces "
-                              "and SLOs")
-        value: dict[str, float | None] = {cm: None for cm in _claims.COST_MODELS}
+        given = (inputs or {}).get(trace) or _claims.Inputs()
+        row_in = replace(given, metric="capacity gain, chunked over prefill-first; 'up to' over traces and SLOs",
+                         read_from=f"kvlab.capacity bisection over Poisson trials; best gain over the SLOs on the "
+                                   f"{trace} trace, one per seed",
+                         differs=given.differs + ((p.baseline_not_stated,) if p.baseline_not_stated else ()))
+        mine = replace(src, workload=f"{given.trace_words() if given.trace else trace}, Poisson arrivals",
+                       metric="capacity by kvlab.capacity (bisection over seeded Poisson trials); best over SLOs")
+        value: dict[str, list[float] | None] = {cm: None for cm in _claims.COST_MODELS}
         why = []
         for cm, gc in g.groupby("cost_model", sort=False):
-            if gc["gain"].isna().all():
+            per_seed = gc.groupby("seed")["gain"].max().dropna()
+            if per_seed.empty:
                 why.append(f"{cm}: prefill-first meets no SLO at any rate tried")
                 continue
+            value[cm] = per_seed.tolist()
             best = gc.loc[gc["gain"].idxmax()]
-            value[cm] = float(best["gain"])
-            rows = comparison[(comparison["preset"] == name) & (comparison["trace"] == best["trace"])
+            rows = comparison[(comparison["preset"] == name) & (comparison["trace"] == trace)
                               & (comparison["slo"] == best["slo"]) & (comparison["cost_model"] == cm)
+                              & ((comparison["seed"] == best["seed"]) if "seed" in comparison else True)
                               ].set_index("scheduler")
-            why.append(f"{cm}: best on {best['trace']} at the {best['slo']} SLO, chunked {best['chunked']:.3g} vs "
+            why.append(f"{cm}: best at the {best['slo']} SLO, chunked {best['chunked']:.3g} vs "
                        f"prefill-first {best['prefill_first']:.3g} requests/s (prefill-first bound by "
                        f"{rows.loc['prefill_first', 'binding']}; chunked by {rows.loc['chunked', 'binding']})")
         why += [x for x in [_claims.not_run_note(_claims.cost_models_for(p.model, p.gpu, tp=p.tp))] if x]
@@ -257,11 +283,14 @@ def paper_claims(comparison: pd.DataFrame, *, workloads: Mapping[str, str] | Non
                        f"stages linked by the {p.stage_link} network")
         if all(x is None for x in value.values()):
             out.append(_claims.Claim(claim=claim, source=p.source, source_setup=src.describe(),
-                                     kvlab_setup=mine.describe(), claimed=f"{p.paper_capacity_gain}x",
-                                     kvlab_value="n/a", verdict="not computed: " + "; ".join(why)))
+                                     kvlab_setup=mine.describe(), trace=row_in.trace_words(),
+                                     trial_size=row_in.trial_words(), metric=row_in.metric,
+                                     read_from=row_in.read_from, claimed=f"{p.paper_capacity_gain}x",
+                                     kvlab_value="n/a", verdict="not computed: " + "; ".join(why),
+                                     kind="not computed", claim_type="simulated"))
             continue
         out.append(_claims.close(claim, p.source, p.paper_capacity_gain, value, rel_tol=rel_tol, unit="x",
-                                 source_setup=src, kvlab_setup=mine, note="; ".join(why)))
+                                 source_setup=src, kvlab_setup=mine, note="; ".join(why), inputs=row_in))
     return _claims.table(out)
 
 
@@ -283,6 +312,9 @@ class SourceSetup:
     scheduler : str
         ``prefill_first`` or ``chunked``, with ``max_num_batched_tokens`` (tokens per iteration)
         and ``max_num_seqs`` (requests).
+    max_num_seqs_stated : bool
+        False when the source states no batch limit: ``max_num_seqs`` is then
+        :data:`LIFTED_MAX_NUM_SEQS` (no cap; the KV pool bounds the batch).
     max_model_len : int
         Maximum sequence length (tokens, prompt + output).
     block_size : int
@@ -308,6 +340,7 @@ class SourceSetup:
     max_num_seqs: int
     max_model_len: int
     block_size: int
+    max_num_seqs_stated: bool
     workload: str
     metric: str
     slo: str
@@ -337,8 +370,10 @@ class SourceSetup:
     def scheduler_words(self) -> str:
         """The scheduler and its limits in words."""
         kind = "prefill-first (vLLM v0)" if self.scheduler == "prefill_first" else "chunked prefill"
-        return (f"{kind}, {self.max_num_batched_tokens:,} tokens per iteration, at most {self.max_num_seqs} "
-                f"requests, max sequence {self.max_model_len:,} tokens, block {self.block_size}")
+        cap = (f"at most {self.max_num_seqs} requests" if self.max_num_seqs_stated
+               else "no batch cap (not stated in the paper: lifted, the KV pool bounds the batch)")
+        return (f"{kind}, {self.max_num_batched_tokens:,} tokens per iteration, {cap}, "
+                f"max sequence {self.max_model_len:,} tokens, block {self.block_size}")
 
     def simulate_kw(self) -> dict[str, Any]:
         """:func:`kvlab.simulate` keywords of the set-up (model, GPU, TP, scheduler and its limits)."""
@@ -356,17 +391,29 @@ class SourceSetup:
         return replace(base, **changes)
 
 
+#: ``max_num_seqs`` of a set-up whose source states no batch limit: no cap (the KV pool bounds the batch).
+LIFTED_MAX_NUM_SEQS = 1 << 20
+
+
+def _batch_limit(value: Any, name: str) -> tuple[int, bool]:
+    if value == "not stated":
+        return LIFTED_MAX_NUM_SEQS, False
+    return v.positive_int(value, f"setups.{name}.max_num_seqs (or 'not stated')"), True
+
+
 @lru_cache(maxsize=1)
 def _load_setups() -> dict[str, SourceSetup]:
     raw = _raw()
     out = {}
     for name, s in raw["setups"].items():
+        max_num_seqs, stated = _batch_limit(s["max_num_seqs"], name)
         out[name] = SourceSetup(name=name, source=str(s["source"]), model=s["model"], gpu=s["gpu"], tp=int(s["tp"]),
                                 pp=int(s["pp"]), profile=str(s.get("profile", "")), trace=str(s.get("trace", "")),
                                 scheduler=v.choice(s["scheduler"], f"setups.{name}.scheduler", SCHEDULERS),
                                 max_num_batched_tokens=int(s["max_num_batched_tokens"]),
-                                max_num_seqs=int(s["max_num_seqs"]), max_model_len=int(s["max_model_len"]),
-                                block_size=int(s["block_size"]), workload=str(s["workload"]), metric=str(s["metric"]),
+                                max_num_seqs=max_num_seqs, max_num_seqs_stated=stated,
+                                max_model_len=int(s["max_model_len"]), block_size=int(s["block_size"]),
+                                workload=str(s["workload"]), metric=str(s["metric"]),
                                 slo=str(s.get("slo", "")), stated=dict(s.get("stated", {})),
                                 missing=str(s.get("missing", "")))
     return out
@@ -415,3 +462,22 @@ def trace_workload(name: str, *, trace_dir: str | Path | None = None) -> tuple[s
     if path.is_file():
         return str(path), f"trace {t['file']} ({t['source']})"
     return t["profile"], f"profile {t['profile']} fitted to {t['file']} (the file is not at {folder})"
+
+
+def trace_inputs(name: str, *, num_requests: int, trace_dir: str | Path | None = None) -> _claims.Inputs:
+    """What a claims row run on the trace ``name`` rests on, against the paper's (:class:`kvlab.claims.Inputs`).
+
+    The file when present: the paper's own trace, or a stand-in saying how it differs (the arxiv
+    file is filtered to 4k tokens, the paper's runs allowed 16k); else the profile fitted to it
+    (a stand-in). ``num_requests`` per trial against the paper's :func:`paper_trial_requests`.
+    """
+    t = _traces()[v.choice(name, "trace", trace_names())]
+    workload, _ = trace_workload(name, trace_dir=trace_dir)
+    n = v.positive_int(num_requests, "num_requests")
+    if workload == t["profile"]:
+        return _claims.Inputs(trace=t["profile"], trace_kind="fitted profile", num_requests=n,
+                              source_num_requests=paper_trial_requests(),
+                              differs=(f"{t['file']} is not under {Path(trace_dir) if trace_dir else SHARED_DATA_DIR / 'traces'}",))
+    differs = (t["differs"],) if t.get("differs") else ()
+    return _claims.Inputs(trace=t["file"], trace_kind="stand-in" if differs else "source's own", num_requests=n,
+                          source_num_requests=paper_trial_requests(), differs=differs)

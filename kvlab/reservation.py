@@ -173,34 +173,3 @@ def real_pool_table(model: str | ModelSpec, gpu: str | GPUSpec, max_new_tokens: 
     table["pool_pages"] = pool
     table["kv_bytes_per_token"] = m.kv_bytes_per_token(tp=tp, pp=pp, dtype_bytes=dtype_bytes)
     return table
-
-
-BRIEF = "brief §1 / §3 (claim)"
-
-
-def reservation_claims(output_tokens: np.ndarray, *, block_size: int = 16) -> pd.DataFrame:
-    """The brief's reservation claims checked: the 1,000-page table and two waste claims on a
-    sample of output lengths (tokens).
-
-    * "~125 / ~31 / ~7 concurrent requests" for max_new_tokens 128 / 512 / 2048, 1,000 pages of 16;
-    * "with a median output of 21 and max_new_tokens 512, more than half the requests use under
-      5% of their reservation" (checked on ``output_tokens``, whatever its median);
-    * "with max_new_tokens 2048 and P99 226, 99% of requests reserve over 9x what they use".
-    """
-    from . import claims as c
-
-    out = v.positive_int_array(output_tokens, "output_tokens")
-    ref = reservation_table([128, 512, 2048], pool_pages=1000, block_size=16)
-    rows = [c.close(f"max_new_tokens {m}: ~{claimed} concurrent requests in 1,000 pages of 16 tokens",
-                    "brief §1 reference table (claim)", claimed, int(n), rel_tol=0.0)
-            for m, claimed, n in zip(ref["max_new_tokens"], (125, 31, 7), ref["max_concurrent_requests"])]
-    waste = reservation_waste(out, [512, 2048], block_size=block_size).set_index("max_new_tokens")
-    median = float(np.median(out))
-    p99 = float(np.percentile(out, 99))
-    rows.append(c.at_least("max_new_tokens 512, median output 21: over half the requests use < 5% of "
-                           "their reservation", BRIEF, 0.5, float(waste.loc[512, "share_under_low_use"]),
-                           note=f"sample median {median:g} tokens"))
-    rows.append(c.at_least("max_new_tokens 2048, P99 226: 99% of requests reserve > 9x what they use",
-                           BRIEF, 0.99, float(waste.loc[2048, "share_overreserved"]),
-                           note=f"sample p99 {p99:g} tokens; 2048 / p99 = {2048 / p99:.2f}"))
-    return c.table(rows)

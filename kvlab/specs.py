@@ -478,7 +478,9 @@ def gpu_from_file(path: str | os.PathLike) -> GPUSpec:
         Unreadable file, not a mapping, a missing or unknown key, or a number that is not positive.
     """
     where = f"GPU spec file {os.fspath(path)}"
-    data = v.read_yaml_mapping(os.fspath(path), "GPU spec file")
+    data = v.yaml_data(v.read_text_file(os.fspath(path), "GPU spec file", max_bytes=1 << 20), where)
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected a mapping of the columns of data/gpus.csv, got {type(data).__name__}")
     fields = ("name", *GPU_NUMBER_FIELDS)
     missing = [f for f in fields if data.get(f) is None]
     unknown = sorted(set(map(str, data)) - set(fields) - set(GPU_TEXT_FIELDS) - {"fp8_dense_tflops"})

@@ -304,7 +304,7 @@ def sweep(workload: pd.DataFrame | str, grid: Mapping[str, Any] | Sequence[Mappi
 
     Examples
     --------
-    >>> table = sweep("brief-sharegpt", {"policy": ["vllm", "reserve_max"], "max_new_tokens": [128, 512]},
+    >>> table = sweep("seed-figures", {"policy": ["vllm", "reserve_max"], "max_new_tokens": [128, 512]},
     ...               num_requests=50, fixed={"model": "Llama-3-8B", "gpu": "H100-SXM", "pool_pages": 500},
     ...               progress=False)
     >>> table[["policy", "max_new_tokens", "seed"]].values.tolist()

@@ -254,11 +254,16 @@ def _read_table(path: Path, on_bad: str) -> tuple[pd.DataFrame, int, str]:
 
 def _detect(columns: Iterable[str], path: Path) -> str:
     cols = set(columns)
-    for fmt, sig in _SIGNATURES.items():
-        if {sig["prompt_tokens"], sig["output_tokens"]} <= cols:
-            return fmt
+    matches = [fmt for fmt, sig in _SIGNATURES.items() if {sig["prompt_tokens"], sig["output_tokens"]} <= cols]
     if set(_CANONICAL) <= cols:
-        return "generic"
+        matches.append("generic")
+    if len(matches) > 1:  # which pair of columns holds the lengths is the user's call, not the first match's
+        both = "; ".join(f"{f}: {_SIGNATURES[f]['prompt_tokens']!r}, {_SIGNATURES[f]['output_tokens']!r}" if f != "generic"
+                         else "generic: 'prompt_tokens', 'output_tokens'" for f in matches)
+        raise ValueError(f"{path}: the columns fit more than one trace format ({both}); pass format= "
+                         f"(--format on the command line) to say which one the lengths are in")
+    if matches:
+        return matches[0]
     known = "; ".join(f"{f}: {sig['prompt_tokens']!r}, {sig['output_tokens']!r}" for f, sig in _SIGNATURES.items())
     raise ValueError(f"{path}: cannot tell the trace format from columns {sorted(cols)}; known formats "
                      f"need ({known}); or pass format='generic' with columns={{'prompt_tokens': ..., "

@@ -381,3 +381,170 @@ def test_8_the_cli_prints_a_warning_in_one_line(tmp_path, capsys, monkeypatch):
                        "--slo-p99-tbt", "0.1")
     assert status == 2
     assert err == "kvlab recommend: warning: a weak answer over two lines\nkvlab recommend: error: stop here\n"
+
+
+# ------------------------------------------------------------------ issue 25: inputs validated at the boundary
+def _notebook(tmp_path):
+    """A one-notebook report whose parameters are a bool, a str, an int and results_path."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    nb = new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [new_code_cell('quick = False  # small run\nmodel = "Llama-3-8B"  # model name\nblock_size = 16  # tokens\n'
+                              'caps = [128, 512]  # tokens\nresults_path = "r.json"', metadata={"tags": ["parameters"]}),
+                new_code_cell("import kvlab\nkvlab.report.write_results(results_path, {})")]
+    path = tmp_path / "01_m.ipynb"
+    nbformat.write(nb, str(path))
+    return path
+
+
+def _report(capsys, tmp_path, *args):
+    status = main(["report", str(_notebook(tmp_path)), *args, "--out", str(tmp_path / "run"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # refused before anything ran
+    return status, err
+
+
+def test_25_a_yaml_alias_bomb_is_refused_in_bounded_memory(tmp_path, capsys):
+    # 9 levels of 10 aliases each: 10**9 strings from 700 bytes (exhausted memory before)
+    lines = ['a0: &a0 ["lol"]'] + [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
+    bomb = _write(tmp_path, "bomb.yaml", "\n".join(lines) + "\n")
+    assert bomb.stat().st_size < 1024
+
+    def run():
+        status, err = _report(capsys, tmp_path, "-f", str(bomb))
+        assert status == 2 and "holds more than 100,000 values (YAML aliases expanded)" in err and "bomb.yaml" in err
+    assert _peak_bytes(run) < 50 * 2**20
+
+
+def test_25_deep_brackets_and_huge_files_are_refused(tmp_path, capsys):
+    deep = _write(tmp_path, "deep.yaml", "model: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    status, err = _report(capsys, tmp_path, "-f", str(deep))
+    assert status == 2 and f"parameter file {deep} nests lists or mappings more than 50 deep" in err
+    assert "RecursionError" not in err
+    status, err = _report(capsys, tmp_path, "-p", "model", "[" * 100_000 + "]" * 100_000)
+    assert status == 2 and "parameter model given with -p nests lists or mappings more than 50 deep" in err
+    big = _write(tmp_path, "big.yaml", "model: " + "x" * (2 << 20) + "\n")
+    status, err = _report(capsys, tmp_path, "-f", str(big))
+    assert status == 2 and f"parameter file {big} holds more than 1,048,576 bytes" in err
+
+
+@pytest.mark.parametrize("name, value, match", [
+    ("quick", "yes please", "parameter quick of notebook 01_m must be true or false (its default is False), "
+                            "got 'yes please'"),
+    ("quick", "1", "parameter quick of notebook 01_m must be true or false (its default is False), got 1"),
+    ("block_size", "true", "parameter block_size of notebook 01_m must be an integer (its default is 16), got True"),
+    ("block_size", "16.5", "parameter block_size of notebook 01_m must be an integer (its default is 16), got 16.5"),
+    # a mapping for a declared parameter is a (wrong) value, never a notebook selector
+    ("model", "{01: {quick: true}}", "parameter model of notebook 01_m must be a string"),
+    ("results_path", "/tmp/elsewhere.json", "parameter results_path of notebook 01_m is set by kvlab"),
+    ("caps", "{a: 1}", "parameter caps of notebook 01_m must be a list or one value"),
+])
+def test_25_report_parameters_are_checked_against_their_defaults(tmp_path, capsys, name, value, match):
+    status, err = _report(capsys, tmp_path, "-p", name, value)
+    assert status == 2 and match in err
+
+
+def test_25_values_of_the_right_type_pass(tmp_path):
+    from kvlab.report.notebooks import check_values
+
+    nb = _notebook(tmp_path)
+    check_values(nb, {"quick": True, "model": "OPT-13B", "block_size": 32, "caps": [256]})
+    check_values(nb, {"caps": 2048})  # one value for a list parameter, as kvlab's functions take it
+
+
+def test_25_a_huge_value_is_not_echoed_whole(tmp_path, capsys):
+    status, err = _report(capsys, tmp_path, "-p", "quick", "y" * 1_000_000)
+    assert status == 2 and "parameter quick of notebook 01_m must be true or false" in err
+    assert len(err) < 1_200
+
+
+def _rec(capsys, *args):
+    status = main(["recommend", *args, "--model", "Llama-3-8B", "--gpu", "H100-SXM"])
+    return status, capsys.readouterr().err
+
+
+def test_25_outputs_never_overwrite_an_input_nor_an_existing_file(tmp_path, capsys, monkeypatch):
+    trace = _write(tmp_path, "trace.csv", _csv(GOOD_ROWS))
+    before = trace.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    for target in (str(trace), "./sub/../trace.csv", "trace.csv"):
+        (tmp_path / "sub").mkdir(exist_ok=True)
+        for force in ([], ["--force"]):
+            status, err = _rec(capsys, str(trace), "--csv", "-o", target, *force)
+            assert status == 2 and f"-o {target} is the input {trace}: kvlab never overwrites an input" in err
+    assert trace.read_bytes() == before
+    other = _write(tmp_path, "notes.txt", "keep me\n")
+    status, err = _rec(capsys, str(trace), "--json", "-o", str(other))
+    assert status == 2 and f"-o {other} already exists; pass --force to overwrite it" in err
+    assert other.read_text() == "keep me\n"
+    status, err = _rec(capsys, str(trace), "-o", str(tmp_path / "new.csv"))  # -o alone wrote nothing before
+    assert status == 2 and "needs --csv or --json" in err
+    status, err = _rec(capsys, str(trace), "--force")
+    assert status == 2 and "--force is for -o FILE" in err
+
+
+def test_25_ignored_and_unbounded_recommend_flags_are_errors(tmp_path, capsys):
+    trace = _write(tmp_path, "trace.csv", _csv(GOOD_ROWS))
+    status, err = _rec(capsys, str(trace), "--scrape-interval", "60")
+    assert status == 2 and f"--scrape-interval is for two Prometheus scrapes; {trace} is a trace file" in err
+    status, err = _rec(capsys, str(trace), "--windows", "100000")
+    assert status == 2 and "--windows must be at most 100, got 100,000" in err
+    status, err = _rec(capsys, str(trace), "--sample")
+    assert status == 2 and "--sample needs --num-requests N" in err
+    scrape = _write(tmp_path, "m.txt", "# TYPE vllm:request_prompt_tokens histogram\n"
+                                       'vllm:request_prompt_tokens_bucket{le="+Inf"} 3\n')
+    status, err = _rec(capsys, str(scrape), "--format", "azure")
+    assert status == 2 and f"--format applies to trace files; {scrape} is a Prometheus scrape" in err
+
+
+def test_25_a_csv_in_two_formats_is_refused_naming_both(tmp_path):
+    p = _write(tmp_path, "two.csv", "ContextTokens,GeneratedTokens,num_prefill_tokens,num_decode_tokens\n"
+                                    + "".join(f"{10 + i},{5 + i},{900 + i},{1 + i}\n" for i in range(30)))
+    with pytest.raises(ValueError, match=r"two\.csv: the columns fit more than one trace format \(azure: "
+                                         r"'ContextTokens', 'GeneratedTokens'; simulator: 'num_prefill_tokens', "
+                                         r"'num_decode_tokens'\); pass format="):
+        traces.load(p)
+    assert traces.load(p, "simulator").prompt_tokens.iloc[0] == 900  # chosen explicitly, it loads
+
+
+def test_25_max_new_tokens_above_the_context_reserves_no_more_than_the_context():
+    w = pd.DataFrame({"prompt_tokens": [100 + i for i in range(30)], "output_tokens": [50 + i for i in range(30)]})
+    kw = dict(model="Llama-3-8B", gpu="H100-SXM", pool_pages=2000)  # Llama-3-8B: 8,192-token context
+    with pytest.warns(UserWarning, match="max_new_tokens 100,000 exceeds max_model_len 8,192"):
+        huge = simulate(w, "reserve_max", max_new_tokens=100_000, **kw)
+    at_context = simulate(w, "reserve_max", max_new_tokens=8192, **kw)
+    assert huge.params["max_new_tokens"] == 8192
+    pd.testing.assert_frame_equal(huge.requests, at_context.requests)  # reserved as if capped at the context
+
+
+def test_25_fits_and_curves_at_absurd_sizes_are_refused():
+    from kvlab.lengths import fit
+    from kvlab.lengths.fit import fit_binned
+
+    with pytest.raises(ValueError, match="x must hold non-negative integers at most 10,000,000; element 0 is "
+                                         "1000000000000000000"):
+        fit(np.array([10**18, 2 * 10**18] * 10))  # was a raw IndexError
+    with pytest.raises(ValueError, match="counts must be >= 0"):
+        fit_binned([10, 100, np.inf], [5, np.nan, 3])
+
+    def run():
+        with pytest.raises(ValueError, match="num_curve_points must be at most 100,000, got 1,000,000,000"):
+            crossover("Llama-3-8B", "H100-SXM", num_curve_points=1e9)  # ran 90 s before
+    assert _peak_bytes(run) < 20 * 2**20
+
+
+def test_25_every_yaml_kvlab_reads_has_the_same_limits(tmp_path):
+    from kvlab.lengths.profiles import read_profile
+
+    lines = ['a0: &a0 ["lol"]'] + [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
+    bomb = _write(tmp_path, "bomb.yaml", "\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=rf"profile file {bomb} \(at a\d(\[\d\])+\) holds more than 100,000 values"):
+        read_profile(bomb)
+    deep = _write(tmp_path, "deep.yaml", "source: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(ValueError, match=rf"profile file {deep} nests lists or mappings more than 50 deep"):
+        read_profile(deep)
+    rho = _write(tmp_path, "rho.yaml", "source: x\nprompt: {}\noutput: {}\ncopula_rho: [0.5]\n")
+    with pytest.raises(ValueError, match=r"copula_rho must lie in \(-1, 1\), got \[0.5\]"):  # was a raw TypeError
+        read_profile(rho)

@@ -95,10 +95,37 @@ def test_sliding_window_layers_from_the_config():
     ({k: x for k, x in DENSE.items() if k != "vocab_size"}, "missing key vocab_size"),
     ({**DENSE, "num_hidden_layers": 2.5}, "num_hidden_layers must be a positive integer"),
     ({**DENSE, "num_key_value_heads": 3}, "not a multiple of 3 KV heads"),
+    # issue 25: wrong types and absurd sizes name the key (were TypeError / OverflowError / "invalid literal")
+    ({**DENSE, "hidden_size": float("inf")}, r"config: hidden_size must be a positive integer \(at most 1,048,576\), got inf"),
+    ({**DENSE, "hidden_size": float("nan")}, "config: hidden_size must be a positive integer .*got nan"),
+    ({**DENSE, "hidden_size": "4096"}, "config: hidden_size must be a positive integer .*got '4096'"),
+    ({**DENSE, "num_hidden_layers": 10**30}, "config: num_hidden_layers must be a positive integer \\(at most 10,000\\)"),
+    ({**DENSE, "vocab_size": "x" * 10_000}, r"vocab_size must be a positive integer .*got 'xxxx[x]*\.\.\.$"),
+    ({**DENSE, "model_type": ["llama"]}, r"model_type \['llama'\] is not supported"),
+    ({**MLA, "first_k_dense_replace": -5}, "first_k_dense_replace must be an integer >= 0"),  # was 758B params
+    ({**MLA, "first_k_dense_replace": "1"}, "first_k_dense_replace must be an integer >= 0 .*got '1'"),
+    ({**MLA, "first_k_dense_replace": 4}, "first_k_dense_replace 4 exceeds num_hidden_layers 3"),
+    ({**MLA, "topk_method": ["noaux_tc"]}, "topk_method must be a string"),
+    ({**MLA, "num_experts_per_tok": 5}, "num_experts_per_tok 5 exceeds the 4 experts"),
+    # floored silently before: 65 / 8 heads is 8.125 dims
+    ({**DENSE, "hidden_size": 65}, "hidden_size 65 is not divisible by num_attention_heads 8 and there is no head_dim"),
+    ({"model_type": "gptj", "n_embd": 30, "n_head": 4, "n_layer": 2, "vocab_size": 10, "n_positions": 64},
+     "n_embd 30 is not divisible by n_head 4"),
 ])
 def test_bad_configs_name_the_key(cfg, match):
     with pytest.raises(ValueError, match=match):
         specs.model_from_config(cfg)
+
+
+def test_a_bad_value_in_a_config_file_names_the_file_and_key(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({**DENSE, "intermediate_size": 1e300}))
+    with pytest.raises(ValueError, match=rf"config file {tmp_path}: intermediate_size must be a positive integer"):
+        specs.model_from_config(tmp_path)
+
+
+def test_a_head_dim_key_settles_an_uneven_split():
+    m = specs.model_from_config({**DENSE, "hidden_size": 65, "head_dim": 8})
+    assert m.head_dim == 8
 
 
 def test_bad_paths(tmp_path):

@@ -11,7 +11,7 @@ from kvlab.lengths.profile_fit import CHECK_PERCENTILES
 from kvlab.lengths.profiles import _percent_key
 from kvlab.traces import load
 
-EXPECTED = {"brief-sharegpt", "azure-2023-conv", "azure-2023-code", "sarathi-sharegpt", "arxiv-summarization",
+EXPECTED = {"seed-figures", "azure-2023-conv", "azure-2023-code", "sarathi-sharegpt", "arxiv-summarization",
             "vllm-sharegpt", "vllm-alpaca", "lmsys-chat-1m"}
 
 
@@ -52,7 +52,7 @@ def test_calibrate_bad_targets(bad, match):
 
 
 def test_unknown_profile_names_the_choices():
-    with pytest.raises(ValueError, match="brief-sharegpt"):
+    with pytest.raises(ValueError, match="seed-figures"):
         profile("no-such-profile")
 
 
@@ -139,7 +139,7 @@ def test_fitted_profile_reproduces_its_trace(name):
 
 
 def test_brief_profile_is_labelled_and_ratios_match_the_claim():
-    prof = profile("brief-sharegpt")
+    prof = profile("seed-figures")
     assert "not measured data" in prof.source
     out = prof.sample(200_000, seed=0).output_tokens
     p50, p90, p99 = np.percentile(out, [50, 90, 99])
@@ -156,4 +156,4 @@ def test_sample_is_seeded():
 
 def test_sample_rejects_bad_n():
     with pytest.raises(ValueError, match="n must be"):
-        profile("brief-sharegpt").sample(0, seed=0)
+        profile("seed-figures").sample(0, seed=0)

@@ -12,6 +12,9 @@ def test_notebook_01_quick(run_notebook):
     assert r["pool_pages_real"] > 10_000
     # the pool arithmetic claims hold exactly: 1000 // 8, 1000 // 32, 1000 // 128
     assert len(r["claims"]) == 5 and [c["verdict"] for c in r["claims"][:3]] == ["holds"] * 3
+    assert [c["claim_type"] for c in r["claims"][:3]] == ["arithmetic"] * 3
+    # the waste rows on the profile calibrated to the seed essay are judged only where the real ShareGPT table agrees
+    assert all(c["trace"] == "seed-figures (fitted profile)" for c in r["claims"][3:])
     # Waste rows: three caps, decode-only and with prompt pages; used fraction is a fraction.
     assert len(r["waste"]) == 6
     assert all(0 < w["kv_used_frac"] <= 1 for w in r["waste"])

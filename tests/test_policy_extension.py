@@ -102,7 +102,7 @@ def test_new_policy_takes_the_lazy_path_and_matches_vllm(scheduler, monkeypatch,
         return lazy_iterations[-1]
 
     monkeypatch.setattr(fast.LazyRun, "run", spy)
-    w = profile("brief-sharegpt").sample(300, seed=3)
+    w = profile("seed-figures").sample(300, seed=3)
     kw = dict(SETUP, scheduler=scheduler, pool_pages=400, arrivals="poisson", qps=20.0, seed=1)
     mine = simulate(w, HalfHeadroom(), engine="fast", **kw)
     assert sum(lazy_iterations) > 0.5 * len(mine.iterations)

@@ -159,36 +159,6 @@ def test_crossover_table_covers_the_catalogue():
             assert below != at
 
 
-def test_claims_table_rows():
-    cat = pc.crossover_table(models=["Llama-3-8B"], gpus=["H200"])
-    claims = pc.preemption_claims("Llama-3-8B", "H200", catalogue=cat)
-    assert list(claims.columns) == list(kvlab.claims.Claim.__dataclass_fields__)
-    assert len(claims) == 2
-    assert claims["verdict"].str.match(r"^(holds|differs)").all()
-    # Llama-3-8B's context (8,192) is far below where attention passes the linear layers.
-    assert claims["verdict"].iloc[1].startswith("differs")
-
-
-def test_fig19_claims_in_the_papers_setup_worked_from_the_cost_functions():
-    # OPT-13B on the A100-40GB, vLLM v0 per-layer copies: 2 x 40 layers x pages copies of
-    # block x 2 x 5120 x 2 bytes each, at 31.5 GB/s + 5 us; recompute alone by the roofline.
-    claims, ratios = pc.fig19_claims(cost_models=["roofline"], block_sizes=[16, 64], min_seq_tokens=512)
-    cost = roofline("OPT-13B", "A100-40GB")
-    seq = np.arange(512, 2049)
-    rec = pc.recompute_s(cost, seq)
-    for bs in (16, 64):
-        pages = -(-seq // bs)
-        swap = 2 * pages * (2 * 40) * (5e-6 + bs * 5120 * 2 / 31.5e9)  # out and back in
-        row = ratios[ratios["block_size"] == bs].iloc[0]
-        assert row["max_ratio"] == pytest.approx(float((rec / swap).max()), rel=1e-9)
-        assert row["min_ratio"] == pytest.approx(float((rec / swap).min()), rel=1e-9)
-    worst = float(ratios["max_ratio"].max())
-    assert claims["roofline"].iloc[0] == pytest.approx(worst)
-    exp = "holds" if worst <= 1.2 else "differs"
-    assert claims["verdict"].iloc[0].startswith((f"roofline: {exp}", exp))
-    assert claims["source_setup"].iloc[0].startswith("OPT-13B on 1 x A100-40GB (TP1-PP1)")
-
-
 @pytest.mark.parametrize("call, match", [
     (lambda: pc.preemption_costs("Llama-3-8B", "H200", [100, 0]), "seq_tokens.*element 1"),
     (lambda: pc.preemption_costs("Llama-3-8B", "H200", [100], block_size=0), "block_size"),
@@ -257,13 +227,17 @@ def test_notebook_03_quick_with_a_measurement(run_notebook, tmp_path):
     assert res["crossover_tokens"] == expected.crossover_tokens
     assert res["winner_below"] == expected.winner_below
     assert len(res["catalogue"]) == len(pc.crossover_table())
-    assert len(res["claims"]) == 4 and res["figures"][0].endswith("recompute-vs-swap.png")
+    assert len(res["claims"]) == 5 and res["figures"][0].endswith("recompute-vs-swap.png")
     assert res["answer"] and res["what_to_do"] and res["setup"]["cost_model"] == "roofline"
-    # The Fig. 19 rows run the paper's set-up whatever this notebook's model: OPT-13B on the A100.
-    fig19, ratios = pc.fig19_claims(block_sizes=[8, 16, 32, 64, 128])
-    assert [c["claim"] for c in res["claims"][:2]] == fig19["claim"].tolist()
-    assert res["claims"][0]["roofline"] == pytest.approx(ratios.loc[ratios["cost_model"] == "roofline", "max_ratio"].max())
+    # The Fig. 19 rows run the paper's set-up whatever this notebook's model: OPT-13B on the A100; the swap
+    # side is not testable (copies unmeasured), and the ~4,000-token rule is a distribution over the catalogue.
+    from kvlab.studies import preemption_claims as prc
+    fig19, ratios = prc.fig19_claims(block_sizes=[8, 16, 32, 64, 128])
+    assert [c["claim"] for c in res["claims"][:3]] == fig19["claim"].tolist()
+    assert [c["kind"] for c in res["claims"]][:3] == ["not reproducible", "not testable", "not testable"]
+    assert res["claims"][1]["roofline"] == pytest.approx(ratios.loc[ratios["cost_model"] == "roofline", "max_ratio"].max())
     assert res["claims"][0]["source_setup"].startswith("OPT-13B on 1 x A100-40GB")
+    assert res["claims"][3]["kind"] == "reported" and sum(c["rows"] for c in res["crossings"]) == len(res["catalogue"])
     fit = res["calibration"]
     assert fit["compute_efficiency"] == pytest.approx(0.5, rel=1e-3)
     assert fit["link_bytes_per_s"] == pytest.approx(40e9, rel=1e-6)

@@ -132,15 +132,17 @@ def test_numbers_in_tables_are_formatted():
     assert format_number(0.0) == "0"
 
 
-def test_verdicts_are_counted_by_their_first_word():
-    claims = [{"verdict": "holds"}, {"verdict": "differs: 2.1x, not 4.6x"}, {"verdict": "Holds exactly"},
-              {"verdict": "not reproducible here: no H200 measurements"}, {"claim": "no verdict key"}]
-    assert report.verdict_counts(claims) == {"holds": 2, "differs": 1, "not reproducible": 1, "no verdict": 1}
+def test_verdicts_are_counted_from_their_structured_kind_never_their_words():
+    from kvlab import claims as c
+
+    # notebook 05's rows as issue 24 found them: the words would count "best" and "mixed"
+    rows = c.table([c.close("a", "s", 2.6, {"roofline": 4.0, "measured": 2.5}, note="roofline: best on chat"),
+                    c.close("b", "s", 3.7, {"roofline": 3.5, "measured": 3.6}),
+                    c.close("c", "s", 5.6, 2.0), c.not_reproducible("d", "s", "2x", "no set-up")])
+    assert report.verdict_counts(rows.to_dict(orient="records")) == \
+        {"mixed": 1, "holds": 1, "differs": 1, "not reproducible": 1}
+    assert report.verdict_counts([{"verdict": "holds"}]) == {"unclassified": 1}
     assert report.verdict_counts(None) == {}
-    per_model = [{"verdict": "roofline: differs (+92%); measured: differs (+37%)"},
-                 {"verdict": "roofline: differs (-49%); measured: holds"},
-                 {"verdict": "holds under roofline and measured"}]
-    assert report.verdict_counts(per_model) == {"differs": 1, "mixed": 1, "holds": 1}
 
 
 @pytest.mark.parametrize("mask", [0o022, 0o077])

@@ -86,7 +86,7 @@ def test_index_answers_each_notebooks_question(quick_report):
         for kind, n in kinds.items():
             assert f"{n} {kind}" in page.text, (nb.stem, kind)
     # the run's inputs and provenance
-    for text in ("kvlab 0.", "model Llama-3-8B", "gpu H100-SXM", "profile brief-sharegpt", "quick True",
+    for text in ("kvlab 0.", "model Llama-3-8B", "gpu H100-SXM", "profile seed-figures", "quick True",
                  "kvlab report 01 02 -p quick true"):
         assert text in page.text
 

@@ -65,7 +65,7 @@ def test_a_test_policy_runs_compiled_and_matches_vllm(scheduler, monkeypatch):
         return compiled(**kw)
 
     monkeypatch.setattr(fast, "run_compiled", spy)
-    w = profile("brief-sharegpt").sample(300, seed=3)
+    w = profile("seed-figures").sample(300, seed=3)
     kw = dict(SETUP, scheduler=scheduler, pool_pages=120, arrivals="poisson", qps=20.0, seed=1)
     mine = simulate_fast(w, HalfHeadroom(), **kw)
     assert calls == ["test_half_headroom"]
@@ -93,7 +93,7 @@ def test_small_row_buffer_and_reasked_answers_change_nothing(mode, monkeypatch):
         ask(self, ids, gen)
 
     monkeypatch.setattr(fast.compiled._Facts, "ask", counting)
-    w = profile("brief-sharegpt").sample(200, seed=5)
+    w = profile("seed-figures").sample(200, seed=5)
     w["prompt_tokens"] = np.minimum(w["prompt_tokens"], 300)
     kw = {"block_size": 16, "cost_model": COST, "seed": 2, "pool_pages": 90, "arrivals": "poisson", "qps": 40.0,
           "preemption_mode": mode, "cpu_pool_pages": 60}
@@ -116,7 +116,7 @@ def test_idle_gaps_between_arrivals():
 @pytest.mark.parametrize("block_size", [3, 12])
 def test_block_sizes_that_are_not_powers_of_two(block_size):
     """Pages by ceiling division (the compiled loop shifts for powers of two): the reference's tables."""
-    w = profile("brief-sharegpt").sample(150, seed=6)
+    w = profile("seed-figures").sample(150, seed=6)
     w["prompt_tokens"] = np.minimum(w["prompt_tokens"], 200)
     kw = {"block_size": block_size, "cost_model": COST, "seed": 2, "pool_pages": 1800 // block_size,
           "arrivals": "poisson", "qps": 30.0, "max_num_batched_tokens": 4 * block_size * 10, "max_new_tokens": 256}

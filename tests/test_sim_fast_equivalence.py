@@ -187,10 +187,10 @@ def test_device_and_numpy_runs_are_identical(device_xp):
     ("sglang", {"pool_pages": 60, "max_new_tokens": 256}),
 ])
 def test_fast_equals_reference_on_longer_runs(policy, kw, fast_loop):
-    """Hundreds of requests from the brief-sharegpt profile: long lazy runs and stretches, many page phases."""
+    """Hundreds of requests from the seed-figures profile: long lazy runs and stretches, many page phases."""
     from kvlab.lengths import profile
 
-    w = profile("brief-sharegpt").sample(300, seed=1)
+    w = profile("seed-figures").sample(300, seed=1)
     w["prompt_tokens"] = np.minimum(w["prompt_tokens"], 400)
     args = {"block_size": 16, "cost_model": COST, "seed": 2, **kw}
     assert_same(run(w, policy, "reference", **args), run(w, policy, "fast", **args))

@@ -12,7 +12,7 @@ from test_sim_fast_equivalence import COST, assert_same, run
 
 @pytest.mark.parametrize("scheduler", ["chunked", "prefill_first"])
 def test_packing_rows_mid_run_changes_nothing(scheduler, monkeypatch, array_loop):
-    w = profile("brief-sharegpt").sample(200, seed=4)
+    w = profile("seed-figures").sample(200, seed=4)
     w["prompt_tokens"] = np.minimum(w["prompt_tokens"], 300)
     kw = {"block_size": 16, "cost_model": COST, "seed": 2, "pool_pages": 300, "arrivals": "poisson", "qps": 20.0,
           "scheduler": scheduler}

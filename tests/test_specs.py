@@ -102,6 +102,8 @@ def test_every_catalogue_row_is_its_config_through_model_from_config():
     ("Qwen2.5-7B", 7.61e9, 1e-3), ("Qwen2.5-72B", 72.7e9, 1e-3), ("Llama-3.1-405B", 405e9, 3e-3),
     ("DeepSeek-V3", 671e9, 1e-3), ("OPT-175B", 175e9, 3e-3), ("Gemma-2-9B", 9.24e9, 1e-3),
     ("Phi-3-mini-4k", 3.8e9, 1e-2), ("Falcon-180B", 180e9, 1e-2),
+    # Qwen3 technical report (arXiv 2505.09388) Tables 1-2: 32.8B; 30.5B total.
+    ("Qwen3-32B", 32.8e9, 2e-3), ("Qwen3-30B-A3B", 30.5e9, 2e-3),
 ])
 def test_parameter_counts_match_published_figures(name, published, rtol):
     assert specs.model(name).num_params == pytest.approx(published, rel=rtol, abs=0)
@@ -110,6 +112,7 @@ def test_parameter_counts_match_published_figures(name, published, rtol):
 def test_active_parameters_of_the_mixtures_of_experts():
     assert specs.model("Mixtral-8x7B").num_active_params == pytest.approx(12.9e9, rel=2e-3)  # Mixtral paper: 12.9B
     assert specs.model("DeepSeek-V3").num_active_params == pytest.approx(37e9, rel=2e-2)    # DeepSeek-V3: 37B
+    assert specs.model("Qwen3-30B-A3B").num_active_params == pytest.approx(3.3e9, rel=2e-2)  # Qwen3 report: 3.3B
     assert specs.model("Llama-3-8B").num_active_params == specs.model("Llama-3-8B").num_params
 
 

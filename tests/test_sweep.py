@@ -17,7 +17,7 @@ GRID = {"policy": ["vllm", "reserve_max"], "max_new_tokens": [64, 256]}
 
 @pytest.fixture(scope="module")
 def workload() -> pd.DataFrame:
-    return profiles.profile("brief-sharegpt").sample(40, seed=7)
+    return profiles.profile("seed-figures").sample(40, seed=7)
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +148,7 @@ def test_bad_sweep_arguments(workload, kwargs, match):
 
 def test_profile_needs_num_requests_and_a_known_name():
     with pytest.raises(ValueError, match="num_requests must be given"):
-        kvlab.sweep("brief-sharegpt", {"block_size": [16]}, fixed=FIXED)
+        kvlab.sweep("seed-figures", {"block_size": [16]}, fixed=FIXED)
     with pytest.raises(ValueError, match="workload profile 'sharegpt' is unknown"):
         kvlab.sweep("sharegpt", {"block_size": [16]}, num_requests=5, fixed=FIXED)
 

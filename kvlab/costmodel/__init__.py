@@ -11,8 +11,10 @@ num_seqs=1)`` (aggregates over the batch, NumPy or CuPy arrays):
 
 :func:`cost_model` picks one by name (default: measured where the GPU has measurements, else the
 roofline) and wraps it for pipeline parallelism; :func:`resolve` turns what a user passes as
-``cost_model=`` ("measured", "roofline", a model object or None) into a model; :func:`describe`
-gives the readable name every result records.
+``cost_model=`` ("measured", "roofline", a cost-model file or shipped stack name, a model object
+or None) into a model; :func:`describe` gives the readable name every result records. A serving
+stack (:mod:`.stacks`: per-iteration and per-sequence CPU overheads and a GPU-time scale fitted to
+real servers, ``"vllm-v0"``, ``"vllm-v1"``, or a user's ``kvlab calibrate`` file) adds to either model.
 """
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ from typing import Any
 
 from .. import _validate as v
 from ..specs import GPUSpec, ModelSpec, gpu as _gpu, model as _model
-from .measured import MeasuredCostModel, measured, measured_gpus, send_recv, unsupported
+from .measured import MeasuredCostModel, constants as _constants, measured, measured_gpus, send_recv, unsupported
 from .roofline import CostModel, prefill_attention_pairs, roofline
+from . import stacks as _stacks
 
 SOURCES = ("measured", "roofline")
 
@@ -46,8 +49,9 @@ def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: i
     stack : str
         Serving stack whose CPU overheads the measured model adds (:func:`measured`): ``"none"``
         (default, GPU time only: what a stack that hides its CPU work, such as vLLM V1 with CUDA
-        graphs, approaches) or ``"sarathi-serve"`` (the overheads fitted to Sarathi-Serve's 2023
-        batches, for reproducing that paper's set-up).
+        graphs, approaches), ``"sarathi-serve"`` (the overheads fitted to Sarathi-Serve's 2023
+        batches, for reproducing that paper's set-up), a fitted stack of :mod:`.stacks`
+        (``"vllm-v0"``, ``"vllm-v1"``) or the path of a cost-model file (``kvlab calibrate``).
     link : str
         Stage link under PP (:func:`kvlab.pipeline.pipeline_cost`).
 
@@ -64,6 +68,18 @@ def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: i
     tp, pp = v.positive_int(tp, "tp"), v.positive_int(pp, "pp")
     if source is not None:
         v.choice(source, "source", SOURCES)
+    known_stacks = ["none", *_constants().get("stacks", {}), *_stacks.named_stacks()]
+    if stack not in known_stacks and not _stacks.is_cost_model_file(stack):
+        raise ValueError(f"unknown stack {stack!r}: known are {', '.join(known_stacks)} "
+                         "(or a cost-model file path ending in .json)")
+    if _stacks.is_cost_model_file(stack):  # a fitted stack (kvlab.costmodel.stacks) on the stack-free model
+        terms = _stacks.load(stack)
+        base = cost_model(m, g, tp=tp, pp=1, source=source or terms.base, link=link)
+        stage = _stacks.apply(base, terms)
+        if pp == 1:
+            return stage
+        from ..pipeline import pipeline_cost
+        return pipeline_cost(m, g, tp=tp, pp=pp, stage_cost=stage, link=link)
     why = None if source == "roofline" else unsupported(m, g, tp=tp)
     use_measured = source != "roofline" and why is None
     if use_measured:
@@ -82,17 +98,26 @@ def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: i
 
 
 def resolve(cost: Any, model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 1,
-            link: str = "in-node") -> Any:
-    """The model a ``cost_model=`` argument names: ``None``, ``"measured"``, ``"roofline"`` or an object.
+            link: str = "in-node", stack: str | None = None) -> Any:
+    """The model a ``cost_model=`` argument names: ``None``, ``"measured"``, ``"roofline"``, a
+    cost-model file (a path ending in ``.json``, or a shipped stack's name: :mod:`.stacks`) or an object.
 
     ``None`` is :func:`cost_model`'s default (measured where the GPU has measurements); an object
-    must have ``iteration_s`` and is returned as is.
+    must have ``iteration_s`` and is returned as is. ``stack`` adds a stack to a named source.
     """
+    if isinstance(cost, str) and _stacks.is_cost_model_file(cost):
+        if stack not in (None, "none"):
+            raise ValueError(f"cost_model {cost!r} is a cost-model file with its own stack; "
+                             f"stack={stack!r} cannot be added to it")
+        return cost_model(model, gpu, tp=tp, pp=pp, stack=cost, link=link)
     if cost is None or isinstance(cost, str):
         if isinstance(cost, str) and cost not in SOURCES:
-            raise ValueError(f"cost_model must be one of {', '.join(SOURCES)}, a cost model object or None, "
-                             f"got {cost!r}")
-        return cost_model(model, gpu, tp=tp, pp=pp, source=cost, link=link)
+            raise ValueError(f"cost_model must be one of {', '.join(SOURCES)}, a cost-model file (.json or one "
+                             f"of {', '.join(_stacks.named_stacks()) or 'none shipped'}), a cost model object "
+                             f"or None, got {cost!r}")
+        return cost_model(model, gpu, tp=tp, pp=pp, source=cost, link=link, stack=stack or "none")
+    if stack not in (None, "none"):
+        raise ValueError(f"stack={stack!r} cannot be added to a cost model object; pass a named source or file")
     if not callable(getattr(cost, "iteration_s", None)):
         raise ValueError(f"cost_model must be 'measured', 'roofline', None or a kvlab.costmodel model "
                          f"(anything with iteration_s), got {type(cost).__name__}")

@@ -7,7 +7,7 @@ fits' SciPy optimisers.
 from .._lazy import attach as _attach
 
 __getattr__, __dir__, __all__ = _attach(__name__, {
-    **dict.fromkeys(["censoring_bias", "cdf_curves", "length_claims", "qq_points", "recommend_max_new_tokens",
+    **dict.fromkeys(["censoring_bias", "cdf_curves", "qq_points", "recommend_max_new_tokens",
                      "workload_sample"], "analysis"),
     **dict.fromkeys(["DEFAULT_FAMILIES", "FAMILIES", "family"], "families"),
     **dict.fromkeys(["FittedLength", "fit", "fit_binned", "fit_family", "percentile_ci", "percentiles"], "fit"),

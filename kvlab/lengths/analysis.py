@@ -1,5 +1,5 @@
 """What notebook 02 shows, as functions: workload samples, censoring bias, recommended caps,
-CDF / QQ curves of fitted families, and the brief's length claims checked against a sample."""
+CDF / QQ curves of fitted families (the seed essay's length claims are :mod:`kvlab.studies.seed_claims`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,15 +9,11 @@ import numpy as np
 import pandas as pd
 
 from .. import _validate as v
-from .. import claims as _claims
 from .. import traces
 from ..reservation import pages_for
 from ..trace_window import trace_window
 from .fit import fit_family, lengths_array
 from .profiles import list_profiles, profile
-
-BRIEF = "kvlab brief section 3 (claim, no primary source found)"
-
 
 def workload_sample(workload: str | Path, num_requests: int | None = None, seed: int = 0) -> tuple[pd.DataFrame, str]:
     """Requests of a workload: a profile name (sampled) or a trace path (loaded).
@@ -148,25 +144,3 @@ def qq_points(output_tokens: Any, fits: pd.DataFrame, *, num_points: int = 99) -
     return pd.concat([pd.DataFrame({"prob": probs, "empirical_tokens": emp, "fitted_tokens": f.ppf(probs),
                                     "family": name})
                       for name, f in zip(fits["family"], fits["fitted"])], ignore_index=True)
-
-
-def length_claims(output_tokens: Any, fits: pd.DataFrame) -> pd.DataFrame:
-    """The brief's output-length claims checked against a sample and its fit table.
-
-    Median 21 tokens, p90 ~4.6x median, p99 ~10.8x median (10% tolerance), and "log-t fits output
-    lengths better than log-normal" (holds when log-normal's AIC exceeds log-t's by at least 2,
-    the usual threshold for real support).
-    """
-    x = lengths_array(output_tokens, "output_tokens")
-    p50, p90, p99 = np.percentile(x, [50, 90, 99])
-    aic = dict(zip(fits["family"], fits["aic"]))
-    rows = [
-        _claims.close("ShareGPT output median (tokens)", BRIEF, 21, p50),
-        _claims.close("p90 / median", BRIEF, 4.6, p90 / p50),
-        _claims.close("p99 / median", BRIEF, 10.8, p99 / p50),
-    ]
-    if {"log-t", "log-normal"} <= set(aic):
-        rows.append(_claims.at_least("log-t fits output lengths better than log-normal (AIC(log-normal) - "
-                                     "AIC(log-t))", "kvlab brief section 5 (TIE models length as log-t)",
-                                     2.0, aic["log-normal"] - aic["log-t"]))
-    return _claims.table(rows)

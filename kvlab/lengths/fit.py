@@ -34,8 +34,9 @@ _TINY = 1e-300
 
 
 def lengths_array(x: Any, name: str = "x") -> np.ndarray:
-    """``x`` as a 1-D int64 array of lengths >= 1 (tokens), or ``ValueError`` naming the element."""
-    arr = v.nonnegative_int_array(x, name)
+    """``x`` as a 1-D int64 array of lengths in [1, ``MAX_TRACE_TOKENS``] (tokens), or ``ValueError``
+    naming the element."""
+    arr = v.nonnegative_int_array(x, name, maximum=v.MAX_TRACE_TOKENS)
     zeros = np.flatnonzero(arr == 0)
     if zeros.size:
         raise ValueError(f"{name} must hold lengths >= 1 token; element {int(zeros[0])} is 0")
@@ -309,7 +310,7 @@ def fit_binned(upper_tokens: Any, counts: Any, families: Iterable[str] = DEFAULT
             or upper[0] <= 0 or np.any(~np.isfinite(upper[:-1])):
         raise ValueError("upper_tokens must be increasing positive bucket bounds (only the last may be inf), "
                          "one per count")
-    if np.any(w < 0) or w.sum() < 2:
+    if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() < 2:
         raise ValueError(f"counts must be >= 0 and hold at least 2 lengths, got {w.sum():g}")
     censored = not np.isfinite(upper[-1])
     finite = upper[:-1] if censored else upper

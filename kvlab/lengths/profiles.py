@@ -236,7 +236,7 @@ class Profile:
 
         Examples
         --------
-        >>> df = profile("brief-sharegpt").sample(5, seed=0)
+        >>> df = profile("seed-figures").sample(5, seed=0)
         >>> list(df.columns), str(df.output_tokens.dtype)
         (['prompt_tokens', 'output_tokens', 'censored'], 'int64')
         """
@@ -286,12 +286,14 @@ def read_profile(path: str | Path, name: str | None = None) -> Profile:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"profile file {path} does not exist")
-    raw = v.read_yaml_mapping(path, "profile file")
+    raw = v.yaml_data(v.read_text_file(path, "profile file", max_bytes=1 << 20), f"profile file {path}")
+    if not isinstance(raw, dict):
+        raise ValueError(f"profile file {path}: expected a mapping at the top level")
     for key in ("source", "prompt", "output"):
         if key not in raw:
             raise ValueError(f"profile file {path}: missing key {key!r}")
-    rho = float(raw.get("copula_rho", 0.0))
-    if not -1.0 < rho < 1.0:
+    rho = raw.get("copula_rho", 0.0)
+    if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not -1.0 < rho < 1.0:
         raise ValueError(f"profile file {path}: copula_rho must lie in (-1, 1), got {rho}")
     return Profile(name=name or path.stem, source=str(raw["source"]), note=str(raw.get("note", "")),
                    prompt=_marginal(raw["prompt"], f"{path} prompt"),

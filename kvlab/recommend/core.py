@@ -48,6 +48,7 @@ import pandas as pd
 from .. import _validate as v
 from .._workers import worker_pool
 from ..arrivals import PROCESSES, gap_cv
+from ..validate.trust_figures import trust as _trust
 from ..capacity import SLO, ServingConfig, capacity, serve, slo_verdict
 from ..costmodel import measured_gpus as _measured_gpus
 from ..lengths import recommend_max_new_tokens
@@ -746,7 +747,8 @@ def recommend(trace: pd.DataFrame, *, model: Any, gpu: Any, system: str | None =
              "block_size": block_size, "num_windows": len(starts), "window_requests": n_win, "window_starts": starts,
              "seed": seed, "capacity_rel_tol": rel_tol, "capacity_grid_start_qps": cap_kw["qps_start"],
              "capacity_arrivals": process,
-             "gap_cv": gap_cv(served["arrival_s"].to_numpy()) if timed and len(served) > 2 else None}
+             "gap_cv": gap_cv(served["arrival_s"].to_numpy()) if timed and len(served) > 2 else None,
+             "trust": _trust(cost_model, gpu=gpu_spec)}  # validated error on real servers (kvlab.validate.trust)
     load_record = {"source": trace.attrs.get("source", "table"), **load.as_dict(), "rate_scale": rate_scale,
                    "qps": qps, "offered_rate_per_s": offered, "trace_requests_all": fit.trace_requests,
                    "refused_requests": fit.prompts_over_context}
@@ -848,7 +850,8 @@ def render_text(rec: Recommendation) -> str:
         f" ({s['weights']} weights, {s['kv_cache_dtype']} KV)"
     lines = [*_wrap(f"{s['model']}{precision} on {s['tp']} x {s['gpu']}; {s['system']} ({s['version_family']}); "
                     f"SLO {s['slo']}" + ("" if s.get("slo_p99_ttft_s") is not None else " (no TTFT bound: --slo-p99-ttft)")),
-             *_wrap(f"cost model: {s['cost_model']}{gpu_note}; {s['scheduler']} scheduler, block {s['block_size']}")]
+             *_wrap(f"cost model: {s['cost_model']}{gpu_note}; {s['scheduler']} scheduler, block {s['block_size']}"),
+             *_wrap(s.get("trust") or "real servers: not validated")]
     if rate:
         own = "the trace's own rate" + ("" if ld["how"] == "all" else " over the rows served")
         if ld.get("qps"):

@@ -10,9 +10,9 @@ from .execute import NotebookError, execute_notebook
 from .notebooks import (ParameterWarning, format_parameters, list_notebooks, notebook_parameters, parameters,
                         resolve_notebooks, split_parameters)
 from .pages import export_html
-from .results import read_results, verdict_counts, verdict_kind, write_results
+from .results import read_results, verdict_counts, write_results
 from .run import run_report
 
 __all__ = ["NotebookError", "ParameterWarning", "execute_notebook", "export_html", "format_parameters",
            "list_notebooks", "notebook_parameters", "parameters", "read_results", "resolve_notebooks",
-           "run_report", "split_parameters", "verdict_counts", "verdict_kind", "write_results"]
+           "run_report", "split_parameters", "verdict_counts", "write_results"]

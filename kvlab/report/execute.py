@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from .kernel import SETUP_SOURCE, SETUP_TAG
-from .notebooks import notebook_parameters, resolve_notebooks
+from .notebooks import check_values, notebook_parameters, resolve_notebooks
 from .results import read_results
 
 KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
@@ -114,6 +114,7 @@ def execute_notebook(notebook: str | os.PathLike, output_path: str | os.PathLike
     if unknown:
         raise ValueError(f"notebook {path.stem} has no parameter(s) {', '.join(unknown)}; "
                          f"its parameters are {', '.join(declared)}")
+    check_values(path, params, declared)
     if "results_path" in declared:
         params["results_path"] = str(results_path.resolve())
     output_path.parent.mkdir(parents=True, exist_ok=True)

@@ -120,25 +120,65 @@ def format_parameters(paths: Iterable[Path]) -> str:
     return "\n\n".join(blocks)
 
 
+#: Parameters ``kvlab report`` sets itself: a value given for one is an error, never replaced silently.
+SET_BY_REPORT = ("results_path",)
+
+#: Values a parameter takes, by the type of its default (``None`` and expressions take any value).
+_ACCEPTS = {"bool": ((bool,), "true or false"), "int": ((int,), "an integer"),
+            "float": ((int, float), "a number"), "str": ((str,), "a string"),
+            # a list parameter also takes one value (kvlab's functions take a value or a list of them)
+            "list": ((list, tuple, str, int, float), "a list or one value"), "dict": ((dict,), "a mapping")}
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}... ({len(text):,} characters)"
+
+
+def check_values(path: Path, values: Mapping[str, Any], declared: Mapping[str, str] | None = None) -> None:
+    """``ValueError`` unless each of ``values`` is a parameter ``path`` declares, of its default's
+    type (``"yes please"`` is not a bool, ``1.5`` not an int), and not one kvlab report sets."""
+    declared = notebook_parameters(path) if declared is None else declared
+    for name, value in values.items():
+        if name in SET_BY_REPORT:
+            raise ValueError(f"parameter {name} of notebook {path.stem} is set by kvlab (the run folder's "
+                             f"{path.stem}.json); it cannot be given")
+        if name not in declared:
+            continue  # unknown names are reported by the caller, with the notebook's parameters
+        accepted = _ACCEPTS.get(_type_name(declared[name]))
+        if accepted is None:
+            continue
+        types, what = accepted
+        if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+            raise ValueError(f"parameter {name} of notebook {path.stem} must be {what} (its default is "
+                             f"{declared[name][:40]}), got {_shown(value)}")
+
+
 def split_parameters(paths: list[Path], given: Mapping[str, Any]) -> dict[Path, dict[str, Any]]:
     """Give each notebook the parameters it declares.
 
-    A key is a parameter name (given to every selected notebook that declares it) or a notebook
-    selector mapping to that notebook's own ``{name: value}`` (as in a YAML file). A name no
-    selected notebook declares raises ``ValueError``; a name only some declare warns
-    (:class:`ParameterWarning`), naming the notebooks that run without it.
+    A key is a parameter name (given to every selected notebook that declares it) or, when no
+    selected notebook declares it, a notebook selector mapping to that notebook's own
+    ``{name: value}`` (as in a YAML file). A name no selected notebook declares raises
+    ``ValueError``; a name only some declare warns (:class:`ParameterWarning`), naming the
+    notebooks that run without it. Each value is checked by :func:`check_values`.
     """
     declared = {p: notebook_parameters(p) for p in paths}
     per: dict[Path, dict[str, Any]] = {p: {} for p in paths}
     unused = []
+    names = {name for d in declared.values() for name in d}
     for key, value in given.items():
-        if isinstance(value, Mapping):
-            target = resolve_notebooks([key])[0]
+        if isinstance(value, Mapping) and key not in names and key not in SET_BY_REPORT:
+            try:
+                target = resolve_notebooks([key])[0]
+            except ValueError:  # neither a parameter nor a notebook
+                unused.append(key)
+                continue
             if target not in per:
                 raise ValueError(f"parameters are given for notebook {target.stem}, which is not in this run")
             unknown = sorted(set(value) - set(declared[target]))
             if unknown:
-                raise ValueError(f"notebook {target.stem} has no parameter(s) {', '.join(unknown)}; "
+                raise ValueError(f"notebook {target.stem} has no parameter(s) {', '.join(u[:40] for u in unknown)}; "
                                  f"its parameters are {', '.join(declared[target])}")
             per[target].update(value)
             continue
@@ -154,6 +194,9 @@ def split_parameters(paths: list[Path], given: Mapping[str, Any]) -> dict[Path, 
                           f"{', '.join(missed)} {'does' if len(missed) == 1 else 'do'} not declare it "
                           "and run without it", ParameterWarning, stacklevel=3)
     if unused:
-        raise ValueError(f"parameter(s) {', '.join(sorted(unused))} are declared by none of the notebooks "
-                         f"{', '.join(p.stem for p in paths)} (kvlab report --list-params shows theirs)")
+        raise ValueError(f"parameter(s) {', '.join(_shown(u)[1:-1][:40] for u in sorted(unused))} are declared by "
+                         f"none of the notebooks {', '.join(p.stem for p in paths)} (kvlab report --list-params "
+                         "shows theirs)")
+    for p in paths:
+        check_values(p, per[p], declared[p])
     return per

@@ -68,38 +68,13 @@ def read_results(path: str | os.PathLike) -> dict:
         return json.load(fh)
 
 
-def verdict_kind(verdict: Any) -> str:
-    """A claims verdict's kind: its first word (``holds``, ``differs``, ...), or ``not reproducible``.
-
-    >>> verdict_kind("differs: 1.8x the claimed 4.6x")
-    'differs'
-    >>> verdict_kind("not reproducible here: no measurements for H200")
-    'not reproducible'
-
-    A verdict per cost model (``"roofline: differs (...); measured: holds"``) is the kind both
-    models agree on, else ``mixed``:
-
-    >>> verdict_kind("roofline: differs (+92%); measured: differs (+37%); best on arxiv")
-    'differs'
-    >>> verdict_kind("roofline: differs (1.4x below 1.7-2.7x); measured: holds")
-    'mixed'
-    """
-    text = str(verdict or "").strip().lower()
-    if text.startswith("not reproducible"):
-        return "not reproducible"
-    per_model = [part.split(":", 1)[1] for part in text.split(";")
-                 if part.strip().split(":", 1)[0] in ("roofline", "measured") and ":" in part]
-    if per_model:
-        kinds = {verdict_kind(part) for part in per_model}
-        return kinds.pop() if len(kinds) == 1 else "mixed"
-    words = text.split()
-    return words[0].strip(".,:;()") if words else "no verdict"
-
-
 def verdict_counts(claims: Any) -> dict[str, int]:
-    """How many of ``claims`` (records with a ``verdict``) have each :func:`verdict_kind`, most
-    common first."""
+    """How many of ``claims`` (records of :func:`kvlab.claims.table`) have each verdict ``kind``, most common first.
+
+    The kind is the structured field each row carries (:data:`kvlab.claims.KINDS`), never parsed
+    from the verdict's words; a record without one counts as ``unclassified``.
+    """
     if not isinstance(claims, list):
         return {}
-    kinds = [verdict_kind(c.get("verdict")) for c in claims if isinstance(c, Mapping)]
+    kinds = [str(c.get("kind") or "unclassified") for c in claims if isinstance(c, Mapping)]
     return dict(collections.Counter(kinds).most_common())

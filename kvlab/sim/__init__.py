@@ -5,6 +5,7 @@ The engine's rules are written once, at the top of :mod:`kvlab.sim.reference`.
 from __future__ import annotations
 
 import inspect
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,7 +78,8 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
              preemption_mode: str = "recompute", arrivals: str = "auto", qps: float | None = None,
              burst_cv: float = 1.0, cpu_pool_pages: int | None = None, copy_latency_s: float = DEFAULT_COPY_LATENCY_S,
              seed: int = 0, record_iterations: bool = False, engine: str = "fast",
-             cost_model: Any = None, max_model_len: int | None = None, **policy_params: Any) -> SimResult:
+             cost_model: Any = None, max_model_len: int | None = None, stack: str | None = None,
+             **policy_params: Any) -> SimResult:
     """Serve ``workload`` under one reservation policy and return per-request and summary figures.
 
     Parameters
@@ -133,7 +135,12 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
     cost_model : {"measured", "roofline"}, cost model object or None
         The iteration-time model (:func:`kvlab.costmodel.resolve`): ``None`` (default) is the
         measured model where ``gpu`` has measurements, else the spec-sheet roofline;
-        ``params["cost_model"]`` of the result names the one that ran.
+        ``params["cost_model"]`` of the result names the one that ran. Also the path of a
+        cost-model file (``kvlab calibrate``) or a shipped stack's name (``"vllm-v0"``, ``"vllm-v1"``).
+    stack : str, optional
+        The serving stack added to a named cost model (:mod:`kvlab.costmodel.stacks`): ``"none"``
+        (the default: GPU time only), ``"sarathi-serve"``, ``"vllm-v0"``, ``"vllm-v1"`` or a file;
+        ``params["stack"]`` of the result names it.
     max_model_len : int, optional
         The context limit (tokens, prompt + output); default the model's ``max_context_tokens``.
         A request whose prompt reaches it is rejected (aborted, reason "prompt exceeds the
@@ -174,9 +181,14 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
     context = _apply_context(all_prompt, all_output, max_new_tokens=max_new_tokens,
                              max_model_len=(m.max_context_tokens if max_model_len is None
                                             else v.positive_int(max_model_len, "max_model_len")))
+    if max_new_tokens > context.max_model_len:  # no request can hold more than the context: reserve no more
+        warnings.warn(f"max_new_tokens {max_new_tokens:,} exceeds max_model_len {context.max_model_len:,}: no request "
+                      f"can hold more than its context, so policies reserve with max_new_tokens = "
+                      f"{context.max_model_len:,}", UserWarning, stacklevel=2)
+        max_new_tokens = context.max_model_len
     kept = ~context.rejected
     prompt, output, arrival_s, ids = all_prompt[kept], context.output_tokens, all_arrival_s[kept], all_ids[kept]
-    cost = _resolve_cost(cost_model, m, g, tp=tp)
+    cost = _resolve_cost(cost_model, m, g, tp=tp, stack=stack)
     if isinstance(policy, Policy):
         if policy_params:
             raise ValueError(f"policy parameters {sorted(policy_params)} were given with a Policy instance; "
@@ -206,9 +218,22 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
               "max_num_batched_tokens": max_num_batched_tokens, "preemption_mode": mode.value,
               "cpu_pool_pages": swap.cpu_pool_pages, "page_copy_s": swap.page_copy_s, "model": m.name,
               "gpu": g.name, "tp": tp, "engine": engine, "cost_model": _describe_cost(cost),
+              "stack": _stack_name(cost_model, stack),
               "max_model_len": context.max_model_len}
     return SimResult(requests=req_table, iterations=it_table if record_iterations else None,
                      summary=summarize(req_table, it_table, num_pages=num_pages), params=params)
+
+
+def _stack_name(cost_model: Any, stack: str | None) -> str:
+    """The serving stack a simulation ran with, as its result states it."""
+    from ..costmodel.stacks import is_cost_model_file
+
+    if isinstance(cost_model, str) and is_cost_model_file(cost_model):
+        return cost_model
+    if cost_model is None or isinstance(cost_model, str):
+        return stack or "none"
+    terms = getattr(cost_model, "terms", None)
+    return getattr(terms, "name", None) or "as in the cost model object"
 
 
 def _arrivals(kind: str, n: int, trace: np.ndarray | None, *, qps: float | None, burst_cv: float,

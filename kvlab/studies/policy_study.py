@@ -90,12 +90,14 @@ def decode_scaling(iterations: pd.DataFrame) -> tuple[float, float]:
 
 
 def policy_claims(sweep: pd.DataFrame, overflow: pd.DataFrame, iterations: pd.DataFrame, *,
-                  kvlab_setup: _claims.SetUp | str = "", cost_model: str = "") -> pd.DataFrame:
-    """The brief's claims of notebook 04, every value computed from the simulations passed in.
+                  kvlab_setup: _claims.SetUp | str = "", cost_model: str = "", workload: str = "",
+                  num_requests: int | None = None) -> pd.DataFrame:
+    """The seed essay's claims of notebook 04, every value computed from the simulations passed in.
 
-    The brief states these for serving in general, not for one set-up; kvlab checks them in the
-    set-up it ran (``kvlab_setup``), under the cost model that ran (``cost_model``: its value
-    goes in that column). The vLLM paper's capacity claims are :mod:`kvlab.studies.vllm_paper`'s.
+    The seed essay states these for serving in general, not for one set-up; kvlab checks them in
+    the set-up it ran (``kvlab_setup``, on ``workload`` of ``num_requests`` requests), under the
+    cost model that ran (``cost_model``: its value goes in that column). The vLLM paper's capacity
+    claims are :mod:`kvlab.studies.vllm_paper`'s.
 
     Parameters
     ----------
@@ -109,29 +111,42 @@ def policy_claims(sweep: pd.DataFrame, overflow: pd.DataFrame, iterations: pd.Da
         The set-up the runs used.
     cost_model : {"roofline", "measured", ""}
         The cost model the runs used ("" for a figure no cost model enters).
+    workload : str
+        The trace or profile the runs used (for the rows' provenance).
+    num_requests : int, optional
+        Requests per run.
     """
     def val(x: float) -> float | dict[str, float]:
         return {cost_model: x} if cost_model else x
-    brief = "the brief's serving in general"
+
+    def inputs(metric: str, read_from: str) -> _claims.Inputs:
+        return _claims.Inputs(trace=workload, trace_kind="stated in general" if workload else "no trace",
+                              num_requests=num_requests, metric=metric, read_from=read_from)
+    brief = "the seed essay's serving in general"
     kw = dict(source_setup=brief, kvlab_setup=kvlab_setup)
     # 1. decode throughput vs batch size.
     slope, r = decode_scaling(iterations)
     c1 = _claims.close("Throughput grows about linearly with batch size (decode tokens/s vs batch, log-log slope)",
-                       "brief section 2", 1.0, val(slope), rel_tol=0.25,
-                       note=f"r = {r:.2f}; below 1 as the KV read grows with the batch", **kw)
+                       "the seed essay, section 2", 1.0, val(slope), rel_tol=0.25,
+                       note=f"r = {r:.2f}; below 1 as the KV read grows with the batch",
+                       inputs=inputs("throughput vs batch size", "log-log fit over the decode-only iterations of "
+                                     "one vllm run"), **kw)
     # 2. TTFT rises with max_new_tokens under reserve-to-max.
     rm = sweep[sweep["policy"] == "reserve_max"].sort_values("max_new_tokens")
     ratio = float(rm["ttft_p50_s"].iloc[-1] / rm["ttft_p50_s"].iloc[0])
     c2 = _claims.at_least(
         f"A large max_new_tokens raises TTFT through queueing (reserve_max p50 TTFT, "
         f"{int(rm['max_new_tokens'].iloc[-1])} vs {int(rm['max_new_tokens'].iloc[0])} tokens)",
-        "brief section 2", 2.0, val(ratio), note="ratio of p50 TTFT", **kw)
+        "the seed essay, section 2", 2.0, val(ratio), note="ratio of p50 TTFT",
+        inputs=inputs("TTFT against max_new_tokens", "p50 TTFT of the reserve_max rows of the policy sweep"), **kw)
     # 3. preemption concentrates in the tail.
     rec = overflow[(overflow["policy"] == "tgi") & (overflow["preemption_mode"] == "recompute")].iloc[0]
     base = overflow[overflow["policy"] == "reserve_max"].iloc[0]
     c3 = _claims.at_least(
         "Preemption concentrates in the tail (share of preempted requests above the p90 latency)",
-        "brief section 4", 0.5, val(float(rec["tail_share"])),
+        "the seed essay, section 4", 0.5, val(float(rec["tail_share"])),
+        inputs=inputs("where preemption strikes", "the overflow study's tgi recompute run: preempted requests "
+                      "above the p90 end-to-end latency"),
         note=f"random would give 0.1; recompute vs truncating at the reservation: p50 x{rec['e2e_p50_s'] / base['e2e_p50_s']:.2f}, "
              f"p99 x{rec['e2e_p99_s'] / base['e2e_p99_s']:.2f}", **kw)
     return _claims.table([c1, c2, c3])

@@ -1,0 +1,182 @@
+"""Serving stacks fitted to real servers, and the cost-model files that carry them.
+
+A *stack* is what a serving engine adds to the GPU time of an iteration: a per-iteration and a
+per-sequence CPU overhead (scheduling, input preparation, sampling, detokenisation) and, where the
+data support it, a scale on the GPU time itself (the engine's kernels against the measured
+curves'). An iteration then costs
+
+    gpu_time_scale x gpu_s(T, P, K, S) + overhead_s + overhead_s_per_seq x S
+
+with ``gpu_s`` the base model's iteration time (:func:`kvlab.costmodel.cost_model`, stack
+"none"). A *cost-model file* is a JSON object holding these terms with what they were fitted to
+(``kvlab calibrate`` writes one, :mod:`kvlab.validate.calibrate`); every command that takes
+``--cost-model`` and ``simulate(cost_model=...)`` accept its path, or the name of a shipped one:
+
+* ``"vllm-v0"``: fitted to DistServe's vLLM (V0 era) OPT-13B runs on A100-80GB;
+* ``"vllm-v1"``: fitted to LLMServingSim's vLLM 0.19.0 runs on RTX 4090 / RTX PRO 6000;
+* ``"sarathi-serve"``: the overheads of :mod:`kvlab.costmodel.fit` (Sarathi-Serve's batches).
+
+Shipped files live in ``data/costmodels/<name>.json``; ``data/SOURCES.md`` says how to remake them.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from .._paths import DATA_DIR
+from .._validate import read_text_file
+
+STACK_DIR = DATA_DIR / "costmodels"
+#: The JSON key (and format version) that marks a kvlab cost-model file.
+FORMAT_KEY = "kvlab_cost_model"
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class StackTerms:
+    """A serving stack's terms (seconds; the scale is a ratio) and what they rest on.
+
+    ``base`` is the cost-model source the terms were fitted on top of (``None``: the default,
+    measured where the GPU has measurements, else the roofline). ``meta`` keeps the fit's record
+    (runs, held-out errors, the command that remakes it).
+    """
+
+    name: str
+    overhead_s: float = 0.0
+    overhead_s_per_seq: float = 0.0
+    gpu_time_scale: float = 1.0
+    base: str | None = None
+    label: str = ""
+    meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        for f in ("overhead_s", "overhead_s_per_seq"):
+            if not float(getattr(self, f)) >= 0:
+                raise ValueError(f"stack {self.name}: {f} must be >= 0 s, got {getattr(self, f)!r}")
+        if not float(self.gpu_time_scale) > 0:
+            raise ValueError(f"stack {self.name}: gpu_time_scale must be > 0, got {self.gpu_time_scale!r}")
+        if self.base not in (None, "measured", "roofline"):
+            raise ValueError(f"stack {self.name}: base must be measured, roofline or null, got {self.base!r}")
+
+    def describe(self) -> str:
+        """The terms in words, as results state them."""
+        scale = "" if self.gpu_time_scale == 1.0 else f", GPU time x{self.gpu_time_scale:.3g}"
+        ms = [round(x * 1e3, 4) for x in (self.overhead_s, self.overhead_s_per_seq)]  # to 0.1 us
+        return f"stack {self.name}: {ms[0]:.3g} ms/iteration + {ms[1]:.3g} ms/sequence{scale}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The cost-model file's JSON object."""
+        return {FORMAT_KEY: FORMAT_VERSION, "name": self.name, "label": self.label, "base": self.base,
+                "stack": {"overhead_s": float(self.overhead_s), "overhead_s_per_seq": float(self.overhead_s_per_seq),
+                          "gpu_time_scale": float(self.gpu_time_scale)}, **dict(self.meta)}
+
+
+def named_stacks() -> list[str]:
+    """Names of the shipped stack files (``data/costmodels/*.json`` that are cost-model files)."""
+    out = []
+    for p in sorted(STACK_DIR.glob("*.json")):
+        try:
+            if FORMAT_KEY in json.loads(p.read_text(encoding="utf-8")):
+                out.append(p.stem)
+        except (OSError, json.JSONDecodeError):
+            continue
+    return out
+
+
+def is_cost_model_file(text: str) -> bool:
+    """True when ``text`` names a cost-model file: a path ending in ``.json`` or a shipped name."""
+    return isinstance(text, str) and (text.endswith(".json") or text in named_stacks())
+
+
+def load(path_or_name: str | Path) -> StackTerms:
+    """The :class:`StackTerms` of a cost-model file (a path, or the name of a shipped one)."""
+    p = Path(path_or_name)
+    if not str(path_or_name).endswith(".json"):
+        p = STACK_DIR / f"{path_or_name}.json"
+        if not p.is_file():
+            raise ValueError(f"unknown stack {path_or_name!r}: known are none, sarathi-serve, "
+                             f"{', '.join(named_stacks())} (or a cost-model file path ending in .json)")
+    try:
+        data = json.loads(read_text_file(p, "cost-model file"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"cost-model file {p} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict) or FORMAT_KEY not in data:
+        raise ValueError(f"cost-model file {p} is not a kvlab cost-model file (no {FORMAT_KEY!r} key; "
+                         "write one with kvlab calibrate)")
+    st = data.get("stack")
+    if not isinstance(st, dict):
+        raise ValueError(f"cost-model file {p}: 'stack' must be an object of overhead_s, overhead_s_per_seq, "
+                         "gpu_time_scale")
+    try:
+        terms = {k: float(st.get(k, d)) for k, d in (("overhead_s", 0.0), ("overhead_s_per_seq", 0.0),
+                                                     ("gpu_time_scale", 1.0))}
+    except (TypeError, ValueError):
+        raise ValueError(f"cost-model file {p}: stack terms must be numbers, got {st!r}") from None
+    meta = {k: v for k, v in data.items() if k not in (FORMAT_KEY, "name", "label", "base", "stack")}
+    return StackTerms(name=str(data.get("name") or p.stem), label=str(data.get("label") or ""),
+                      base=data.get("base"), meta=meta, **terms)
+
+
+def save(terms: StackTerms, path: str | Path) -> Path:
+    """Write ``terms`` as a cost-model file (JSON) and return its path."""
+    p = Path(path)
+    p.write_text(json.dumps(terms.to_dict(), indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    return p
+
+
+@dataclass(frozen=True, kw_only=True)
+class StackedCostModel:
+    """A base cost model with a stack's terms (any base with ``iteration_s``; no compiled form)."""
+
+    base: Any
+    terms: StackTerms
+    label: str
+
+    def iteration_s(self, num_tokens: Any, attention_pairs: Any, kv_tokens: Any, num_seqs: Any = 1) -> Any:
+        """``gpu_time_scale x base + overhead_s + overhead_s_per_seq x num_seqs`` (seconds)."""
+        t = self.terms
+        return (t.gpu_time_scale * self.base.iteration_s(num_tokens, attention_pairs, kv_tokens, num_seqs)
+                + t.overhead_s + t.overhead_s_per_seq * num_seqs)
+
+
+def _measured_fields() -> frozenset[str]:
+    from .measured import MeasuredCostModel
+    return frozenset(f.name for f in fields(MeasuredCostModel))
+
+
+#: The measured model's fields this module knows how to scale exactly (else it wraps).
+_SCALED_MEASURED = frozenset({
+    "model_name", "gpu_name", "tp", "pp", "label", "num_layers", "hidden_size", "gemm", "gemm_shapes",
+    "lm_head_shape", "pointwise_s", "pointwise_s_per_element", "attention_s", "attention_s_per_seq",
+    "attention_s_per_token", "attention_s_per_kv_token", "attention_s_per_pair", "allreduce_log2_bytes",
+    "allreduce_curve_s", "activation_bytes_per_token", "overhead_s", "overhead_s_per_seq",
+    "linear_flops_per_token", "attention_flops_per_pair"})
+
+
+def apply(cost: Any, terms: StackTerms) -> Any:
+    """``cost`` (a stack-free base model) with ``terms`` added.
+
+    A :class:`~kvlab.costmodel.measured.MeasuredCostModel` stays one (every GPU term scaled, the
+    overheads set), so the compiled engine loop still prices it; any other model is wrapped in a
+    :class:`StackedCostModel`.
+    """
+    from .measured import MeasuredCostModel
+
+    label = f"{getattr(cost, 'label', type(cost).__name__)} + {terms.describe()}"
+    if type(cost) is MeasuredCostModel and _measured_fields() == _SCALED_MEASURED \
+            and cost.overhead_s == 0.0 and cost.overhead_s_per_seq == 0.0:
+        s = float(terms.gpu_time_scale)
+        g = cost.gemm
+        return replace(
+            cost, label=label,
+            gemm=replace(g, launch_s=g.launch_s * s, bytes_per_s=g.bytes_per_s / s, flops_per_s=g.flops_per_s / s),
+            pointwise_s=cost.pointwise_s * s, pointwise_s_per_element=cost.pointwise_s_per_element * s,
+            attention_s=cost.attention_s * s, attention_s_per_seq=cost.attention_s_per_seq * s,
+            attention_s_per_token=cost.attention_s_per_token * s,
+            attention_s_per_kv_token=cost.attention_s_per_kv_token * s,
+            attention_s_per_pair=cost.attention_s_per_pair * s,
+            allreduce_curve_s=tuple(x * s for x in cost.allreduce_curve_s),
+            overhead_s=float(terms.overhead_s), overhead_s_per_seq=float(terms.overhead_s_per_seq))
+    return StackedCostModel(base=cost, terms=terms, label=label)

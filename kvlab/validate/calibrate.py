@@ -1,0 +1,239 @@
+"""Fit a serving stack's terms to measured runs: ``kvlab calibrate RESULTS... -o my-h100.json``.
+
+The terms (:class:`kvlab.costmodel.stacks.StackTerms`) are a per-iteration overhead ``a``, a
+per-sequence overhead ``b`` and, where the data support it, a scale ``s`` on the base model's GPU
+time, so that an iteration costs ``s g + a + b S`` (``g`` the GPU time, ``S`` the sequences it
+schedules). The objective is the error the validation reports: per run, the relative error of
+the mean TTFT, mean E2E and mean TPOT (each run weighs the same).
+
+How (and why not a black-box optimiser over whole simulations): a request's TTFT, TPOT and E2E
+are sums of the durations of the iterations that ran while it waited or decoded (an engine that
+serves a request is never idle). With the schedule of one replay held fixed, every metric is
+therefore *linear* in ``(s, a, b)``: the run's mean TTFT is ``s G + a N + b Q`` with ``G``, ``N``,
+``Q`` the GPU time, iteration count and sequence count summed over each request's window and
+averaged (:func:`design`). :func:`fit` solves that bounded linear least-squares problem
+(``scipy.optimize.lsq_linear``), replays every run with the new terms (which moves the schedule:
+batches, queues, preemptions) and repeats until the terms settle; the result is a fixed point at
+which the linear model and the simulator agree. Simulating with every trial of a general
+optimiser would cost hundreds of replays and fight the simulator's discrete steps.
+
+The scale is fitted (``fit_scale="auto"``) only when every run is on one GPU (it corrects that
+GPU's time, which is not one number across GPUs) and it lowers the fitted residual by at least
+:data:`SCALE_MIN_GAIN` of its value: otherwise ``s = 1`` and only the CPU terms are fitted.
+
+:func:`leave_one_out` refits without each run in turn and reports the error on the run left out
+(never on a run the terms were fitted to).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import lsq_linear
+
+from ..costmodel.stacks import StackTerms
+from .records import RunRecord
+from .replay import Replay, compare, replay
+
+#: The three run-level targets, as (column of the record's requests, name).
+TARGETS = (("ttft_s", "ttft"), ("e2e_s", "e2e"), ("tpot_s", "tpot"))
+#: Fit the GPU-time scale only when it lowers the residual norm by this share.
+SCALE_MIN_GAIN = 0.10
+#: Bounds of the fitted terms: scale, per-iteration and per-sequence overhead (seconds).
+BOUNDS = ((0.25, 4.0), (0.0, 0.2), (0.0, 0.02))
+
+
+def _window_sums(ends: np.ndarray, starts: np.ndarray, cols: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
+    """Per request, ``cols`` summed over the iterations that ran in ``(t0, t1]`` (a partly covered
+    first iteration counts by the share after ``t0``)."""
+    csum = np.vstack([np.zeros((1, cols.shape[1])), np.cumsum(cols, axis=0)])
+    lo = np.searchsorted(ends, t0, side="right")
+    hi = np.searchsorted(ends, t1 + 1e-12, side="right")
+    out = csum[hi] - csum[lo]
+    has = lo < hi
+    k = np.minimum(lo, len(ends) - 1)
+    dur = ends[k] - starts[k]
+    before = np.where(has & (starts[k] < t0) & (dur > 0), (t0 - starts[k]) / np.where(dur > 0, dur, 1), 0.0)
+    return out - before[:, None] * cols[k]
+
+
+def design(rep: Replay, terms: StackTerms) -> dict[str, np.ndarray]:
+    """Per target, the run's mean metric as a linear function of ``(s, a, b)`` under ``rep``'s schedule.
+
+    ``rep`` must have been replayed with ``terms`` (they are taken out of its iteration times to
+    recover the GPU time). Returns ``{"ttft": [G, N, Q], "e2e": [...], "tpot": [...]}``.
+    """
+    pred = rep.predicted
+    arr = rep.record.requests["arrival_s"].to_numpy(dtype=np.float64)
+    out_tok = rep.record.requests["output_tokens"].to_numpy(dtype=np.float64)
+    rows = {name: np.zeros((len(pred), 3)) for _, name in TARGETS}
+    for r, it in enumerate(rep.iterations):
+        idx = np.flatnonzero(pred["replica"].to_numpy() == r)
+        starts = it["start_s"].to_numpy(dtype=np.float64)
+        dur = it["duration_s"].to_numpy(dtype=np.float64)
+        seqs = it["batch_size"].to_numpy(dtype=np.float64)
+        gpu = (dur - terms.overhead_s - terms.overhead_s_per_seq * seqs) / terms.gpu_time_scale
+        cols = np.column_stack([gpu, np.ones_like(gpu), seqs])
+        ends = starts + dur
+        a = arr[idx]
+        first = a + pred["ttft_s"].to_numpy(dtype=np.float64)[idx]
+        fin = a + pred["e2e_s"].to_numpy(dtype=np.float64)[idx]
+        rows["ttft"][idx] = _window_sums(ends, starts, cols, a, first)
+        rows["e2e"][idx] = _window_sums(ends, starts, cols, a, fin)
+        n1 = np.maximum(out_tok[idx] - 1, 1)
+        rows["tpot"][idx] = _window_sums(ends, starts, cols, first, fin) / n1[:, None]
+        rows["tpot"][idx[out_tok[idx] <= 1]] = 0.0
+    return {name: m.mean(axis=0) for name, m in rows.items()}
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A fitted stack and how it was reached: the terms, the fixed-point steps, the fitted runs' residual."""
+
+    terms: StackTerms
+    steps: int
+    residual: float
+    scale_fitted: bool
+
+
+def _solve(a_rows: np.ndarray, fit_scale: bool) -> tuple[np.ndarray, float]:
+    lo, hi = np.array([b[0] for b in BOUNDS]), np.array([b[1] for b in BOUNDS])
+    if not fit_scale:  # s = 1: move its column to the right-hand side
+        res = lsq_linear(a_rows[:, 1:], 1.0 - a_rows[:, 0], bounds=(lo[1:], hi[1:]))
+        return np.concatenate([[1.0], res.x]), float(np.linalg.norm(a_rows[:, 1:] @ res.x - (1.0 - a_rows[:, 0])))
+    res = lsq_linear(a_rows, np.ones(len(a_rows)), bounds=(lo, hi))
+    return res.x, float(np.linalg.norm(a_rows @ res.x - 1.0))
+
+
+def _rows(reps: Sequence[Replay], terms: StackTerms) -> np.ndarray:
+    out = []
+    for rep in reps:
+        d = design(rep, terms)
+        meas = rep.record.requests
+        for col, name in TARGETS:
+            out.append(d[name] / float(meas[col].mean()))
+    return np.asarray(out)
+
+
+def fit(runs: Sequence[RunRecord], *, name: str = "calibrated", fit_scale: bool | str = "auto",
+        base: str | None = None, max_steps: int = 8, tol: float = 0.01, start: StackTerms | None = None) -> Fit:
+    """Fit a stack's terms to ``runs`` (see the module note); ``base`` is the cost-model source under it.
+
+    Parameters
+    ----------
+    runs : sequence of RunRecord
+        At least 2 runs.
+    name : str
+        The stack's name (the cost-model file's).
+    fit_scale : bool or "auto"
+        Fit the GPU-time scale (True), keep it at 1 (False), or fit it when it lowers the
+        residual by :data:`SCALE_MIN_GAIN` ("auto").
+    base : {"measured", "roofline"} or None
+        The base cost model (None: measured where the GPU has measurements).
+    max_steps, tol : int, float
+        Fixed-point steps at most, and the relative change of every term that ends them.
+    """
+    if len(runs) < 2:
+        raise ValueError(f"calibration needs at least 2 measured runs, got {len(runs)}")
+    if fit_scale not in (True, False, "auto"):
+        raise ValueError(f"fit_scale must be True, False or 'auto', got {fit_scale!r}")
+    terms = start or StackTerms(name=name, base=base)
+    if fit_scale == "auto" and len({r.setup.gpu for r in runs}) > 1:
+        fit_scale = False  # one scale cannot stand for several GPUs' kernels
+    residual, use_scale, step = float("nan"), fit_scale is True, 0
+    for step in range(1, max_steps + 1):
+        reps = [replay(r, cost_model=None if base is None else base, stack=None) if step == 1 and start is None
+                else _replay_with(r, terms) for r in runs]
+        a_rows = _rows(reps, terms)
+        if fit_scale == "auto":
+            x1, r1 = _solve(a_rows, False)
+            xs, rs = _solve(a_rows, True)
+            use_scale = rs < (1 - SCALE_MIN_GAIN) * r1
+            x, residual = (xs, rs) if use_scale else (x1, r1)
+        else:
+            x, residual = _solve(a_rows, bool(fit_scale))
+        old = np.array([terms.gpu_time_scale, terms.overhead_s, terms.overhead_s_per_seq])
+        new = old + 0.7 * (x - old) if step > 2 else x  # damped after two full steps: queues respond non-linearly
+        terms = StackTerms(name=name, base=base, gpu_time_scale=float(new[0]), overhead_s=float(new[1]),
+                           overhead_s_per_seq=float(new[2]))
+        if np.all(np.abs(new - old) <= tol * np.maximum(np.abs(old), [1e-3, 1e-4, 1e-5])):
+            break
+    return Fit(terms=terms, steps=step, residual=residual, scale_fitted=bool(use_scale))
+
+
+def _replay_with(record: RunRecord, terms: StackTerms) -> Replay:
+    """``record`` replayed on the base model with ``terms`` (through a temporary cost-model object)."""
+    from ..costmodel import cost_model
+    from ..costmodel.stacks import apply
+
+    s = record.setup
+    cost = apply(cost_model(s.model, s.gpu, tp=s.tp, source=terms.base), terms)
+    return replay(record, cost_model=cost)
+
+
+def errors_with(record: RunRecord, terms: StackTerms) -> dict[str, Any]:
+    """:func:`kvlab.validate.compare` of ``record`` replayed with ``terms``."""
+    return held_out_replay(record, terms)[0]
+
+
+def held_out_replay(record: RunRecord, terms: StackTerms) -> tuple[dict[str, Any], Replay]:
+    """``record`` replayed with ``terms``: its :func:`compare` row (stack named) and the replay."""
+    rep = _replay_with(record, terms)
+    row = compare(rep)
+    row["stack"] = terms.name
+    return row, rep
+
+
+def leave_one_out(runs: Sequence[RunRecord], *, replays: list | None = None, **fit_kw: Any) -> pd.DataFrame:
+    """Each run predicted by terms fitted to the other runs: one :func:`compare` row per run.
+
+    Adds ``held_out_scale``, ``held_out_overhead_s``, ``held_out_overhead_s_per_seq`` (the terms
+    that predicted it). Needs at least 3 runs (2 to fit on). A list passed as ``replays`` receives
+    each held-out :class:`~kvlab.validate.replay.Replay` (for per-request plots).
+    """
+    if len(runs) < 3:
+        raise ValueError(f"leave-one-run-out needs at least 3 runs, got {len(runs)}")
+    rows = []
+    for i, held in enumerate(runs):
+        f = fit([r for j, r in enumerate(runs) if j != i], **fit_kw)
+        row, rep = held_out_replay(held, f.terms)
+        row.update(held_out_scale=f.terms.gpu_time_scale, held_out_overhead_s=f.terms.overhead_s,
+                   held_out_overhead_s_per_seq=f.terms.overhead_s_per_seq)
+        rows.append(row)
+        if replays is not None:
+            replays.append(rep)
+    return pd.DataFrame(rows)
+
+
+def calibrate(runs: Sequence[RunRecord], *, name: str, label: str = "", command: str = "",
+              fit_scale: bool | str = "auto", base: str | None = None, holdout: bool = True) -> StackTerms:
+    """Fit ``runs``, compute leave-one-run-out held-out errors, and return the terms with their record.
+
+    The terms' ``meta`` holds the fitted runs (name, dataset, model, GPU, TP, engine), the
+    held-out errors per run and their medians, the cost model the fit rests on, the command that
+    remakes it and the date: what a cost-model file states (:func:`kvlab.costmodel.stacks.save`).
+    """
+    f = fit(runs, name=name, fit_scale=fit_scale, base=base)
+    meta: dict[str, Any] = {
+        "fitted_to": [{"run": r.name, "dataset": r.setup.dataset, "model": r.setup.model, "gpu": r.setup.gpu,
+                       "tp": r.setup.tp, "engine": r.setup.engine, "server": f"{r.setup.server} "
+                       f"{r.setup.server_version}".strip(), "requests": len(r.requests)} for r in runs],
+        "fit": {"steps": f.steps, "residual": f.residual, "scale_fitted": f.scale_fitted},
+        "command": command, "date": _dt.date.today().isoformat()}
+    if holdout and len(runs) >= 3:
+        loo = leave_one_out(runs, name=name, fit_scale=fit_scale, base=base)
+        keep = ["run", "dataset", "gpu", "model", "ttft_mean_err", "e2e_mean_err", "tpot_mean_err",
+                "overload_pred", "overload_meas", "overload_right", "cost_model"]
+        meta["held_out"] = {
+            "method": "leave-one-run-out: each run predicted by terms fitted to the others",
+            "runs": [{k: (bool(v) if isinstance(v, (np.bool_, bool)) else (float(v) if isinstance(v, (float, np.floating))
+                                                                          else v))
+                      for k, v in row.items()} for row in loo[keep].to_dict(orient="records")],
+            "median_abs_err": {m: float(loo[f"{m}_mean_err"].abs().median()) for m in ("ttft", "e2e", "tpot")},
+            "overload_right": int(loo["overload_right"].sum())}
+    return StackTerms(name=name, label=label or f"{name} (fitted to {len(runs)} measured runs)", base=base,
+                      gpu_time_scale=f.terms.gpu_time_scale, overhead_s=f.terms.overhead_s,
+                      overhead_s_per_seq=f.terms.overhead_s_per_seq, meta=meta)

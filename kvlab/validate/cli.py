@@ -1,0 +1,141 @@
+"""The ``kvlab validate`` and ``kvlab calibrate`` commands (registered by :mod:`kvlab.cli`).
+
+RESULTS are ``vllm bench serve --save-result`` JSON files (each with a ``--set-up`` YAML: one for
+all, or one per file in order) or ``shared:<dataset>`` for a dataset of ``../shared/data/serving``
+(``shared:distserve-vllm-opt13b``, ``shared:llmservingsim-vllm-0.19``; ``shared`` alone: both).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import pandas as pd
+
+
+def load_runs(results: list[str], setups: list[str] | None) -> list:
+    """Run records of the RESULTS arguments (see the module note)."""
+    from .readers import read_bench_result, read_shared
+
+    files = [r for r in results if not r.startswith("shared")]
+    setups = setups or []
+    if files and not setups:
+        raise ValueError(f"{files[0]}: a vllm bench serve result needs --set-up YAML (model, gpu, tp, engine flags: "
+                         "the keys of kvlab.validate.SetUp)")
+    if files and len(setups) not in (1, len(files)):
+        raise ValueError(f"give one --set-up for all {len(files)} result files, or one per file; got {len(setups)}")
+    runs, k = [], 0
+    for r in results:
+        if r.startswith("shared"):
+            shared = read_shared()
+            if not shared:
+                raise ValueError("../shared/data/serving is absent: no shared runs to read")
+            want = r.partition(":")[2]
+            picked = [x for x in shared if not want or x.setup.dataset == want]
+            if not picked:
+                raise ValueError(f"{r}: no such shared dataset; known: "
+                                 f"{', '.join(sorted({x.setup.dataset for x in shared}))}")
+            runs += picked
+        else:
+            runs.append(read_bench_result(r, setups[k] if len(setups) > 1 else setups[0]))
+            k += 1
+    return runs
+
+
+def _fmt_table(df: pd.DataFrame) -> str:
+    show = df.copy()
+    for c in show.columns:
+        if c.endswith("_abs_err"):
+            show[c] = show[c].map("{:.1%}".format)
+        elif c.endswith("_err"):
+            show[c] = show[c].map("{:+.1%}".format)
+    return show.to_string(index=False)
+
+
+def _fitted_runs(stack: str | None) -> set[tuple[str, str]]:
+    """(dataset, run) pairs a stack's cost-model file was fitted to (empty for none / sarathi-serve)."""
+    from ..costmodel.stacks import is_cost_model_file, load
+
+    if not stack or not is_cost_model_file(stack):
+        return set()
+    return {(f.get("dataset", ""), f.get("run", "")) for f in load(stack).meta.get("fitted_to", [])}
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from ..costmodel.stacks import is_cost_model_file
+    from .replay import compare, error_table, replay
+
+    runs = load_runs(args.results or ["shared"], args.set_up)
+    rows = [compare(replay(r, cost_model=args.cost_model, stack=args.stack)) for r in runs]
+    df = pd.DataFrame(rows)
+    fitted = _fitted_runs(args.cost_model if is_cost_model_file(args.cost_model or "") else args.stack)
+    df["fitted_to_it"] = [(d, r) in fitted for d, r in zip(df["dataset"], df["run"])]
+    cols = ["dataset", "run", "ttft_mean_err", "e2e_mean_err", "tpot_mean_err", "overload_pred", "overload_meas",
+            "fitted_to_it"]
+    print(f"cost model: {'; '.join(sorted(set(df['cost_model'])))}")
+    print(f"stack: {'; '.join(sorted(set(df['stack'])))}")
+    print(_fmt_table(df[cols]))
+    if df["fitted_to_it"].any():
+        print(f"note: {int(df['fitted_to_it'].sum())} run(s) were in the stack's own fit (fitted_to_it): their error "
+              "is in-sample, not a validation; the stack file's held_out section has each run held out")
+    print()
+    print(_fmt_table(error_table(rows)))
+    if args.csv:
+        df.to_csv(args.csv, index=False)
+        print(f"per-run table written to {args.csv}")
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from ..costmodel.stacks import save
+    from .calibrate import calibrate
+
+    runs = load_runs(args.results, args.set_up)
+    name = args.name or args.output.rsplit("/", 1)[-1].removesuffix(".json")
+    command = args.command_line or ("kvlab calibrate " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["calibrate"]
+                                    else "kvlab calibrate " + " ".join(args.results) + f" -o {args.output}")
+    terms = calibrate(runs, name=name, label=args.label or "", command=command,
+                      fit_scale={"auto": "auto", "yes": True, "no": False}[args.fit_scale], base=args.base)
+    path = save(terms, args.output)
+    print(f"{terms.describe()} (fitted to {len(runs)} runs; {terms.meta['fit']['steps']} fixed-point steps)")
+    ho = terms.meta.get("held_out")
+    if ho:
+        print("held-out error (leave-one-run-out: each run predicted by terms fitted to the others):")
+        print(_fmt_table(pd.DataFrame(ho["runs"])[["run", "ttft_mean_err", "e2e_mean_err", "tpot_mean_err",
+                                                     "overload_right"]]))
+        m = ho["median_abs_err"]
+        print(f"median |error|: mean TTFT {m['ttft']:.1%}, mean E2E {m['e2e']:.1%}, TPOT {m['tpot']:.1%}; "
+              f"overload called right on {ho['overload_right']} of {len(ho['runs'])}")
+    else:
+        print("held-out error: needs at least 3 runs")
+    print(f"cost model written to {path} (use it with --cost-model {path})")
+    return 0
+
+
+def add_commands(sub) -> None:
+    """Add ``validate`` and ``calibrate`` to the ``kvlab`` command's subparsers."""
+    val = sub.add_parser("validate", help="replay measured real-server runs in their set-up and compare",
+                         description="Replay measured runs (default: every run of ../shared/data/serving) in "
+                                     "their own set-up and print predicted vs measured errors per run and the "
+                                     "error table per dataset.")
+    val.add_argument("results", nargs="*", help="vllm bench serve result JSON files, or shared[:DATASET]")
+    val.add_argument("--set-up", action="append", metavar="YAML", help="set-up of the result files")
+    val.add_argument("--cost-model", help="measured, roofline, a shipped stack (vllm-v0, vllm-v1) or a "
+                                          "cost-model file (.json, from kvlab calibrate)")
+    val.add_argument("--stack", help="serving stack added to the cost model (none, sarathi-serve, vllm-v0, vllm-v1)")
+    val.add_argument("--csv", help="write the per-run comparison table here")
+    val.set_defaults(func=cmd_validate)
+    cal = sub.add_parser("calibrate", help="fit a serving stack's overheads to measured runs; write a cost model",
+                         description="Fit per-iteration and per-sequence overheads (and a GPU-time scale where "
+                                     "the data support it) to measured runs, print leave-one-run-out held-out "
+                                     "error, and write a cost-model file every command accepts (--cost-model).")
+    cal.add_argument("results", nargs="+", help="vllm bench serve result JSON files, or shared[:DATASET]")
+    cal.add_argument("-o", "--output", required=True, help="cost-model file to write (.json)")
+    cal.add_argument("--set-up", action="append", metavar="YAML", help="set-up of the result files")
+    cal.add_argument("--name", help="the stack's name (default: the file's)")
+    cal.add_argument("--label", help="words for the stack in results")
+    cal.add_argument("--fit-scale", choices=["auto", "yes", "no"], default="auto",
+                     help="fit a GPU-time scale (auto: where it lowers the residual by 10%%)")
+    cal.add_argument("--base", choices=["measured", "roofline"], help="base cost model (default: measured "
+                                                                      "where the GPU has measurements)")
+    cal.add_argument("--command-line", help=argparse.SUPPRESS)  # what the file says remakes it
+    cal.set_defaults(func=cmd_calibrate)

@@ -1,0 +1,173 @@
+"""A measured run of a real server: its set-up and what each request measured.
+
+A :class:`RunRecord` is what :mod:`kvlab.validate` replays and compares: the server's set-up
+(:class:`SetUp`: server and version, engine flags, model, GPU, parallelism, where the clock
+starts, and what had to be assumed) and one row per request (``arrival_s``, ``prompt_tokens``,
+``output_tokens`` and the measured ``ttft_s``, ``tpot_s``, ``e2e_s``). Readers for the shared
+datasets, for ``vllm bench serve`` result files and for a user's set-up YAML are in
+:mod:`kvlab.validate.readers`.
+
+TPOT is per request, ``(last token - first token) / (output tokens - 1)`` (both shared sources
+and ``vllm bench serve``), which is kvlab's ``mean_tbt_s``; E2E and TTFT start at ``arrival_s``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+#: Per-request columns a run record holds (times in seconds, lengths in tokens).
+REQUEST_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s")
+
+#: Engine schedulers kvlab replays: V1's chunked prefill, V0's whole prefills that stall decodes.
+SCHEDULERS = ("chunked", "prefill_first")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SetUp:
+    """How a measured run was served: what a replay needs to run it in its own set-up.
+
+    Parameters
+    ----------
+    name : str
+        The run's name (unique within its dataset).
+    dataset : str
+        The group of runs it belongs to (one error table per dataset).
+    server, server_version : str
+        E.g. ``"vLLM"``, ``"0.19.0"`` (``""`` when not recorded).
+    engine : {"vllm-v0", "vllm-v1", ...}
+        The serving stack (named stacks of :mod:`kvlab.costmodel.stacks` carry its CPU overheads).
+    model, gpu : str
+        Catalogue names (:mod:`kvlab.specs`).
+    tp, dp : int
+        Tensor-parallel GPUs per replica and data-parallel replicas (requests split evenly).
+    scheduler : {"chunked", "prefill_first"}
+        V1 chunked prefill, or V0 whole prefills (:func:`kvlab.simulate`'s ``scheduler``).
+    max_num_seqs, max_num_batched_tokens, max_model_len, block_size : int
+        Engine flags (``max_model_len`` None: the model's own context).
+    pool_pages : int or None
+        KV blocks when the server recorded them; None: derived from ``gpu_memory_utilization``.
+    gpu_memory_utilization : float
+        vLLM's flag.
+    clock_start : str
+        Where each request's clock starts (``"client issue"``, ``"engine queue"``, ...).
+    assumptions : tuple of str
+        What the source did not record and the replay assumed.
+    source : str
+        Where the run comes from (repository, commit, file).
+    """
+
+    name: str
+    dataset: str
+    server: str = "vLLM"
+    server_version: str = ""
+    engine: str = "vllm-v1"
+    model: str
+    gpu: str
+    tp: int = 1
+    dp: int = 1
+    scheduler: str = "chunked"
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    max_model_len: int | None = None
+    block_size: int = 16
+    pool_pages: int | None = None
+    gpu_memory_utilization: float = 0.9
+    clock_start: str = "client issue"
+    assumptions: tuple[str, ...] = ()
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.scheduler not in SCHEDULERS:
+            raise ValueError(f"run {self.name}: scheduler must be one of {', '.join(SCHEDULERS)}, "
+                             f"got {self.scheduler!r}")
+        for f in ("tp", "dp", "max_num_seqs", "max_num_batched_tokens", "block_size"):
+            val = getattr(self, f)
+            if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
+                raise ValueError(f"run {self.name}: {f} must be a positive integer, got {val!r}")
+        for f in ("max_model_len", "pool_pages"):
+            val = getattr(self, f)
+            if val is not None and (isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1):
+                raise ValueError(f"run {self.name}: {f} must be a positive integer or empty, got {val!r}")
+        if not 0 < float(self.gpu_memory_utilization) <= 1:
+            raise ValueError(f"run {self.name}: gpu_memory_utilization must be in (0, 1], "
+                             f"got {self.gpu_memory_utilization!r}")
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], where: str) -> SetUp:
+        """A set-up from a mapping (a YAML file's), with errors that name ``where`` and the key."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"{where}: unknown set-up key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        missing = [k for k in ("name", "model", "gpu") if k not in data]
+        if missing:
+            raise ValueError(f"{where}: set-up needs {', '.join(missing)}")
+        kw = dict(data)
+        kw.setdefault("dataset", "user")
+        kw["assumptions"] = tuple(str(a) for a in kw.get("assumptions") or ())
+        try:
+            return cls(**kw)
+        except TypeError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+
+    def describe(self) -> str:
+        """The set-up in one line (what every result states)."""
+        pool = f"{self.pool_pages:,} KV blocks (recorded)" if self.pool_pages else \
+            f"KV pool from gpu_memory_utilization={self.gpu_memory_utilization}"
+        par = f"TP{self.tp}" + (f" x DP{self.dp}" if self.dp > 1 else "")
+        return (f"{self.server} {self.server_version or '(version not recorded)'} [{self.engine}], {self.model} on "
+                f"{self.gpu} {par}, {self.scheduler}, max_num_seqs={self.max_num_seqs}, "
+                f"max_num_batched_tokens={self.max_num_batched_tokens}, "
+                f"max_model_len={self.max_model_len or 'model'}, block {self.block_size}, {pool}")
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One measured run: its :class:`SetUp` and one row per request (:data:`REQUEST_COLUMNS`).
+
+    ``preemptions`` is the server's count of preemptions when it recorded one, else None.
+    """
+
+    setup: SetUp
+    requests: pd.DataFrame = field(repr=False)
+    preemptions: int | None = None
+
+    def __post_init__(self) -> None:
+        where = f"run {self.setup.name}"
+        missing = [c for c in REQUEST_COLUMNS if c not in self.requests.columns]
+        if missing:
+            raise ValueError(f"{where}: request table lacks column(s) {', '.join(missing)}")
+        req = self.requests.loc[:, list(REQUEST_COLUMNS)].reset_index(drop=True)
+        if len(req) < 2:
+            raise ValueError(f"{where}: needs at least 2 requests, got {len(req)}")
+        for c in REQUEST_COLUMNS:
+            col = pd.to_numeric(req[c], errors="coerce")
+            bad = ~np.isfinite(col.to_numpy(dtype=np.float64))
+            if bad.any():
+                raise ValueError(f"{where}: column {c} has {int(bad.sum())} missing or non-numeric value(s) "
+                                 f"(first at row {int(np.argmax(bad))})")
+            req[c] = col
+        for c in ("prompt_tokens", "output_tokens"):
+            if (req[c] < 1).any() or (req[c] != req[c].round()).any():
+                raise ValueError(f"{where}: {c} must be positive integers")
+            req[c] = req[c].astype(np.int64)
+        if (req[["ttft_s", "tpot_s", "e2e_s"]] < 0).any().any():
+            raise ValueError(f"{where}: negative measured times")
+        req = req.sort_values("arrival_s", kind="stable").reset_index(drop=True)
+        req["arrival_s"] = req["arrival_s"] - req["arrival_s"].iloc[0]
+        object.__setattr__(self, "requests", req)
+
+    @property
+    def name(self) -> str:
+        return self.setup.name
+
+    def workload(self) -> pd.DataFrame:
+        """The requests as kvlab serves them: ``arrival_s``, ``prompt_tokens``, ``output_tokens``."""
+        return self.requests[["arrival_s", "prompt_tokens", "output_tokens"]].copy()
+
+    def with_setup(self, **changes: Any) -> RunRecord:
+        """The same requests under a changed set-up."""
+        return RunRecord(replace(self.setup, **changes), self.requests, self.preemptions)

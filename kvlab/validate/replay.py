@@ -1,0 +1,193 @@
+"""Replay a measured run in its own set-up and compare kvlab's latencies with the server's.
+
+:func:`replay` serves a :class:`~kvlab.validate.records.RunRecord`'s requests (its arrivals and
+exact lengths) with :func:`kvlab.simulate` under the run's set-up: the vLLM policy, V0's whole
+prefills or V1's chunked prefill, the run's ``max_num_seqs``, ``max_num_batched_tokens``,
+``max_model_len``, block size and KV pool (the recorded block count where there is one), its model,
+GPU and TP; ``dp`` replicas each serve every ``dp``-th request. :func:`compare` puts the
+predicted and measured TTFT, TPOT and E2E (mean, p50, p90, p99), output throughput and
+preemptions side by side, with the relative errors and the overload calls.
+
+**Overload** (is the load sustained?) is decided the same way for the server and for kvlab, and
+the same way :func:`kvlab.capacity.capacity` decides whether a rate is sustained: from the backlog
+when the last request arrives. Under a sustained load the queue holds a few requests at any
+instant; under overload it grows, and a share near ``1 - served rate / offered rate`` of the
+requests is still waiting at the end of the arrivals. A run is *overloaded* when more than
+:data:`MAX_BACKLOG_FRAC` of its requests, and more than
+:data:`kvlab.capacity.MIN_BACKLOG_REQUESTS`, have not had their first token when the last one
+arrives (the first token is the one admission mark both the servers' records and kvlab's have).
+:func:`ttft_growth` (late-arrival over early-arrival median TTFT) is reported beside it.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..capacity import MIN_BACKLOG_REQUESTS, capacity as _capacity
+from .records import RunRecord
+
+#: Share of a run's requests still waiting at the last arrival above which its queue grows
+#: (:func:`kvlab.capacity.capacity`'s default ``max_backlog_frac``).
+MAX_BACKLOG_FRAC = float(inspect.signature(_capacity).parameters["max_backlog_frac"].default)
+
+METRICS = ("ttft", "tpot", "e2e")
+STATS = ("mean", "p50", "p90", "p99")
+
+
+@dataclass(frozen=True)
+class Replay:
+    """kvlab's replay of one run: predicted per-request times beside the record.
+
+    ``predicted`` has one row per request of ``record.requests`` (same order): ``ttft_s``,
+    ``tpot_s``, ``e2e_s``, ``num_preemptions``, ``replica``; ``iterations`` one table per replica
+    (the engine's per-iteration rows); ``cost_model`` and ``stack`` name what priced it.
+    """
+
+    record: RunRecord
+    predicted: pd.DataFrame = field(repr=False)
+    iterations: tuple[pd.DataFrame, ...] = field(repr=False)
+    cost_model: str
+    stack: str
+    pool_pages: int
+    makespan_s: float
+
+
+def _replicas(n: int, dp: int) -> list[np.ndarray]:
+    return [np.arange(r, n, dp) for r in range(dp)]
+
+
+def replay(record: RunRecord, *, cost_model: Any = None, stack: str | None = None) -> Replay:
+    """Serve ``record``'s requests in its own set-up (see the module note) and return the replay.
+
+    ``cost_model`` and ``stack`` are :func:`kvlab.simulate`'s (default: the measured model where
+    the GPU has measurements, else the roofline, with no stack overheads).
+    """
+    from ..sim import simulate
+
+    s = record.setup
+    work = record.workload()
+    pred = pd.DataFrame(index=work.index, columns=["ttft_s", "tpot_s", "e2e_s", "num_preemptions", "replica"],
+                        dtype=np.float64)
+    iters, labels, stacks, pools, ends = [], set(), set(), set(), []
+    max_out = int(work["output_tokens"].max())
+    for r, idx in enumerate(_replicas(len(work), s.dp)):
+        res = simulate(work.iloc[idx].reset_index(drop=True), "vllm", model=s.model, gpu=s.gpu, tp=s.tp,
+                       scheduler=s.scheduler, max_num_seqs=s.max_num_seqs,
+                       max_num_batched_tokens=s.max_num_batched_tokens, max_model_len=s.max_model_len,
+                       block_size=s.block_size, pool_pages=s.pool_pages,
+                       gpu_memory_utilization=s.gpu_memory_utilization,
+                       max_new_tokens=max(max_out, 1), cost_model=cost_model, stack=stack, record_iterations=True)
+        q = res.requests
+        if (q["outcome"] == "finished_aborted").any():
+            why = q.loc[q["outcome"] == "finished_aborted", "abort_reason"].iloc[0]
+            raise ValueError(f"run {record.name}: kvlab aborted {int((q['outcome'] == 'finished_aborted').sum())} "
+                             f"request(s) in the replay ({why}); the set-up cannot serve them")
+        pred.loc[idx, "ttft_s"] = q["ttft_s"].to_numpy()
+        pred.loc[idx, "e2e_s"] = q["e2e_s"].to_numpy()
+        pred.loc[idx, "tpot_s"] = q["mean_tbt_s"].fillna(0.0).to_numpy()
+        pred.loc[idx, "num_preemptions"] = q["num_preemptions"].to_numpy()
+        pred.loc[idx, "replica"] = r
+        it = res.iterations
+        iters.append(it)
+        ends.append(float((it["start_s"] + it["duration_s"]).max()))
+        labels.add(res.params["cost_model"])
+        stacks.add(res.params["stack"])
+        pools.add(res.params["pool_pages"])
+    return Replay(record=record, predicted=pred, iterations=tuple(iters), cost_model="; ".join(sorted(labels)),
+                  stack="; ".join(sorted(stacks)), pool_pages=int(min(pools)),
+                  makespan_s=max(ends) - float(work["arrival_s"].min()))
+
+
+def _stats(x: np.ndarray) -> dict[str, float]:
+    return {"mean": float(np.mean(x)), "p50": float(np.percentile(x, 50)), "p90": float(np.percentile(x, 90)),
+            "p99": float(np.percentile(x, 99))}
+
+
+def ttft_growth(arrival_s: np.ndarray, ttft_s: np.ndarray) -> tuple[float, float]:
+    """(late median TTFT / early median TTFT, late median TTFT in s): first and last quarter of arrivals."""
+    order = np.argsort(arrival_s, kind="stable")
+    t = np.asarray(ttft_s, dtype=np.float64)[order]
+    q = max(1, len(t) // 4)
+    early, late = float(np.median(t[:q])), float(np.median(t[-q:]))
+    return (late / early if early > 0 else np.inf), late
+
+
+def backlog(arrival_s: np.ndarray, ttft_s: np.ndarray) -> int:
+    """Requests that have not had their first token when the last request arrives."""
+    arrival_s = np.asarray(arrival_s, dtype=np.float64)
+    return int(np.sum(arrival_s + np.asarray(ttft_s, dtype=np.float64) > arrival_s.max()))
+
+
+def overloaded(arrival_s: np.ndarray, ttft_s: np.ndarray) -> bool:
+    """Whether the queue grows over the arrivals (the module note's rule)."""
+    waiting = backlog(arrival_s, ttft_s)
+    return bool(waiting > MAX_BACKLOG_FRAC * len(arrival_s) and waiting > MIN_BACKLOG_REQUESTS)
+
+
+def compare(rep: Replay) -> dict[str, Any]:
+    """One row: the run, its set-up, predicted vs measured statistics, relative errors, overload calls.
+
+    Keys ``{metric}_{stat}_{pred,meas,err}`` for metric in ttft, tpot, e2e (seconds; ``err`` =
+    predicted / measured - 1), ``throughput_tok_s_{pred,meas,err}`` (output tokens over the
+    makespan, first arrival to last completion), ``preemptions_pred`` / ``preemptions_meas``
+    (None where the server did not record them), ``overload_{pred,meas}``, ``overload_right``,
+    ``backlog_{pred,meas}`` (requests waiting for their first token at the last arrival),
+    ``ttft_growth_{pred,meas}``.
+    """
+    rec, pred = rep.record, rep.predicted
+    meas = rec.requests
+    s = rec.setup
+    row: dict[str, Any] = {"dataset": s.dataset, "run": rec.name, "model": s.model, "gpu": s.gpu, "tp": s.tp,
+                           "dp": s.dp, "engine": s.engine, "requests": len(meas),
+                           "rate_rps": (len(meas) - 1) / float(meas["arrival_s"].max()) if meas["arrival_s"].max() > 0
+                           else float("inf"),
+                           "cost_model": rep.cost_model, "stack": rep.stack, "pool_pages": rep.pool_pages}
+    for m in METRICS:
+        p, q = _stats(pred[f"{m}_s"].to_numpy(dtype=np.float64)), _stats(meas[f"{m}_s"].to_numpy(dtype=np.float64))
+        for st in STATS:
+            row[f"{m}_{st}_pred"], row[f"{m}_{st}_meas"] = p[st], q[st]
+            row[f"{m}_{st}_err"] = p[st] / q[st] - 1 if q[st] > 0 else float("nan")
+    out_tokens = float(meas["output_tokens"].sum())
+    meas_span = float((meas["arrival_s"] + meas["e2e_s"]).max() - meas["arrival_s"].min())
+    row["throughput_tok_s_pred"] = out_tokens / rep.makespan_s
+    row["throughput_tok_s_meas"] = out_tokens / meas_span
+    row["throughput_tok_s_err"] = row["throughput_tok_s_pred"] / row["throughput_tok_s_meas"] - 1
+    row["preemptions_pred"] = int(pred["num_preemptions"].sum())
+    row["preemptions_meas"] = rec.preemptions
+    arr = meas["arrival_s"].to_numpy(dtype=np.float64)
+    gp, _ = ttft_growth(arr, pred["ttft_s"].to_numpy(dtype=np.float64))
+    gm, _ = ttft_growth(arr, meas["ttft_s"].to_numpy(dtype=np.float64))
+    row["ttft_growth_pred"], row["ttft_growth_meas"] = gp, gm
+    row["backlog_pred"] = backlog(arr, pred["ttft_s"].to_numpy(dtype=np.float64))
+    row["backlog_meas"] = backlog(arr, meas["ttft_s"].to_numpy(dtype=np.float64))
+    row["overload_pred"] = overloaded(arr, pred["ttft_s"].to_numpy(dtype=np.float64))
+    row["overload_meas"] = overloaded(arr, meas["ttft_s"].to_numpy(dtype=np.float64))
+    row["overload_right"] = row["overload_pred"] == row["overload_meas"]
+    return row
+
+
+#: The headline metrics of the error table: (column of :func:`compare`, words).
+HEADLINE = (("ttft_mean", "mean TTFT"), ("e2e_mean", "mean E2E"), ("tpot_mean", "decode time per token"))
+
+
+def error_table(rows: list[dict[str, Any]] | pd.DataFrame) -> pd.DataFrame:
+    """Per dataset: median |error| of mean TTFT, mean E2E and mean TPOT, and the overload calls.
+
+    Columns ``dataset``, ``runs``, ``ttft_mean_abs_err``, ``e2e_mean_abs_err``,
+    ``tpot_mean_abs_err`` (medians over the runs of |predicted / measured - 1|),
+    ``overload_right`` (runs called right), ``overload_calls`` ("7 of 8 right").
+    """
+    df = pd.DataFrame(rows)
+    out = []
+    for ds, g in df.groupby("dataset", sort=False):
+        r = {"dataset": ds, "runs": len(g)}
+        for col, _ in HEADLINE:
+            r[f"{col}_abs_err"] = float(g[f"{col}_err"].abs().median())
+        r["overload_right"] = int(g["overload_right"].sum())
+        r["overload_calls"] = f"{int(g['overload_right'].sum())} of {len(g)} right"
+        out.append(r)
+    return pd.DataFrame(out)

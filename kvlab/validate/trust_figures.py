@@ -1,0 +1,92 @@
+"""How far to trust an answer: the cost model's validated error on real-server runs of that GPU family.
+
+:func:`trust` reads committed derived figures, never typed-in ones:
+``data/costmodels/real_server_errors.csv``, one row per measured run of ``../shared/data/serving``
+and stack: the default cost model (stack "none", nothing fitted to these runs) and each fitted
+stack's *held-out* error (leave-one-run-out, from the stack's cost-model file). ``python -m
+kvlab.validate`` remakes the stacks and this file from the shared runs.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pandas as pd
+
+from .._paths import DATA_DIR
+
+ERRORS_PATH = DATA_DIR / "costmodels" / "real_server_errors.csv"
+COLUMNS = ("dataset", "run", "gpu", "model", "stack", "held_out", "ttft_mean_err", "e2e_mean_err", "tpot_mean_err",
+           "overload_right", "cost_model")
+
+
+def gpu_family(gpu: str) -> str:
+    """A GPU's family: its name up to the first hyphen (``A100-80GB-SXM`` -> ``A100``)."""
+    return re.split(r"[-\s]", str(gpu).strip(), maxsplit=1)[0].upper()
+
+
+def _stack_of(cost_model: Any, stack: str | None) -> str:
+    from ..costmodel.stacks import is_cost_model_file, load
+
+    if isinstance(cost_model, str) and is_cost_model_file(cost_model):
+        return load(cost_model).name
+    terms = getattr(cost_model, "terms", None)
+    if terms is not None:
+        return terms.name
+    return stack or "none"
+
+
+def trust(cost_model: Any = None, gpu: str = "", stack: str | None = None) -> str:
+    """One line: the validated error of ``cost_model`` with ``stack`` on real-server runs of ``gpu``'s family.
+
+    E.g. "real servers: mean TTFT within 14.7% (median |error|) on 8 measured vLLM runs on A100
+    (stack vllm-v0, held out); mean E2E 4.2%, TPOT 12.7%; overload called right on 8 of 8", or that
+    none exists. A source asked for by name (``"measured"``, ``"roofline"``) counts only the runs
+    that source priced.
+    """
+    from ..specs import gpu as _gpu
+
+    name = _gpu(gpu).name if gpu else ""
+    fam = gpu_family(name)
+    st = _stack_of(cost_model, stack)
+    if not ERRORS_PATH.exists():
+        return f"real servers: no validation figures shipped ({ERRORS_PATH.name} absent)"
+    df = pd.read_csv(ERRORS_PATH)
+    rows = df[(df["gpu"].map(gpu_family) == fam) & (df["stack"] == st)]
+    if cost_model in ("measured", "roofline"):  # a source asked for by name: only runs priced by it
+        rows = rows[rows["cost_model"].astype(str).str.startswith(cost_model)]
+    if rows.empty:
+        have = sorted(set(df.loc[df["stack"] == st, "gpu"].map(gpu_family)))
+        return (f"real servers: no measured run validates stack {st} on {fam or 'this GPU'} "
+                f"(validated families for it: {', '.join(have) or 'none'}); the answer is not checked against a "
+                "real server there")
+    how = "held out" if bool(rows["held_out"].all()) else "nothing fitted to them"
+    med = {m: float(rows[f"{m}_mean_err"].abs().median()) for m in ("ttft", "e2e", "tpot")}
+    runs = f"{len(rows)} measured vLLM run{'s' if len(rows) != 1 else ''}"
+    return (f"real servers: mean TTFT within {med['ttft']:.1%} (median |error|) on {runs} on "
+            f"{fam} (stack {st}, {how}); mean E2E {med['e2e']:.1%}, TPOT {med['tpot']:.1%}; overload called right "
+            f"on {int(rows['overload_right'].sum())} of {len(rows)}")
+
+
+def regenerate(path=ERRORS_PATH) -> pd.DataFrame:
+    """Remake :data:`ERRORS_PATH` from the shared runs (default model) and the shipped stacks' held-out errors."""
+    from ..costmodel.stacks import load, named_stacks
+    from .readers import read_shared
+    from .replay import compare, replay
+
+    runs = read_shared()
+    if not runs:
+        raise ValueError("../shared/data/serving is absent: nothing to validate")
+    rows = []
+    for r in runs:
+        c = compare(replay(r))
+        rows.append({**{k: c[k] for k in COLUMNS if k in c}, "stack": "none", "held_out": False})
+    for name in named_stacks():
+        ho = load(name).meta.get("held_out")
+        for row in (ho or {}).get("runs", []):
+            rows.append({**{k: row[k] for k in COLUMNS if k in row}, "model": row.get("model", ""),
+                         "stack": name, "held_out": True})
+    df = pd.DataFrame(rows)[list(COLUMNS)]
+    df.to_csv(path, index=False, float_format="%.5g")
+    return df
+

@@ -1,0 +1,33 @@
+"""Notebook 09 runs quick with the shared serving runs, and without them says so and gives no numbers."""
+from __future__ import annotations
+
+import pytest
+
+from kvlab.validate.readers import SHARED_SERVING
+
+
+@pytest.mark.notebook
+def test_notebook_09_without_data(run_notebook, tmp_path):
+    res = run_notebook("09_real_servers", {"quick": True, "serving_dir": str(tmp_path / "none")})
+    assert res["have_data"] is False
+    assert "no numbers" in res["answer"] and "tables" not in res and res["figures"] == []
+
+
+@pytest.mark.notebook
+@pytest.mark.skipif(not SHARED_SERVING.is_dir(), reason="needs ../shared/data/serving (CI has it)")
+def test_notebook_09_quick(run_notebook):
+    res = run_notebook("09_real_servers", {"quick": True})
+    assert res["have_data"] is True
+    tables = res["tables"]
+    assert {t["dataset"] for t in tables} == {"distserve-vllm-opt13b", "llmservingsim-vllm-0.19"}
+    assert {t["cost model"] for t in tables} == {"default model (stack none)", "stack held out"}
+    held = [r for r in res["held_out_runs"]]
+    assert len(held) == 6 and {r["stack"] for r in held} == {"vllm-v0", "vllm-v1"}
+    # every table row is the median of its runs' |errors| (computed here again)
+    import statistics
+    for t in tables:
+        rows = res["held_out_runs"] if t["cost model"] == "stack held out" else res["default_runs"]
+        errs = [abs(r["tpot_mean_err"]) for r in rows if r["dataset"] == t["dataset"]]
+        assert t["tpot_mean_abs_err"] == pytest.approx(statistics.median(errs))
+    assert len(res["figures"]) == 2
+    assert all(m["why"] for m in res["misses"])

@@ -1,0 +1,227 @@
+"""kvlab.validate: run records, readers, replay, overload calls, stack calibration, trust."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import kvlab
+from kvlab.costmodel import cost_model
+from kvlab.costmodel.stacks import StackTerms, StackedCostModel, apply, load, save
+from kvlab.validate import RunRecord, SetUp, compare, error_table, overloaded, read_bench_result, replay
+from kvlab.validate import calibrate as C
+from kvlab.validate import trust_figures as T
+
+MODEL, GPU = "Llama-2-7B", "A100-80GB-SXM"
+
+
+def _workload(n, rate, seed):
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"arrival_s": np.cumsum(rng.exponential(1 / rate, n)),
+                         "prompt_tokens": rng.integers(50, 600, n), "output_tokens": rng.integers(20, 200, n)})
+
+
+def _measured(terms, rate, seed, n=60):
+    """A hand-made 'server': kvlab itself with known stack terms; its times are the record's measurements."""
+    w = _workload(n, rate, seed)
+    cost = apply(cost_model(MODEL, GPU), terms)
+    res = kvlab.simulate(w, "vllm", model=MODEL, gpu=GPU, cost_model=cost, max_num_seqs=64,
+                         max_num_batched_tokens=2048, max_new_tokens=256)
+    q = res.requests
+    req = w.assign(ttft_s=q["ttft_s"].to_numpy(), tpot_s=q["mean_tbt_s"].to_numpy(), e2e_s=q["e2e_s"].to_numpy())
+    setup = SetUp(name=f"rate-{rate}-{seed}", dataset="hand-made", model=MODEL, gpu=GPU, max_num_seqs=64)
+    return RunRecord(setup, req)
+
+
+TRUE = StackTerms(name="truth", overhead_s=0.008, overhead_s_per_seq=0.0004, gpu_time_scale=1.3)
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return [_measured(TRUE, rate, seed) for rate, seed in ((2, 1), (6, 2), (12, 3), (25, 4))]
+
+
+def test_stack_terms_price_scale_times_gpu_plus_overheads():
+    base = cost_model(MODEL, GPU)
+    rng = np.random.default_rng(0)
+    t, s = rng.integers(1, 4000, 50), rng.integers(1, 128, 50)
+    pairs, kv = t * rng.integers(1, 500, 50), s * rng.integers(10, 3000, 50)
+    want = 1.3 * base.iteration_s(t, pairs, kv, s) + 0.008 + 0.0004 * s
+    assert np.allclose(apply(base, TRUE).iteration_s(t, pairs, kv, s), want, rtol=1e-12)
+    roof = cost_model(MODEL, GPU, source="roofline")
+    stacked = apply(roof, TRUE)
+    assert isinstance(stacked, StackedCostModel)
+    assert np.allclose(stacked.iteration_s(t, pairs, kv, s), 1.3 * roof.iteration_s(t, pairs, kv, s) + 0.008
+                       + 0.0004 * s)
+
+
+def test_design_reproduces_the_replay_at_its_own_schedule(runs):
+    # The linear model of a run's means, evaluated at the terms that made the schedule, is the replay itself.
+    rep = C._replay_with(runs[2], TRUE)
+    d = C.design(rep, TRUE)
+    theta = np.array([TRUE.gpu_time_scale, TRUE.overhead_s, TRUE.overhead_s_per_seq])
+    for col, name in C.TARGETS:
+        assert d[name] @ theta == pytest.approx(rep.predicted[col].mean(), rel=1e-6)
+
+
+def test_calibrate_recovers_known_overheads(runs):
+    f = C.fit(runs, name="fit", fit_scale=True)
+    assert f.terms.gpu_time_scale == pytest.approx(1.3, rel=0.05)
+    assert f.terms.overhead_s == pytest.approx(0.008, rel=0.15)
+    assert f.terms.overhead_s_per_seq == pytest.approx(0.0004, rel=0.15)
+    # with the right terms the runs are reproduced exactly (the 'server' is kvlab)
+    for r in runs:
+        row = C.errors_with(r, f.terms)
+        assert abs(row["e2e_mean_err"]) < 0.03
+
+
+def test_calibrate_without_scale_recovers_cpu_terms():
+    truth = StackTerms(name="t", overhead_s=0.012, overhead_s_per_seq=0.0002)
+    rr = [_measured(truth, rate, seed, n=50) for rate, seed in ((3, 5), (10, 6), (20, 7))]
+    f = C.fit(rr, name="fit", fit_scale=False)
+    assert f.terms.gpu_time_scale == 1.0
+    assert f.terms.overhead_s == pytest.approx(0.012, rel=0.1)
+    assert f.terms.overhead_s_per_seq == pytest.approx(0.0002, rel=0.2)
+
+
+def test_held_out_error_matches_an_independent_computation(runs):
+    runs = runs[1:]
+    loo = C.leave_one_out(runs, name="loo", fit_scale=True)
+    for i, held in enumerate(runs):
+        # second implementation: fit on the others, simulate the held-out run directly, errors by hand
+        f = C.fit([r for j, r in enumerate(runs) if j != i], name="loo", fit_scale=True)
+        cost = apply(cost_model(MODEL, GPU), f.terms)
+        res = kvlab.simulate(held.workload(), "vllm", model=MODEL, gpu=GPU, cost_model=cost, max_num_seqs=64,
+                             max_num_batched_tokens=2048, max_new_tokens=int(held.requests["output_tokens"].max()))
+        meas = held.requests
+        assert loo.loc[i, "run"] == held.name
+        assert loo.loc[i, "ttft_mean_err"] == pytest.approx(res.requests["ttft_s"].mean() / meas["ttft_s"].mean() - 1,
+                                                            abs=1e-9)
+        assert loo.loc[i, "e2e_mean_err"] == pytest.approx(res.requests["e2e_s"].mean() / meas["e2e_s"].mean() - 1,
+                                                           abs=1e-9)
+        assert loo.loc[i, "tpot_mean_err"] == pytest.approx(
+            res.requests["mean_tbt_s"].mean() / meas["tpot_s"].mean() - 1, abs=1e-9)
+
+
+def test_cost_model_file_round_trip_through_simulate(tmp_path, runs):
+    path = save(StackTerms(name="mine", overhead_s=0.005, overhead_s_per_seq=0.0001, meta={"fitted_to": []}),
+                tmp_path / "mine.json")
+    assert load(path).overhead_s == 0.005
+    w = runs[0].workload()
+    a = kvlab.simulate(w, "vllm", model=MODEL, gpu=GPU, cost_model=str(path))
+    b = kvlab.simulate(w, "vllm", model=MODEL, gpu=GPU, cost_model=apply(cost_model(MODEL, GPU), load(path)))
+    assert a.params["stack"] == str(path) and "stack mine" in a.params["cost_model"]
+    assert np.array_equal(a.requests["e2e_s"].to_numpy(), b.requests["e2e_s"].to_numpy())
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"name": "x"}))
+    with pytest.raises(ValueError, match="not a kvlab cost-model file"):
+        kvlab.simulate(w, "vllm", model=MODEL, gpu=GPU, cost_model=str(bad))
+
+
+def test_shipped_stacks_are_named_and_stated():
+    w = _workload(20, 5, 0)
+    r = kvlab.simulate(w, "vllm", model="OPT-13B", gpu=GPU, stack="vllm-v0")
+    assert r.params["stack"] == "vllm-v0" and "stack vllm-v0" in r.params["cost_model"]
+    assert kvlab.simulate(w, "vllm", model="OPT-13B", gpu=GPU).params["stack"] == "none"
+    with pytest.raises(ValueError, match="unknown stack"):
+        kvlab.simulate(w, "vllm", model="OPT-13B", gpu=GPU, stack="vllm-v9")
+
+
+def test_overload_rule_hand_worked():
+    # 400 arrivals, 1 s apart (the last at 399 s): a request still waits for its first token at
+    # 399 s when arrival + TTFT > 399. The rule: more than 2.5% of requests (10) and more than 8.
+    arr = np.arange(400, dtype=float)
+    assert not overloaded(arr, np.full(400, 0.5))      # only the last one waits
+    assert not overloaded(arr, np.full(400, 9.5))      # arrivals 390-399: 10 waiting, not > 10
+    assert overloaded(arr, np.full(400, 10.5))         # 11 waiting
+    assert overloaded(arr, 0.1 * arr)                  # TTFT grows: arrivals from 363 on wait (37)
+    few = np.arange(100, dtype=float)
+    assert not overloaded(few, np.full(100, 7.5))      # arrivals 92-99: 8 waiting, > 2.5% but not > 8
+    assert overloaded(few, np.full(100, 8.5))          # 9 waiting
+
+
+def test_bench_result_reader(tmp_path, runs):
+    rec = runs[1].requests
+    itls = [[t] * (int(n) - 1) for t, n in zip(rec["tpot_s"], rec["output_tokens"])]
+    data = {"input_lens": rec["prompt_tokens"].tolist(), "output_lens": rec["output_tokens"].tolist(),
+            "ttfts": rec["ttft_s"].tolist(), "itls": itls, "start_times": rec["arrival_s"].tolist(),
+            "errors": [""] * len(rec)}
+    (tmp_path / "r.json").write_text(json.dumps(data))
+    (tmp_path / "s.yaml").write_text(f"name: mine\nmodel: {MODEL}\ngpu: {GPU}\nmax_num_seqs: 64\n")
+    got = read_bench_result(tmp_path / "r.json", tmp_path / "s.yaml")
+    assert got.setup.max_num_seqs == 64 and len(got.requests) == len(rec)
+    assert np.allclose(got.requests["e2e_s"], rec["ttft_s"] + rec["tpot_s"] * (rec["output_tokens"] - 1))
+    row = compare(replay(got, cost_model=apply(cost_model(MODEL, GPU), TRUE)))  # the terms that made it
+    assert abs(row["e2e_mean_err"]) < 1e-6 and abs(row["ttft_p99_err"]) < 1e-6
+    assert compare(replay(got))["stack"] == "none"
+    del data["itls"]
+    (tmp_path / "r2.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="lacks itls"):
+        read_bench_result(tmp_path / "r2.json", tmp_path / "s.yaml")
+    (tmp_path / "s2.yaml").write_text("name: x\nmodel: Llama-2-7B\ngpu: A100-80GB-SXM\nmax_num_sqs: 3\n")
+    with pytest.raises(ValueError, match="unknown set-up key.*max_num_sqs"):
+        read_bench_result(tmp_path / "r.json", tmp_path / "s2.yaml")
+
+
+def test_error_table_medians(runs):
+    rows = [{"dataset": "d", "ttft_mean_err": e, "e2e_mean_err": -e, "tpot_mean_err": 2 * e, "overload_right": ok}
+            for e, ok in ((0.1, True), (-0.3, True), (0.2, False))]
+    t = error_table(rows)
+    assert t.loc[0, "ttft_mean_abs_err"] == pytest.approx(0.2) and t.loc[0, "tpot_mean_abs_err"] == pytest.approx(0.4)
+    assert t.loc[0, "overload_calls"] == "2 of 3 right"
+
+
+def test_trust_reads_the_committed_figures(tmp_path, monkeypatch):
+    df = pd.DataFrame({"dataset": "d", "run": ["a", "b", "c"], "gpu": ["A100-80GB-SXM", "A100-80GB-PCIe", "H100-SXM"],
+                       "model": "m", "stack": "vllm-v0", "held_out": True, "ttft_mean_err": [0.1, -0.3, 0.9],
+                       "e2e_mean_err": [0.05, 0.07, 0.0], "tpot_mean_err": [0.2, 0.2, 0.2],
+                       "overload_right": [True, False, True], "cost_model": "x"})
+    path = tmp_path / "e.csv"
+    df.to_csv(path, index=False)
+    monkeypatch.setattr(T, "ERRORS_PATH", path)
+    line = T.trust(gpu="A100-80GB-SXM", stack="vllm-v0")
+    assert "within 20.0%" in line and "2 measured vLLM runs on A100" in line and "1 of 2" in line
+    assert "no measured run validates stack none on A100" in T.trust(gpu="A100-80GB-SXM")
+    df.assign(cost_model=["measured (A100)", "roofline (spec sheet)", "measured (H100)"]).to_csv(path, index=False)
+    assert "on 1 measured vLLM run on A100" in T.trust("roofline", gpu="A100-80GB-SXM", stack="vllm-v0")
+
+
+def _bench_file(folder, rec, name):
+    itls = [[t] * (int(n) - 1) for t, n in zip(rec["tpot_s"], rec["output_tokens"])]
+    data = {"input_lens": rec["prompt_tokens"].tolist(), "output_lens": rec["output_tokens"].tolist(),
+            "ttfts": rec["ttft_s"].tolist(), "itls": itls, "start_times": rec["arrival_s"].tolist()}
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_cli_calibrate_and_validate(tmp_path, runs, capsys):
+    from kvlab.cli import main
+
+    files = [_bench_file(tmp_path, r.requests, f"run{i}") for i, r in enumerate(runs[:3])]
+    setup = tmp_path / "setup.yaml"
+    setup.write_text(f"model: {MODEL}\ngpu: {GPU}\nmax_num_seqs: 64\n")
+    out = tmp_path / "mine.json"
+    assert main(["calibrate", *files, "--set-up", str(setup), "-o", str(out), "--fit-scale", "yes"]) == 0
+    text = capsys.readouterr().out
+    assert "held-out error (leave-one-run-out" in text and f"written to {out}" in text
+    terms = load(out)
+    assert terms.gpu_time_scale == pytest.approx(1.3, rel=0.05)
+    assert [r["run"] for r in terms.meta["held_out"]["runs"]] == ["run0", "run1", "run2"]
+    assert main(["validate", *files, "--set-up", str(setup), "--cost-model", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "stack: " + str(out) in text and "3 of 3 right" in text
+    assert main(["calibrate", files[0], "-o", str(out)]) == 2  # no set-up: one-line error
+    assert "needs --set-up" in capsys.readouterr().err
+
+
+def test_bad_run_records_name_the_run_and_column(runs):
+    req = runs[0].requests
+    with pytest.raises(ValueError, match="run x: request table lacks column.*tpot_s"):
+        RunRecord(SetUp(name="x", dataset="d", model=MODEL, gpu=GPU), req.drop(columns=["tpot_s"]))
+    with pytest.raises(ValueError, match="run x: column ttft_s has 1 missing"):
+        RunRecord(SetUp(name="x", dataset="d", model=MODEL, gpu=GPU), req.assign(ttft_s=[np.nan] + [0.1] * (len(req) - 1)))
+    with pytest.raises(ValueError, match="run x: scheduler must be one of chunked, prefill_first"):
+        SetUp(name="x", dataset="d", model=MODEL, gpu=GPU, scheduler="v0")
+    with pytest.raises(ValueError, match="run x: max_num_seqs must be a positive integer"):
+        SetUp(name="x", dataset="d", model=MODEL, gpu=GPU, max_num_seqs=0)
