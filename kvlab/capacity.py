@@ -1,4 +1,4 @@
-"""Serving capacity under latency SLOs: the largest Poisson request rate a configuration sustains.
+"""Serving capacity under latency SLOs: the largest request rate a configuration sustains.
 
 Sarathi-Serve's definition (OSDI 2024, section 5): capacity is the highest request rate (QPS)
 at which the P99 time between tokens (TBT) stays within the SLO and the median scheduling delay
@@ -8,9 +8,25 @@ the paper) arriving as a Poisson process, and the rate is found by search.
 The search (:func:`capacity`): a trial at ``qps_start``; doubling (or halving) until the SLO
 flips, which brackets the capacity; then bisection of the bracket until it is narrower than
 ``rel_tol``. Trials use the same seed, so a trial at rate ``q`` sees the same lengths and the
-same unit-rate Poisson arrivals scaled by ``1 / q``: the search is deterministic for a seed.
+same unit-rate arrivals scaled by ``1 / q`` (Poisson, Gamma or the trace's own, below): the
+search is deterministic for a seed.
 An SLO that a lone decode already misses, or that no rate down to ``qps_min`` meets, gives
 capacity 0 with the reason, after a bounded number of trials.
+
+The arrival process of a trial at rate ``q`` (``arrivals``; :mod:`kvlab.arrivals`):
+
+``poisson``
+    Sarathi-Serve's: exponential gaps of mean ``1 / q``.
+``replay``
+    The workload's own ``arrival_s``, time-compressed (or stretched) to offer ``q``
+    (:func:`kvlab.arrivals.time_compressed`): its bursts, lulls and their order kept.
+``gamma``
+    A Gamma renewal process of rate ``q`` whose gaps have the coefficient of variation
+    ``burst_cv``, by default the one measured on the workload's own gaps
+    (:func:`kvlab.arrivals.gap_cv`): the trace's burstiness without its particular order.
+
+A bursty trace (gap CV above 1) queues more at a given mean rate than Poisson arrivals, so its
+capacity under ``replay`` or ``gamma`` is lower: the rate the server really sustains on it.
 
 TBT here is every gap between two consecutive output tokens of a request, pooled over all
 requests (Sarathi-Serve's per-token ``decode_token_execution_plus_preemption_time``), so a
@@ -38,6 +54,7 @@ import pandas as pd
 
 from . import _validate as v
 from ._workers import worker_pool
+from .arrivals import PROCESSES, gap_cv, time_compressed
 from .costmodel import describe as _describe_cost, resolve as _resolve_cost
 from .lengths import Profile, workload_sample
 from .pipeline import PipelineCostModel
@@ -78,14 +95,18 @@ class SLO:
         Largest allowed median delay from arrival to admission (seconds, > 0; the paper's 2 s).
     normalized_latency_s_per_token : float or None
         Largest allowed mean over requests of end-to-end latency / output tokens (seconds).
+    ttft_p99_s : float or None
+        Largest allowed 99th percentile of the time to first token (seconds, > 0); None (the
+        default) leaves TTFT unbounded, as Sarathi-Serve's SLO does.
     """
 
     tbt_p99_s: float | None = None
     scheduling_delay_p50_s: float | None = 2.0
     normalized_latency_s_per_token: float | None = None
+    ttft_p99_s: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("tbt_p99_s", "scheduling_delay_p50_s", "normalized_latency_s_per_token"):
+        for name in ("tbt_p99_s", "scheduling_delay_p50_s", "normalized_latency_s_per_token", "ttft_p99_s"):
             if getattr(self, name) is not None:
                 v.positive_float(getattr(self, name), f"slo.{name}")
         if self.tbt_p99_s is None and self.normalized_latency_s_per_token is None:
@@ -95,7 +116,8 @@ class SLO:
         parts = [f"P99 TBT <= {self.tbt_p99_s:g} s" if self.tbt_p99_s is not None else "",
                  f"normalized latency <= {self.normalized_latency_s_per_token:g} s/token"
                  if self.normalized_latency_s_per_token is not None else "",
-                 f"median delay <= {self.scheduling_delay_p50_s:g} s" if self.scheduling_delay_p50_s is not None else ""]
+                 f"median delay <= {self.scheduling_delay_p50_s:g} s" if self.scheduling_delay_p50_s is not None else "",
+                 f"P99 TTFT <= {self.ttft_p99_s:g} s" if self.ttft_p99_s is not None else ""]
         return ", ".join(p for p in parts if p)
 
 
@@ -203,6 +225,10 @@ class CapacityResult:
     config : ServingConfig
     num_requests : int
     seed : int
+    arrivals : {"poisson", "replay", "gamma"}
+        The arrival process the trials scaled (see the module note).
+    burst_cv : float or None
+        The gap CV of ``gamma`` arrivals (None for the others).
     window_verdict : str
         What serving twice as many requests at the capacity found said (``capacity``'s
         ``window_check``): "steady: ...", "too short: ..." or "not checked: ..."; empty when not run.
@@ -215,6 +241,8 @@ class CapacityResult:
     config: ServingConfig
     num_requests: int
     seed: int
+    arrivals: str = "poisson"
+    burst_cv: float | None = None
     window_verdict: str = ""
 
     def binding(self) -> str:
@@ -263,14 +291,19 @@ def slo_metrics(result: SimResult, *, warmup_frac: float = 0.0) -> dict[str, flo
 
 
 # ---------------------------------------------------------------------------------- one trial
-def trial_requests(workload: pd.DataFrame | str | Path | Profile, num_requests: int, seed: int = 0) -> pd.DataFrame:
+def trial_requests(workload: pd.DataFrame | str | Path | Profile, num_requests: int, seed: int = 0, *,
+                   keep_arrivals: bool = False) -> pd.DataFrame:
     """The ``num_requests`` requests every trial of a search serves (``prompt_tokens``, ``output_tokens``).
 
     ``workload`` as in :func:`capacity`: a table or trace file gives its first ``num_requests``
-    rows (:func:`kvlab.trace_window.trace_window`; the trial replaces their arrival times with
-    Poisson arrivals), a profile a seeded sample.
+    rows (:func:`kvlab.trace_window.trace_window`; a Poisson trial replaces their arrival times),
+    a profile a seeded sample. ``keep_arrivals`` keeps the rows' ``arrival_s`` (for ``replay`` and
+    ``gamma`` trials, which scale the trace's own arrival process); a profile has none.
     """
     num_requests = v.positive_int(num_requests, "num_requests")
+    if keep_arrivals and not isinstance(workload, pd.DataFrame):
+        raise ValueError("the trace's own arrival process (arrivals='replay' or 'gamma') needs a workload table "
+                         "with arrival_s, not a profile or a file name; or use arrivals='poisson'")
     if isinstance(workload, (str, Path)):
         workload = workload_sample(workload, num_requests, seed=seed)[0]
     if isinstance(workload, Profile):
@@ -281,13 +314,19 @@ def trial_requests(workload: pd.DataFrame | str | Path | Profile, num_requests: 
     v.require_columns(workload, ("prompt_tokens", "output_tokens"), "workload")
     if len(workload) < num_requests:
         raise ValueError(f"workload has {len(workload)} requests, fewer than num_requests={num_requests}")
-    return trace_window(workload, num_requests).requests[["prompt_tokens", "output_tokens"]]
+    if keep_arrivals and "arrival_s" not in workload.columns:
+        raise ValueError("the trace's own arrival process (arrivals='replay' or 'gamma') needs an arrival_s column "
+                         "in the workload; a trace without times can only be searched under arrivals='poisson'")
+    cols = ["prompt_tokens", "output_tokens"] + (["arrival_s"] if keep_arrivals else [])
+    return trace_window(workload, num_requests).requests[cols]
 
 
 def serve(workload: pd.DataFrame, config: ServingConfig, qps: float | None, *, seed: int = 0,
-          record_iterations: bool = False) -> SimResult:
-    """Serve ``workload`` (prompt/output tokens) at a Poisson ``qps`` under ``config``.
+          record_iterations: bool = False, arrivals: str = "poisson", burst_cv: float | None = None) -> SimResult:
+    """Serve ``workload`` (prompt/output tokens) at rate ``qps`` under ``config``.
 
+    ``arrivals`` is the process scaled to ``qps`` (see the module note): ``poisson``, ``replay``
+    (the workload's own ``arrival_s`` time-compressed) or ``gamma`` (gaps with CV ``burst_cv``).
     ``qps=None`` serves it at its own ``arrival_s`` (offline when it has none; ``pp = 1`` only).
     Under PP this runs one of the ``pp`` engines at ``qps / pp`` (see the module note), twice
     when ``config.pipeline_bubbles``: the second run's cycles include the bubbles estimated from
@@ -299,7 +338,21 @@ def serve(workload: pd.DataFrame, config: ServingConfig, qps: float | None, *, s
             raise ValueError("serving a workload at its own arrival times needs pp = 1 (give qps under PP)")
         arrivals: dict[str, Any] = {"arrivals": "auto"}
     else:
-        arrivals = {"arrivals": "poisson", "qps": v.positive_float(qps, "qps") / config.pp}
+        per_engine = v.positive_float(qps, "qps") / config.pp
+        kind = v.choice(arrivals, "arrivals", PROCESSES)
+        if kind == "replay":
+            if "arrival_s" not in workload.columns:
+                raise ValueError("arrivals='replay' needs an arrival_s column in the workload")
+            workload = workload.assign(arrival_s=time_compressed(workload["arrival_s"].to_numpy(), per_engine))
+            arrivals = {"arrivals": "trace"}
+        elif kind == "gamma":
+            if burst_cv is None:
+                raise ValueError("arrivals='gamma' needs burst_cv (the gaps' coefficient of variation)")
+            arrivals = {"arrivals": "gamma", "qps": per_engine, "burst_cv": v.positive_float(burst_cv, "burst_cv")}
+        else:
+            arrivals = {"arrivals": "poisson", "qps": per_engine}
+        if kind != "replay" and "arrival_s" in workload.columns:
+            workload = workload.drop(columns="arrival_s")
     extra: dict[str, Any] = dict(config.policy_params)
     if config.engine is not None:
         extra["engine"] = config.engine
@@ -355,12 +408,16 @@ def _verdict(m: Mapping[str, float], slo: SLO, max_backlog_frac: float | None = 
                    f"{slo.normalized_latency_s_per_token:g} s/token")
     if slo.scheduling_delay_p50_s is not None and m["scheduling_delay_p50_s"] > slo.scheduling_delay_p50_s:
         why.append(f"median scheduling delay {m['scheduling_delay_p50_s']:.4g} s > {slo.scheduling_delay_p50_s:g} s")
+    if slo.ttft_p99_s is not None and not m["ttft_p99_s"] <= slo.ttft_p99_s:  # NaN (no first token) misses
+        why.append(f"P99 TTFT {m['ttft_p99_s']:.4g} s > {slo.ttft_p99_s:g} s")
     return "; ".join(why) or "meets the SLO"
 
 
-def _trial(args: tuple[pd.DataFrame, ServingConfig, SLO, float, int, float, float | None]) -> dict[str, Any]:
-    workload, config, slo, qps, seed, warmup_frac, max_backlog_frac = args
-    m = slo_metrics(serve(workload, config, qps, seed=seed), warmup_frac=warmup_frac)
+def _trial(args: tuple[pd.DataFrame, ServingConfig, SLO, float, int, float, float | None, str, float | None]
+           ) -> dict[str, Any]:
+    workload, config, slo, qps, seed, warmup_frac, max_backlog_frac, arrivals, burst_cv = args
+    m = slo_metrics(serve(workload, config, qps, seed=seed, arrivals=arrivals, burst_cv=burst_cv),
+                    warmup_frac=warmup_frac)
     reason = _verdict(m, slo, max_backlog_frac)
     return {"qps": qps, "passed": reason == "meets the SLO", "reason": reason, **m}
 
@@ -379,16 +436,17 @@ def lone_decode_s(workload: pd.DataFrame, config: ServingConfig) -> float:
 def capacity(workload: pd.DataFrame | str | Path | Profile, config: ServingConfig, slo: SLO, *,
              num_requests: int = 2048, seed: int = 0, qps_start: float = 1.0, qps_min: float = 1e-3,
              qps_max: float = 1e4, rel_tol: float = 0.05, max_trials: int = 40, warmup_frac: float = 0.1,
-             max_backlog_frac: float | None = 0.025, window_check: bool = True) -> CapacityResult:
-    """Largest Poisson rate at which ``config`` meets ``slo`` (requests/s), with the trials run.
+             max_backlog_frac: float | None = 0.025, window_check: bool = True, arrivals: str = "poisson",
+             burst_cv: float | None = None) -> CapacityResult:
+    """Largest rate at which ``config`` meets ``slo`` (requests/s), with the trials run.
 
     Parameters
     ----------
     workload : DataFrame, Profile, str or Path
-        Requests (``prompt_tokens``, ``output_tokens``; the first ``num_requests`` rows are
-        served, any ``arrival_s`` is replaced by Poisson arrivals), a length profile or its
-        name (:func:`kvlab.lengths.list_profiles`, sampled with ``seed``), or a trace file
-        (:func:`kvlab.traces.load`).
+        Requests (``prompt_tokens``, ``output_tokens``, and ``arrival_s`` for ``replay`` and
+        ``gamma``; the first ``num_requests`` rows are served), a length profile or its name
+        (:func:`kvlab.lengths.list_profiles`, sampled with ``seed``), or a trace file
+        (:func:`kvlab.traces.load`); the last two only under Poisson arrivals.
     config : ServingConfig
     slo : SLO
     num_requests : int
@@ -419,6 +477,11 @@ def capacity(workload: pd.DataFrame | str | Path | Profile, config: ServingConfi
         has them): if that fails, the trials were too short to reach steady state and a
         :class:`CapacityWindowWarning` names the size needed; ``window_verdict`` of the result
         says what the check found.
+    arrivals : {"poisson", "replay", "gamma"}
+        The arrival process scaled to each trial's rate (see the module note).
+    burst_cv : float, optional
+        Gap CV of ``gamma`` arrivals; default the one measured on the workload's ``arrival_s``
+        (:func:`kvlab.arrivals.gap_cv`). Only with ``gamma``.
 
     Returns
     -------
@@ -447,17 +510,22 @@ def capacity(workload: pd.DataFrame | str | Path | Profile, config: ServingConfi
     qps_start = min(max(v.positive_float(qps_start, "qps_start"), qps_min), qps_max)
     rel_tol = v.positive_float(rel_tol, "rel_tol")
     max_trials = v.positive_int(max_trials, "max_trials")
-    work = trial_requests(workload, num_requests, seed)
+    arrivals = v.choice(arrivals, "arrivals", PROCESSES)
+    if burst_cv is not None and arrivals != "gamma":
+        raise ValueError(f"burst_cv is used only with arrivals='gamma', not {arrivals!r}")
+    work = trial_requests(workload, num_requests, seed, keep_arrivals=arrivals != "poisson")
+    if arrivals == "gamma":
+        burst_cv = gap_cv(work["arrival_s"].to_numpy()) if burst_cv is None else v.positive_float(burst_cv, "burst_cv")
     rows: list[dict[str, Any]] = []
 
     def result(capacity_qps: float, reason: str) -> CapacityResult:
         trials = pd.DataFrame(rows, columns=list(TRIAL_COLUMNS[1:]))
         trials.insert(0, "trial", np.arange(len(trials)))
         return CapacityResult(capacity_qps=capacity_qps, reason=reason, trials=trials, slo=slo, config=config,
-                              num_requests=num_requests, seed=seed)
+                              num_requests=num_requests, seed=seed, arrivals=arrivals, burst_cv=burst_cv)
 
     def passes(qps: float) -> bool:
-        rows.append(_trial((work, config, slo, qps, seed, warmup_frac, max_backlog_frac)))
+        rows.append(_trial((work, config, slo, qps, seed, warmup_frac, max_backlog_frac, arrivals, burst_cv)))
         return rows[-1]["passed"]
 
     floor_s = lone_decode_s(work, config)
@@ -493,18 +561,20 @@ def capacity(workload: pd.DataFrame | str | Path | Profile, config: ServingConfi
     if not window_check:
         return found
     return dataclasses.replace(found, window_verdict=_window_check(workload, config, slo, lo, num_requests, seed,
-                                                                   warmup_frac, max_backlog_frac))
+                                                                   warmup_frac, max_backlog_frac, arrivals, burst_cv))
 
 
 def _window_check(workload: Any, config: ServingConfig, slo: SLO, qps: float, num_requests: int, seed: int,
-                  warmup_frac: float, max_backlog_frac: float | None) -> str:
-    """Serve ``2 x num_requests`` at ``qps``: what that says of the trials' length (warns when it fails)."""
+                  warmup_frac: float, max_backlog_frac: float | None, arrivals: str = "poisson",
+                  burst_cv: float | None = None) -> str:
+    """Serve ``2 x num_requests`` at ``qps`` (the same arrival process): what that says of the trials'
+    length (warns when it fails)."""
     longer = 2 * num_requests
     try:
-        work = trial_requests(workload, longer, seed)
+        work = trial_requests(workload, longer, seed, keep_arrivals=arrivals != "poisson")
     except ValueError:
         return f"not checked: the workload has fewer than {longer:,} requests"
-    row = _trial((work, config, slo, qps, seed, warmup_frac, max_backlog_frac))
+    row = _trial((work, config, slo, qps, seed, warmup_frac, max_backlog_frac, arrivals, burst_cv))
     if row["passed"]:
         return f"steady: {longer:,} requests at {qps:.4g} requests/s also meet the SLO"
     warnings.warn(f"the capacity found with {num_requests:,}-request trials ({qps:.4g} requests/s) fails with "

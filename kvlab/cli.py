@@ -6,7 +6,9 @@ lists their parameters.
 
 ``kvlab recommend TRACE --model M --gpu G [--system vllm]`` prints which server setting meets a
 latency SLO at the trace's real load, each setting's capacity with its interval, and the
-server's flags (see :mod:`kvlab.recommend`).
+server's flags (see :mod:`kvlab.recommend`). ``--model`` takes a catalogue name, a catalogued
+Hugging Face id or a ``config.json``; ``--gpu-spec gpu.yaml`` describes a GPU of one's own. The
+model, GPU and SLO are checked before the trace is read.
 
 ``kvlab validate [RESULTS ...]`` replays measured real-server runs and prints the errors;
 ``kvlab calibrate RESULTS ... -o my-h100.json`` fits a serving stack to them (:mod:`kvlab.validate.cli`).
@@ -129,19 +131,27 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
     from .capacity import SLO
     from .recommend import recommend
     from .recommend.servers import resolve
-    from .specs import with_precision
+    from .specs import resolve_gpu, resolve_model, with_precision
 
+    # what a user types is checked before the trace loads (a large trace takes seconds to read)
     _check_recommend_flags(args)
     if args.system is not None:
-        resolve(args.system)  # a bad --system is named before the trace is read
-    model = args.model
+        resolve(args.system)
+    model = resolve_model(args.model)
+    gpu = resolve_gpu(args.gpu, args.gpu_spec)
+    model.check_tp(args.tp)
+    slo = SLO(tbt_p99_s=args.slo_p99_tbt, scheduling_delay_p50_s=args.slo_delay_p50 or None,
+              ttft_p99_s=args.slo_p99_ttft)
+    if args.max_model_len is not None and args.max_model_len > model.max_context_tokens:
+        raise ValueError(f"--max-model-len {args.max_model_len:,} is above {model.name}'s context of "
+                         f"{model.max_context_tokens:,} tokens")
     if args.weights != "bf16" or args.kv_cache_dtype != "auto":
-        model = with_precision(args.model, kv_cache_dtype=args.kv_cache_dtype, weights=args.weights)
+        model = with_precision(model, kv_cache_dtype=args.kv_cache_dtype, weights=args.weights)
     trace = _load_recommend_trace(args)
-    slo = SLO(tbt_p99_s=args.slo_p99_tbt, scheduling_delay_p50_s=args.slo_delay_p50 or None)
     workers = args.workers if args.workers is not None else min(2, os.cpu_count() or 1)
-    rec = recommend(trace, model=model, gpu=args.gpu, system=args.system, slo=slo, tp=args.tp,
+    rec = recommend(trace, model=model, gpu=gpu, system=args.system, slo=slo, tp=args.tp,
                     block_size=args.block_size, max_new_tokens=args.max_new_tokens,
+                    max_model_len=args.max_model_len, arrivals=args.arrivals,
                     num_requests=args.num_requests, how="sample" if args.sample else "window",
                     rate_scale=args.rate_scale, qps=args.qps, num_windows=args.windows,
                     window_requests=args.window_requests, percentiles=args.percentiles,
@@ -184,14 +194,23 @@ def build_parser() -> argparse.ArgumentParser:
     rec = sub.add_parser(
         "recommend", help="which server setting meets a latency SLO at a trace's real load, and its capacity",
         description="Simulate the trace at its own rate on each setting the server lets you change, find each "
-                    "setting's capacity (highest Poisson rate within the SLO) with an interval over windows of "
-                    "the trace, and print the answer with the server's flags. Default SLO: P99 time between "
-                    "tokens <= 0.1 s and median scheduling delay <= 2 s.")
+                    "setting's capacity (highest rate within the SLO, the trace's own arrivals time-compressed, "
+                    "Poisson beside it) with an interval over windows of the trace, and print one answer: the "
+                    "setting, the replicas it needs and its flags. Default SLO: P99 time between tokens <= 0.1 s "
+                    "and median scheduling delay <= 2 s, no TTFT bound.")
     rec.add_argument("trace", nargs="+", help="trace file (.csv, .jsonl, .json, .parquet: any format "
                                               "kvlab.traces.load reads), or one or two Prometheus scrapes "
                                               "of a vLLM server's /metrics")
-    rec.add_argument("--model", required=True, help="model name (kvlab.specs.models())")
-    rec.add_argument("--gpu", required=True, help="GPU name (kvlab.specs.gpus())")
+    rec.add_argument("--model", required=True,
+                     help="model: a name of kvlab.specs.models(), a Hugging Face id of its hf_id column "
+                          "(meta-llama/Meta-Llama-3-8B), or a config.json (or its folder)")
+    gpu = rec.add_mutually_exclusive_group(required=True)
+    gpu.add_argument("--gpu", help="GPU name (kvlab.specs.gpus())")
+    gpu.add_argument("--gpu-spec", metavar="GPU.yaml",
+                     help="your own GPU: a YAML file with the columns of data/gpus.csv (name, memory_mib, "
+                          "hbm_bandwidth_gbps, bf16_dense_tflops, host_link_gbps, interconnect_gbps, "
+                          "internode_gbps; fp8_dense_tflops optional); priced by the spec-sheet (roofline) "
+                          "cost model")
     rec.add_argument("--system", metavar="SYSTEM[==VERSION]",
                      help="the server you run: vllm, sglang, tgi, tensorrt-llm (newest release family) or "
                           "e.g. vllm==0.8 (the family holding that version), or reservation (the brief's recipe): "
@@ -210,14 +229,22 @@ def build_parser() -> argparse.ArgumentParser:
                      help="SLO: 99th percentile of the time between output tokens (default 0.1 s)")
     rec.add_argument("--slo-delay-p50", type=float, default=2.0, metavar="SECONDS",
                      help="SLO: median delay from arrival to admission (default 2 s; 0: no bound)")
+    rec.add_argument("--slo-p99-ttft", type=float, metavar="SECONDS",
+                     help="SLO: 99th percentile of the time to first token (default: no bound)")
+    rec.add_argument("--max-model-len", type=int, metavar="TOKENS",
+                     help="the server's context, prompt + output (default the model's context); longer prompts "
+                          "are refused")
+    rec.add_argument("--arrivals", choices=["replay", "gamma", "poisson"], default="replay",
+                     help="arrival process capacity is searched under: the trace's own times time-compressed "
+                          "(default), a Gamma renewal with their gap CV, or Poisson")
     rec.add_argument("--max-new-tokens", type=int,
                      help="output cap (tokens; default the trace's detected cap, else its longest output)")
     rec.add_argument("--num-requests", type=int, help="serve N requests of the trace (default all)")
     rec.add_argument("--sample", action="store_true",
                      help="N requests as a random sample rescaled to the trace's rate (default a window)")
     rec.add_argument("--rate-scale", type=float, default=1.0, help="serve at this multiple of the trace's rate")
-    rec.add_argument("--qps", type=float, help="serve at this rate (requests/s): the trace's times rescaled, "
-                                               "or Poisson when it has none")
+    rec.add_argument("--qps", type=float, help="offer this rate (requests/s, refused requests included): the "
+                                               "trace's times rescaled, or Poisson when it has none")
     rec.add_argument("--windows", type=int, default=5, help="capacity windows (default 5)")
     rec.add_argument("--window-requests", type=int, default=2048, help="requests per window (default 2048)")
     rec.add_argument("--percentiles", type=float, nargs="+", default=[50, 90, 95, 99],

@@ -14,7 +14,8 @@ config alone (no checkpoint needed). The formula, per decoder layer ``l`` and in
 * MLP: ``3 h f`` gated (SwiGLU/GeGLU: gate, up, down) or ``2 h f`` (+ ``f + h`` biases) plain;
   a mixture-of-experts layer holds ``E`` routed experts of ``3 h f_e`` each, ``S`` shared experts
   of the same size and a router of ``h E`` (+ ``E`` score-correction biases for DeepSeek-V3);
-  DeepSeek-V3's first ``first_k_dense_replace`` layers are dense MLPs of width ``f``;
+  DeepSeek-V3's first ``first_k_dense_replace`` layers are dense MLPs of width ``f``, and so are
+  Qwen3-MoE's ``mlp_only_layers`` and the layers ``decoder_sparse_step`` skips;
 * norms: ``n_norm h`` per layer (``2 n_norm h`` for LayerNorm with bias), plus a final norm;
   Qwen3's per-head query and key norms add ``2 d``;
 * embeddings ``V h`` (+ learned positions for OPT: ``(P + 2) h``), and an output head ``V h``
@@ -174,13 +175,16 @@ def _qwen3(r: _Reader) -> dict[str, Any]:
 
 
 def _qwen3_moe(r: _Reader) -> dict[str, Any]:
-    # Every layer sparse (decoder_sparse_step 1, no mlp_only_layers), no shared expert.
-    if r.int("decoder_sparse_step", default=1) != 1 or r.cfg.get("mlp_only_layers"):
-        raise ValueError(f"{r.where}: dense layers among the MoE layers (decoder_sparse_step != 1 or "
-                         "mlp_only_layers) are not supported")
+    # Qwen3-MoE (transformers' Qwen3MoeDecoderLayer): layer i is sparse unless i is in
+    # mlp_only_layers or (i + 1) % decoder_sparse_step != 0; no shared experts, a bias-free router.
     out = _qwen3(r)
+    n, step = out["num_layers"], r.int("decoder_sparse_step", default=1)
+    only = r.cfg.get("mlp_only_layers") or []
+    if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
+        raise ValueError(f"{r.where}: mlp_only_layers must be a list of layer indices, got {only!r}")
+    sparse = sum(1 for i in range(n) if i not in only and (i + 1) % step == 0)
     out.update(num_experts=r.int("num_experts"), experts_per_token=r.int("num_experts_per_tok"),
-               moe_intermediate_size=r.int("moe_intermediate_size"))
+               moe_intermediate_size=r.int("moe_intermediate_size"), num_dense_layers=n - sparse)
     return out
 
 

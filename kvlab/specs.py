@@ -1,8 +1,12 @@
 """Model and GPU specifications: the numbers every memory and time estimate in kvlab starts from.
 
-Shipped as ``data/models.csv`` and ``data/gpus.csv``, one row per model or GPU with its source;
-:func:`model_from_config` builds a :class:`ModelSpec` from any Hugging Face ``config.json``.
-Names are matched ignoring case, spaces, hyphens and underscores ("Llama-3-8B" == "llama3_8b").
+Shipped as ``data/models.csv`` and ``data/gpus.csv``, one row per model or GPU with its source
+(a model's ``hf_id`` is the Hugging Face repository its row comes from);
+:func:`model_from_config` builds a :class:`ModelSpec` from any Hugging Face ``config.json``, and
+:func:`gpu_from_file` a :class:`GPUSpec` from a YAML file with the columns of ``gpus.csv``;
+:func:`resolve_model` and :func:`resolve_gpu` read what a user types (a name, a Hugging Face id,
+a file). Names are matched ignoring case, spaces, hyphens and underscores ("Llama-3-8B" ==
+"llama3_8b"); an unknown name is answered with the closest known ones.
 
 KV bytes per token, per layer:
 
@@ -33,6 +37,7 @@ weights are dequantized to BF16 for the GEMM.
 """
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from dataclasses import dataclass, replace
@@ -349,11 +354,33 @@ def gpus() -> pd.DataFrame:
     return _gpu_table().copy()
 
 
+def suggestions(name: str, names: Any, limit: int = 4) -> list[str]:
+    """The known names closest to ``name`` (for "did you mean"): those it is part of, then close spellings.
+
+    Examples
+    --------
+    >>> suggestions("h100", ["A100-40GB", "H100-SXM", "H100-PCIe", "H200"])
+    ['H100-SXM', 'H100-PCIe']
+    """
+    by_key = {_key(n): str(n) for n in names}
+    key = _key(name)
+    part = [n for k, n in by_key.items() if key and key in k]
+    close = [by_key[k] for k in difflib.get_close_matches(key, list(by_key), n=limit, cutoff=0.6)]
+    return list(dict.fromkeys(part + close))[:limit]
+
+
+def _unknown(name: str, names: Any, what: str) -> ValueError:
+    names = [str(n) for n in names]
+    near = suggestions(name, names)
+    hint = f"; did you mean {' or '.join(near)}?" if near else ""
+    return ValueError(f"unknown {what} {name!r}{hint} (known {what}s are {', '.join(names)})")
+
+
 def _lookup(table: pd.DataFrame, name: str, what: str) -> pd.Series:
     keys = table["name"].map(_key)
     hit = table[keys == _key(name)]
     if hit.empty:
-        raise ValueError(f"unknown {what} {name!r}: known {what}s are {', '.join(table['name'])}")
+        raise _unknown(name, table["name"], what)
     return hit.iloc[0]
 
 
@@ -377,8 +404,8 @@ def model(name: str | ModelSpec) -> ModelSpec:
 def model_from_config(path_or_dict: str | os.PathLike | Mapping[str, Any], name: str | None = None) -> ModelSpec:
     """A :class:`ModelSpec` from a Hugging Face ``config.json`` (path, folder holding it, or dict).
 
-    Reads ``model_type`` llama, mistral, qwen2, gemma2, phi3 (dense, grouped-query), mixtral
-    (mixture of experts), deepseek_v3 (MLA + mixture of experts), opt, falcon and gptj, and
+    Reads ``model_type`` llama, mistral, qwen2, qwen3, gemma2, phi3 (dense, grouped-query), mixtral
+    and qwen3_moe (mixture of experts), deepseek_v3 (MLA + mixture of experts), opt, falcon and gptj, and
     counts total and active parameters from the shapes (formula in :mod:`kvlab.hf_config`;
     tied embeddings counted once). The result works wherever kvlab takes a model name.
 
@@ -409,20 +436,104 @@ def gpu(name: str | GPUSpec) -> GPUSpec:
     """The :class:`GPUSpec` called ``name`` (a ``GPUSpec`` is passed through)."""
     if isinstance(name, GPUSpec):
         return name
-    row = _lookup(_gpu_table(), name, "GPU")
+    return _gpu_from_row(_lookup(_gpu_table(), name, "GPU"), "data/gpus.csv")
+
+
+#: Columns of ``data/gpus.csv`` (and keys of a GPU spec file): number columns with their units.
+GPU_NUMBER_FIELDS = {"memory_mib": "MiB", "hbm_bandwidth_gbps": "GB/s", "bf16_dense_tflops": "TFLOP/s",
+                     "host_link_gbps": "GB/s", "interconnect_gbps": "GB/s", "internode_gbps": "GB/s"}
+GPU_TEXT_FIELDS = ("name", "host_link", "internode_link", "source")
+
+
+def _gpu_from_row(row: Mapping[str, Any], where: str) -> GPUSpec:
+    """A :class:`GPUSpec` from the columns of ``gpus.csv`` (numbers positive, each bad field named)."""
+    num = {f: v.positive_float(row[f], f"{where}: {f} ({unit})") for f, unit in GPU_NUMBER_FIELDS.items()}
     return GPUSpec(
-        name=row["name"],
-        memory_bytes=int(row["memory_mib"]) * MIB,
-        hbm_bandwidth_bytes_per_s=float(row["hbm_bandwidth_gbps"]) * 1e9,
-        bf16_flops_per_s=float(row["bf16_dense_tflops"]) * 1e12,
-        host_link_bytes_per_s=float(row["host_link_gbps"]) * 1e9,
+        name=str(row["name"]),
+        memory_bytes=int(num["memory_mib"] * MIB),
+        hbm_bandwidth_bytes_per_s=num["hbm_bandwidth_gbps"] * 1e9,
+        bf16_flops_per_s=num["bf16_dense_tflops"] * 1e12,
+        host_link_bytes_per_s=num["host_link_gbps"] * 1e9,
         host_link=str(row["host_link"]),
-        interconnect_bytes_per_s=float(row["interconnect_gbps"]) * 1e9,
-        internode_bytes_per_s=float(row["internode_gbps"]) * 1e9,
+        interconnect_bytes_per_s=num["interconnect_gbps"] * 1e9,
+        internode_bytes_per_s=num["internode_gbps"] * 1e9,
         internode_link=str(row["internode_link"]),
         source=str(row["source"]),
         fp8_flops_per_s=0.0 if pd.isna(row["fp8_dense_tflops"]) else float(row["fp8_dense_tflops"]) * 1e12,
     )
+
+
+def gpu_from_file(path: str | os.PathLike) -> GPUSpec:
+    """A :class:`GPUSpec` from a YAML file whose keys are the columns of ``data/gpus.csv``.
+
+    ``name`` and the six numbers (``memory_mib``, ``hbm_bandwidth_gbps``, ``bf16_dense_tflops``
+    dense BF16, ``host_link_gbps``, ``interconnect_gbps``, ``internode_gbps``, each per
+    direction) are required; ``host_link``, ``internode_link`` and ``source`` are text
+    (default: "given in <path>"). Such a GPU has no measured iteration times: kvlab prices it
+    with the roofline (spec-sheet) cost model and says so.
+
+    Raises
+    ------
+    ValueError
+        Unreadable file, not a mapping, a missing or unknown key, or a number that is not positive.
+    """
+    where = f"GPU spec file {os.fspath(path)}"
+    data = v.yaml_data(v.read_text_file(os.fspath(path), "GPU spec file", max_bytes=1 << 20), where)
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected a mapping of the columns of data/gpus.csv, got {type(data).__name__}")
+    fields = ("name", *GPU_NUMBER_FIELDS)
+    missing = [f for f in fields if data.get(f) is None]
+    unknown = sorted(set(map(str, data)) - set(fields) - set(GPU_TEXT_FIELDS) - {"fp8_dense_tflops"})
+    if missing or unknown:
+        raise ValueError(f"{where}: " + "; ".join(
+            ([f"missing {', '.join(missing)}"] if missing else []) + ([f"unknown key {', '.join(unknown)}"] if unknown
+                                                                      else []))
+            + f" (keys: {', '.join(fields + GPU_TEXT_FIELDS[1:])}, fp8_dense_tflops (optional), as the columns of "
+              f"data/gpus.csv)")
+    row = {"host_link": "given", "internode_link": "given", "source": f"given in {os.fspath(path)}",
+           "fp8_dense_tflops": float("nan"), **data}
+    return _gpu_from_row(row, where)
+
+
+def resolve_model(text: str | ModelSpec) -> ModelSpec:
+    """The model a user names: a catalogue name, a Hugging Face id of the catalogue (its ``hf_id``
+    column; no hub access), or a path to a ``config.json`` (or the folder holding one).
+
+    Raises
+    ------
+    ValueError
+        Nothing matches: the closest names are suggested, and an uncatalogued Hugging Face id is
+        told to pass its ``config.json``.
+    """
+    if isinstance(text, ModelSpec):
+        return text
+    text = str(text)
+    path = os.path.expanduser(text)
+    if text.endswith(".json") or os.path.isdir(path) or os.path.isfile(path):
+        spec = model_from_config(path)
+        # a config saved from the hub names its repository (_name_or_path "Qwen/Qwen3-8B"): the id to load
+        is_id = re.fullmatch(r"[\w.-]+/[\w.-]+", spec.name) and not os.path.exists(spec.name)
+        return replace(spec, hf_id=spec.name) if is_id and not spec.hf_id else spec
+    table = _model_table()
+    if (table["name"].map(_key) == _key(text)).any():
+        return model(text)
+    ids = table["hf_id"].dropna().astype(str) if "hf_id" in table.columns else pd.Series([], dtype=str)
+    hit = table.loc[ids.index[ids.str.lower() == text.lower()]]
+    if len(hit):
+        return model(str(hit["name"].iloc[0]))
+    if "/" in text:
+        near = suggestions(text, ids)
+        raise ValueError(f"Hugging Face id {text!r} is not in kvlab's catalogue"
+                         + (f" (did you mean {' or '.join(near)}?)" if near else "")
+                         + "; download its config.json and pass its path (--model path/to/config.json)")
+    raise _unknown(text, table["name"], "model")
+
+
+def resolve_gpu(name: str | None = None, spec_file: str | os.PathLike | None = None) -> GPUSpec:
+    """The GPU a user names (a catalogue name) or describes (a YAML file, :func:`gpu_from_file`); one of them."""
+    if (name is None) == (spec_file is None):
+        raise ValueError("give a GPU name (--gpu) or a GPU spec file (--gpu-spec), one of them")
+    return gpu(name) if spec_file is None else gpu_from_file(spec_file)
 
 
 def with_precision(model_: str | ModelSpec, *, kv_cache_dtype: str = "auto", weights: str = "bf16") -> ModelSpec:

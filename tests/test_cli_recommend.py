@@ -48,7 +48,7 @@ def test_json_gives_the_rate_the_capacities_and_clamped_flags(tmp_path, capsys):
     assert out["context"]["prompts_over_context"] == 3
     too_long = fits & (df["ContextTokens"] + df["GeneratedTokens"] > 4096)
     assert out["context"]["outputs_over_context"] == int(too_long.sum()) >= 1
-    assert any("3 prompts do not fit" in w for w in out["warnings"])
+    assert any(w.startswith("3 of 400 requests (0.8%) are refused: their prompts do not fit") for w in out["warnings"])
     rows = out["table"]
     assert {r["system"] for r in rows} == {"vllm"} and len(rows) >= 4
     for r in rows:
@@ -57,8 +57,13 @@ def test_json_gives_the_rate_the_capacities_and_clamped_flags(tmp_path, capsys):
         assert len(out["capacities"][f"vllm: {r['setting']}"]) == 2
     cmd = out["flags"][0]["command"]
     max_len = int(re.search(r"--max-model-len (\d+)", cmd).group(1))
-    expected = min(4096, int(df.loc[fits, "ContextTokens"].max()) + int(df["GeneratedTokens"].max()))
-    assert max_len == expected <= 4096
+    assert max_len == 4096  # the model's context, not the trace's longest request
+    assert out["flags"][0]["setting"] == out["chosen"].split(": ", 1)[1]  # the printed flags are the answer's
+    # the offered rate is the trace's, refused requests included
+    t_all = pd.to_datetime(df["TIMESTAMP"]).astype("int64").to_numpy() / 1e9
+    assert out["load"]["offered_rate_per_s"] == pytest.approx(out["load"]["rate_per_s"] * 400 / 397)
+    assert out["load"]["offered_rate_per_s"] == pytest.approx(399 / (t_all.max() - t_all.min()), rel=0.02)
+    assert out["load"]["refused_requests"] == 3
     assert out["decision"] in ("recommend", "keep-default", "all-tie", "overloaded")
     assert out["setup"]["model"] == MODEL and out["setup"]["slo_p99_tbt_s"] == 0.1
 
@@ -90,7 +95,9 @@ def test_rate_scale_and_qps(tmp_path, capsys):
     twice = _run_json(capsys, str(path), *small, "--rate-scale", "2")
     fixed = _run_json(capsys, str(path), *small, "--qps", "9")
     assert twice["load"]["rate_per_s"] == pytest.approx(2 * base["load"]["rate_per_s"])
-    assert fixed["load"]["rate_per_s"] == pytest.approx(9.0)
+    # --qps is the rate offered to the server: 3 of the trace's 400 prompts are refused
+    assert fixed["load"]["offered_rate_per_s"] == pytest.approx(9.0)
+    assert fixed["load"]["rate_per_s"] == pytest.approx(9.0 * 397 / 400)
 
 
 def test_on_bad_drop_counts_the_rows(tmp_path, capsys):
@@ -194,3 +201,93 @@ def test_a_shuffled_copy_of_a_trace_gets_the_same_answer(tmp_path, capsys):
     b = _run_json(capsys, str(shuffled), *TINY, "--system", "vllm")
     assert {**b["load"], "source": ""} == {**a["load"], "source": ""}
     assert b["table"] == a["table"] and b["flags"] == a["flags"] and b["capacities"] == a["capacities"]
+
+
+def test_headline_names_the_refused_requests_and_the_traces_rate(tmp_path, capsys):
+    path = tmp_path / "azure.csv"
+    df = _azure(path)
+    assert main(["recommend", str(path), *TINY, "--system", "tgi"]) == 0
+    text = capsys.readouterr().out
+    t = pd.to_datetime(df["TIMESTAMP"]).astype("int64").to_numpy() / 1e9
+    offered = 399 / (t.max() - t.min())
+    head = " ".join(text.split("setting ")[0].split())  # the lines above the table, unwrapped
+    assert f"offered: {offered:.3g} requests/s, the trace's own rate" in head
+    assert "3 of 400 requests (0.8%) are refused" in head
+    assert "--max-model-len 4,096 (Llama-2-7B's context)" in head
+    assert "to within 5% (the search's grid)" in head
+    assert "--max-total-tokens 4096" in text and "--max-input-tokens 4095" in text
+
+
+def test_model_by_hugging_face_id_or_config_and_names_checked_before_the_trace(tmp_path, capsys):
+    path = tmp_path / "azure.csv"
+    _azure(path, n=120)
+    by_name = _run_json(capsys, str(path), *TINY, "--system", "tgi")
+    args = [a if a != MODEL else "meta-llama/Llama-2-7b-hf" for a in TINY]
+    by_id = _run_json(capsys, str(path), *args, "--system", "tgi")
+    assert by_id["capacities"] == by_name["capacities"] and by_id["setup"]["model"] == MODEL
+    assert "--model-id meta-llama/Llama-2-7b-hf" in by_id["flags"][0]["command"]
+    config = tmp_path / "config.json"  # Llama-2-7B's published config
+    config.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+                                  "num_key_value_heads": 32, "num_hidden_layers": 32, "intermediate_size": 11008,
+                                  "vocab_size": 32000, "max_position_embeddings": 4096,
+                                  "_name_or_path": "my-llama"}))
+    args = [a if a != MODEL else str(config) for a in TINY]
+    by_file = _run_json(capsys, str(path), *args, "--system", "tgi")
+    assert by_file["capacities"] == by_name["capacities"] and by_file["setup"]["model"] == "my-llama"
+    # a wrong name is answered before the (here missing) trace is read, with the names it may mean
+    missing = str(tmp_path / "missing.csv")
+    assert main(["recommend", missing, "--model", MODEL, "--gpu", "h100"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown GPU 'h100'; did you mean H100-SXM or H100-PCIe" in err and "missing.csv" not in err
+    assert main(["recommend", missing, "--model", "llama3-8b", "--gpu", "A100-80GB"]) == 2
+    assert "did you mean A100-80GB-SXM or A100-80GB-PCIe" in capsys.readouterr().err
+    assert main(["recommend", missing, "--model", "Llama3", "--gpu", GPU]) == 2
+    assert "unknown model 'Llama3'; did you mean Llama-3-8B" in capsys.readouterr().err
+    assert main(["recommend", missing, "--model", "Qwen/Qwen9-1B", "--gpu", GPU]) == 2
+    assert "pass its path" in capsys.readouterr().err
+    assert main(["recommend", missing, "--model", MODEL, "--gpu", GPU, "--max-model-len", "5000"]) == 2
+    assert "above Llama-2-7B's context of 4,096" in capsys.readouterr().err
+
+
+def test_gpu_spec_file_is_a_gpu_of_ones_own_priced_by_the_roofline(tmp_path, capsys):
+    path = tmp_path / "azure.csv"
+    _azure(path, n=120)
+    row = pd.read_csv("data/gpus.csv").set_index("name").loc[GPU]
+    spec = tmp_path / "gpu.yaml"
+    spec.write_text("name: my-a100\n" + "".join(f"{k}: {row[k]}\n" for k in (
+        "memory_mib", "hbm_bandwidth_gbps", "bf16_dense_tflops", "host_link_gbps", "interconnect_gbps",
+        "internode_gbps")))
+    args = [a for a in TINY if a not in ("--gpu", GPU)]
+    mine = _run_json(capsys, str(path), *args, "--gpu-spec", str(spec), "--system", "tgi")
+    assert mine["setup"]["gpu"] == "my-a100" and not mine["setup"]["gpu_measured"]
+    catalogued = _run_json(capsys, str(path), *TINY, "--system", "tgi", "--cost-model", "roofline")
+    assert mine["capacities"] == catalogued["capacities"]  # the same numbers, the same roofline
+    assert main(["recommend", str(path), *args, "--gpu-spec", str(spec), "--system", "tgi"]) == 0
+    assert "GPU not measured: spec-sheet estimate for my-a100" in " ".join(capsys.readouterr().out.split())
+    spec.write_text("name: x\nmemory_mib: -1\n")
+    assert main(["recommend", str(path), *args, "--gpu-spec", str(spec)]) == 2
+    assert "missing hbm_bandwidth_gbps" in capsys.readouterr().err
+
+
+def test_ttft_bound_is_part_of_the_slo(tmp_path, capsys):
+    path = tmp_path / "azure.csv"
+    _azure(path, n=120)
+    out = _run_json(capsys, str(path), *TINY, "--system", "tgi", "--slo-p99-ttft", "0.001")
+    assert out["setup"]["slo_p99_ttft_s"] == 0.001 and "P99 TTFT <= 0.001 s" in out["setup"]["slo"]
+    assert all(r["capacity_qps"] == 0 for r in out["table"])  # no prefill finishes in 1 ms
+
+
+def test_a_qwen3_config_runs(tmp_path, capsys):
+    path = tmp_path / "azure.csv"
+    _azure(path, n=120)
+    config = tmp_path / "qwen3"  # a folder holding Qwen/Qwen3-0.6B's config.json
+    config.mkdir()
+    (config / "config.json").write_text(json.dumps({
+        "model_type": "qwen3", "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
+        "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+        "max_position_embeddings": 40960, "tie_word_embeddings": True, "_name_or_path": "Qwen/Qwen3-0.6B"}))
+    args = [a if a != MODEL else str(config) for a in TINY]
+    out = _run_json(capsys, str(path), *args, "--system", "tgi")
+    assert out["setup"]["model"] == "Qwen/Qwen3-0.6B" and out["context"]["max_model_len"] == 40960
+    assert out["context"]["prompts_over_context"] == 0  # the 4,096-5,000-token prompts fit 40,960
+    assert "--model-id Qwen/Qwen3-0.6B" in out["flags"][0]["command"]

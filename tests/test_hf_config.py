@@ -147,3 +147,47 @@ def test_a_spec_from_a_config_works_where_a_model_name_does():
     res = simulate(w, "vllm", model=m, gpu="H100-SXM")
     assert res.params["model"] == "my-llama"
     assert res.summary["num_completed"] == 2
+
+
+# --- Qwen3 (dense and MoE): the configs published in the Qwen/Qwen3-* repositories -----------
+QWEN3 = {"model_type": "qwen3", "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960,
+         "attention_bias": False, "use_sliding_window": False, "sliding_window": None}
+
+
+@pytest.mark.parametrize("shapes, total, non_embedding", [
+    # Qwen3 model cards: 8.2B (6.95B non-embedding), 0.6B (0.44B, tied embeddings), 32.8B (31.2B)
+    ({"hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32,
+      "num_key_value_heads": 8, "tie_word_embeddings": False}, 8.2e9, 6.95e9),
+    ({"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16,
+      "num_key_value_heads": 8, "tie_word_embeddings": True}, 0.6e9, 0.44e9),
+    ({"hidden_size": 5120, "intermediate_size": 25600, "num_hidden_layers": 64, "num_attention_heads": 64,
+      "num_key_value_heads": 8, "tie_word_embeddings": False}, 32.8e9, 31.2e9),
+])
+def test_qwen3_parameter_counts_match_the_model_cards(shapes, total, non_embedding):
+    cfg = {**QWEN3, **shapes}
+    m = specs.model_from_config(cfg, name="qwen3")
+    embedding = cfg["vocab_size"] * cfg["hidden_size"] * (1 if cfg["tie_word_embeddings"] else 2)
+    assert m.num_params == pytest.approx(total, rel=0.01)
+    assert m.num_params - embedding == pytest.approx(non_embedding, rel=0.01)
+    assert m.head_dim == 128 and m.num_kv_heads == 8 and m.sliding_window_tokens is None
+    # by hand, per layer: attention, the two 128-wide q/k norms, gated MLP, two RMSNorms
+    h, q, k, d, f = (cfg[x] for x in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+                                      "intermediate_size"))
+    layer = 2 * h * q * d + 2 * h * k * d + 2 * d + 3 * h * f + 2 * h
+    assert m.num_params == cfg["num_hidden_layers"] * layer + embedding + h
+
+
+def test_qwen3_moe_counts_30b_total_3b_active():
+    # Qwen/Qwen3-30B-A3B config.json; the model card: 30.5B total, 3.3B activated
+    cfg = {**QWEN3, "model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144,
+           "moe_intermediate_size": 768, "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4,
+           "num_experts": 128, "num_experts_per_tok": 8, "decoder_sparse_step": 1, "mlp_only_layers": [],
+           "tie_word_embeddings": False}
+    m = specs.model_from_config(cfg, name="qwen3-moe")
+    assert m.num_params == pytest.approx(30.5e9, rel=0.01) and m.num_active_params == pytest.approx(3.3e9, rel=0.02)
+    assert m.is_moe and m.num_experts == 128 and m.experts_per_token == 8
+    dense_first = specs.model_from_config({**cfg, "mlp_only_layers": [0]}, name="x")  # one dense layer of width 6144
+    expert = 3 * 2048 * 768
+    assert dense_first.num_params - m.num_params == 3 * 2048 * 6144 - (128 * expert + 2048 * 128)
+    with pytest.raises(ValueError, match="mlp_only_layers"):
+        specs.model_from_config({**cfg, "mlp_only_layers": "0"}, name="x")

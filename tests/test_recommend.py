@@ -51,22 +51,41 @@ def test_capacity_is_a_direct_capacity_call(at_20):
                            max_num_seqs=256, max_num_batched_tokens=2048, scheduler="chunked",
                            max_new_tokens=int(trace["output_tokens"].max()), block_size=16,
                            pool_pages=kvlab.pool_pages(MODEL, GPU, gpu_memory_utilization=0.92))
-    window = trace.iloc[1100:1500][["prompt_tokens", "output_tokens"]].reset_index(drop=True)
+    window = trace.iloc[1100:1500].reset_index(drop=True)  # with its own arrival times
+    # the grid starts at the power of two nearest the offered ~20 requests/s, whatever the load
     direct = capacity(window, config, SLO(tbt_p99_s=0.1, scheduling_delay_p50_s=2.0), num_requests=400, seed=4,
-                      qps_start=rec.load["rate_per_s"], rel_tol=0.05)
+                      qps_start=16.0, rel_tol=0.05, arrivals="replay")
+    assert rec.setup["capacity_arrivals"] == "replay" and rec.setup["capacity_grid_start_qps"] == 16.0
     assert rec.capacities["vllm: default"][1] == direct.capacity_qps
     row = rec.row("vllm: default")
     caps = rec.capacities["vllm: default"]
     assert row["capacity_lo_qps"] == min(caps) and row["capacity_hi_qps"] == max(caps)
 
 
-def test_overloaded_says_so_with_the_replicas_needed(at_20):
-    _, rec = at_20
+def test_overloaded_names_replicas_of_the_printed_setting_and_one_share_agrees(at_20):
+    trace, rec = at_20
     best = rec.table.loc[rec.table["capacity_qps"].idxmax()]
     assert best["capacity_qps"] < 20.0 * 0.95  # this GPU cannot carry 20 requests/s
-    assert rec.decision == "overloaded" and rec.chosen is None and not rec.table["recommended"].any()
-    assert rec.answer.startswith("Overloaded") and f"{math.ceil(rec.load['rate_per_s'] / best['capacity_qps'])} " \
-        "replicas" in rec.answer
+    assert rec.decision == "overloaded" and rec.chosen is not None
+    row = rec.row(rec.chosen)
+    assert row["recommended"] and int(rec.table["recommended"].sum()) == 1
+    # the printed flags are the chosen setting's, and its capacity sizes the replicas
+    assert list(rec.flags["setting"]) == [row["setting"]]
+    n = int(row["replicas"])
+    rate = rec.load["rate_per_s"]
+    assert n == math.ceil(rate / row["capacity_qps"] - 1e-9) and n * row["capacity_qps"] >= rate
+    assert f"run {n} replicas of it" in rec.answer and rec.chosen in rec.answer
+    assert f"--rate-scale {1 / n:.4g}" in rec.what_to_do
+    assert rec.check["replicas"] == n and rec.check["rate_per_s"] == pytest.approx(rate / n)
+    # one replica's share: the same setting, now on one replica, with the same capacities
+    vllm = settings("vllm", model=MODEL, gpu=GPU)[:2]
+    share = recommend(trace, model=MODEL, gpu=GPU, candidates=vllm, num_requests=600, num_windows=2,
+                      window_requests=400, seed=3, rate_scale=1 / n)
+    assert share.load["rate_per_s"] == pytest.approx(rate / n)
+    assert share.chosen == rec.chosen and share.decision != "overloaded"
+    assert int(share.row(share.chosen)["replicas"]) == 1
+    assert share.capacities == rec.capacities
+    assert list(share.flags["command"]) == list(rec.flags["command"])
 
 
 def test_identical_settings_tie_and_all_ties_keep_the_default():
@@ -104,6 +123,13 @@ def test_context_clamp_counts_what_does_not_fit():
         assert lens and max(lens) <= 8192, cmd
     _, capped = fit_to_context(trace, model="Llama-3-8B", max_new_tokens=20000)
     assert capped.max_new_tokens == 8191 and "clamped" in " ".join(capped.warnings())
+    # the user's own context: prompts of 4,096 tokens or more are refused, outputs cut at 4,096
+    served, mine = fit_to_context(trace, model="Llama-3-8B", max_new_tokens=None, max_model_len=4096)
+    assert mine.max_model_len == 4096 and mine.max_context_tokens == 8192
+    assert mine.prompts_over_context == 4 and served["output_tokens"].tolist() == [50, 900]
+    assert mine.refused().startswith("4 of 6 requests (66.7%) are refused") and mine.served_frac == 2 / 6
+    with pytest.raises(ValueError, match="above Llama-3-8B's context of 8,192"):
+        fit_to_context(trace, model="Llama-3-8B", max_new_tokens=None, max_model_len=9000)
 
 
 def test_default_cap_is_the_traces_detected_cap():
@@ -190,6 +216,35 @@ def test_serve_at_the_workloads_own_times_is_simulate_with_them():
     assert got["makespan_s"] == direct["makespan_s"] and got["tbt_p99_s"] == direct["tbt_p99_s"]
     assert slo_verdict(serve(trace, config, None), SLO(tbt_p99_s=1e-6)) \
         .startswith("P99 TBT")
+
+
+def test_what_binds_is_named_without_its_numbers():
+    from kvlab.recommend.core import _limit
+
+    assert _limit("P99 TBT 0.1234 s > 0.1 s") == "P99 TBT"
+    assert _limit("median scheduling delay 3.1 s > 2 s; P99 TBT 0.2 s > 0.1 s") == "median scheduling delay"
+    assert _limit("P99 TTFT 5.2 s > 1 s") == "P99 TTFT"
+    assert _limit("3 requests aborted") == "aborted requests"
+    assert _limit("not sustained: 2.8% of the requests still wait when the last arrives (> 2.5%: the queue grows)") \
+        == "a growing queue (requests still waiting when the last arrives)"
+    assert _limit("converged: meets the SLO at 3 requests/s") == ""
+
+
+def test_h200_and_h100_differ_where_their_specs_do_and_an_unmeasured_gpu_says_so():
+    rng = np.random.default_rng(0)
+    n = 300  # short prompts, long outputs: decode reads weights and KV, so HBM bandwidth binds
+    trace = pd.DataFrame({"prompt_tokens": rng.integers(100, 400, n), "output_tokens": rng.integers(200, 600, n),
+                          "arrival_s": np.cumsum(rng.exponential(0.1, n))})
+    kw = dict(model="Llama-3-8B", num_windows=1, window_requests=n, cost_model="roofline", rel_tol=0.05,
+              slo=SLO(tbt_p99_s=0.015, scheduling_delay_p50_s=2.0))
+    caps = {}
+    for gpu in ("H100-SXM", "H200"):
+        rec = recommend(trace, gpu=gpu, candidates=settings("vllm", model="Llama-3-8B", gpu=gpu)[:1], **kw)
+        caps[gpu] = rec.table["capacity_qps"].iloc[0]
+        assert rec.setup["gpu_measured"] == (gpu == "H100-SXM")
+        assert ("GPU not measured: spec-sheet estimate for H200" in " ".join(str(rec).split())) == (gpu == "H200")
+    # 4.8 vs 3.35 TB/s: more than the search's 5% apart (the same FLOP/s would not separate them)
+    assert caps["H200"] > caps["H100-SXM"] * 1.05 ** 2
 
 
 # --- KV precision and what binds ----------------------------------------------------------------

@@ -3,24 +3,36 @@ replicas, and how sure the answer is.
 
 What :func:`recommend` does, in order:
 
-1. **Fit the trace to the model.** Prompts that do not fit the model's context are counted and
-   left out (the server rejects them); outputs that would run past the context are counted and
-   cut there. ``max_new_tokens`` defaults to the trace's own detected cap (else its longest
-   output), clamped to the context.
-2. **The real load.** The requests are served at the trace's own rate
-   (:func:`kvlab.trace_window.trace_window`: the whole trace, a window, or a sample rescaled
-   to keep the rate; ``rate_scale`` / ``qps`` ask "what if traffic grows"), and each setting's
-   latencies at that load are reported in vLLM ``benchmark_serving``'s names (ms).
-3. **Capacity.** For each setting, :func:`kvlab.capacity.capacity` finds the highest Poisson
-   rate that meets the SLO (the same :class:`kvlab.capacity.SLO` judges the load above), on
-   ``num_windows`` windows of ``window_requests`` requests spread over the trace. The median is
-   the capacity; the range over the windows is the interval (with 5 windows, the range covers
-   the median of the window-capacity distribution with probability ``1 - 2 / 2**5 = 94%``).
-   Headroom is capacity / offered rate; replicas are ``ceil(rate / capacity)``.
-4. **How sure.** Settings whose interval reaches the best one's are ties; the default is kept
-   when it ties the best, and when every setting ties the answer says the knobs do not matter
-   at this load. If no setting meets the SLO at the offered load the answer says the server is
-   overloaded and how many replicas it needs, instead of recommending a setting.
+1. **Fit the trace to the model.** The server's context is ``max_model_len`` (default the
+   model's own context, never the trace's longest request: the printed server must accept a
+   longer prompt tomorrow). Prompts that do not fit it are counted and refused (the server
+   rejects them); outputs that would run past it are counted and cut there. ``max_new_tokens``
+   defaults to the trace's own detected cap (else its longest output), clamped to the context.
+2. **The real load.** The trace offers its own rate, refused requests included (the headline
+   gives it, with how many are refused and the rate left to serve); the requests that fit are
+   served at their share of it (:func:`kvlab.trace_window.trace_window`: the whole trace, a
+   window, or a sample rescaled to keep the rate; ``rate_scale`` / ``qps`` ask "what if traffic
+   grows"), and each setting's latencies at that load are reported in vLLM
+   ``benchmark_serving``'s names (ms).
+3. **Capacity.** For each setting, :func:`kvlab.capacity.capacity` finds the highest rate of
+   served requests that meets the SLO (the same :class:`kvlab.capacity.SLO` judges the load
+   above) by scaling the trace's own arrival process (``arrivals``: ``replay``, the window's
+   arrival times time-compressed, by default; ``gamma``, a Gamma renewal with the window's gap
+   CV; ``poisson``), on ``num_windows`` windows of ``window_requests`` requests spread over the
+   trace. The median is the capacity; the range over the windows is the interval (with 5
+   windows, the range covers the median of the window-capacity distribution with probability
+   ``1 - 2 / 2**5 = 94%``). The search's grid starts at a power of two, not at the offered rate,
+   so a setting's capacity does not depend on the load it is asked about. The chosen setting's
+   capacity is searched under Poisson and Gamma arrivals too, beside it. Headroom is capacity /
+   served rate; replicas are ``ceil(rate / capacity)``.
+4. **One answer.** Settings whose interval reaches the best one's are ties; the chosen setting
+   is the best, or the default when it ties the best (every setting tying says the knobs do not
+   matter at this load). The chosen setting's flags are printed and its capacity sizes the
+   replicas: when one replica of it cannot carry the load the answer is "N replicas of it", and
+   re-running at one replica's share (``rate_scale = 1 / N``) chooses the same setting. The
+   chosen setting is then served at one replica's share of the real load, as a check.
+5. **How sure.** The capacity interval, the search's resolution (``rel_tol``), and whether the
+   GPU's iteration times are measured or a spec-sheet (roofline) estimate.
 """
 from __future__ import annotations
 
@@ -35,11 +47,13 @@ import pandas as pd
 
 from .. import _validate as v
 from .._workers import worker_pool
+from ..arrivals import PROCESSES, gap_cv
 from ..validate.trust_figures import trust as _trust
 from ..capacity import SLO, ServingConfig, capacity, serve, slo_verdict
+from ..costmodel import measured_gpus as _measured_gpus
 from ..lengths import recommend_max_new_tokens
 from ..reservation import pool_pages as _pool_pages
-from ..specs import model as _model, with_precision
+from ..specs import gpu as _gpu, model as _model, with_precision
 from ..trace_window import HOW, TraceWindow, offered_rate_per_s, trace_window, window_starts
 from .servers import resolve as _resolve
 from .systems import Setting, client_note, default_settings, launch, profile_of, settings, write_files
@@ -53,15 +67,19 @@ DEFAULT_WINDOW_REQUESTS = 2048
 #: Latency columns at the offered load, in vLLM benchmark_serving's names (milliseconds).
 LATENCY_COLUMNS = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_itl_ms",
                    "p99_itl_ms", "median_e2el_ms", "p99_e2el_ms")
-#: Columns of :attr:`Recommendation.table`.
+#: Columns of :attr:`Recommendation.table`. ``capacity_poisson_qps`` and ``capacity_gamma_qps``
+#: (the median capacity under Poisson and under Gamma arrivals of the trace's gap CV) are filled
+#: for the chosen setting only.
 TABLE_COLUMNS = ("system", "setting", "knob", "default", "policy", "overflow", "max_num_seqs",
                  "max_num_batched_tokens", "gpu_memory_utilization", "pool_pages", "max_new_tokens",
-                 "capacity_qps", "capacity_lo_qps", "capacity_hi_qps", "binding", "kv_binds_at_qps",
-                 "max_tried_qps", "headroom", "replicas",
+                 "capacity_qps", "capacity_lo_qps", "capacity_hi_qps", "capacity_poisson_qps",
+                 "capacity_gamma_qps", "binding", "kv_binds_at_qps", "max_tried_qps", "headroom", "replicas",
                  "num_gpus", "meets_slo_at_load", "slo_at_load", "offered_rate_per_s", *LATENCY_COLUMNS,
                  "preempted_request_frac", "unserved_frac", "tie", "recommended")
-#: The possible decisions.
+#: The possible decisions (``overloaded``: the chosen setting needs more than one replica).
 DECISIONS = ("recommend", "keep-default", "all-tie", "overloaded", "no-rate")
+#: The arrival process capacity is searched under by default (:mod:`kvlab.arrivals`).
+DEFAULT_ARRIVALS = "replay"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,20 +94,43 @@ class ContextFit:
     cap_source: str
     prompts_over_context: int
     outputs_over_context: int
+    trace_requests: int = 0
+    outputs_over_cap: int = 0
+    context_source: str = "the model's context"
 
-    def warnings(self) -> list[str]:
-        out = []
+    @property
+    def served_requests(self) -> int:
+        """Requests of the trace the server accepts (their prompts fit the context)."""
+        return self.trace_requests - self.prompts_over_context
+
+    @property
+    def served_frac(self) -> float:
+        """Share of the trace's requests the server accepts."""
+        return self.served_requests / self.trace_requests if self.trace_requests else 1.0
+
+    def refused_parts(self) -> list[str]:
+        """The refused and capped requests, one phrase each (empty when every request is served in full)."""
+        parts = []
         if self.prompts_over_context:
             n = self.prompts_over_context
-            out.append(f"{n:,} {'prompt does' if n == 1 else 'prompts do'} not fit the model's "
-                       f"{self.max_context_tokens:,}-token context: the server rejects them; left out of the "
-                       f"simulation")
-        if self.outputs_over_context:
-            out.append(f"{self.outputs_over_context:,} outputs would run past the context: cut at "
-                       f"{self.max_context_tokens:,} tokens of prompt + output")
+            parts.append(f"{n:,} of {self.trace_requests:,} requests ({n / self.trace_requests:.1%}) are refused: "
+                         f"{'its prompt does' if n == 1 else 'their prompts do'} not fit the "
+                         f"{self.max_model_len:,}-token context ({self.context_source})")
+        for n, where in ((self.outputs_over_context, "the context"),
+                         (self.outputs_over_cap, f"max_new_tokens {self.max_new_tokens:,}")):
+            if n:
+                parts.append(f"{n:,} {'output is' if n == 1 else 'outputs are'} cut at {where}")
+        return parts
+
+    def refused(self) -> str:
+        """:meth:`refused_parts` in one line ("" when every request is served in full)."""
+        return "; ".join(self.refused_parts())
+
+    def warnings(self) -> list[str]:
+        out = self.refused_parts()
         if self.max_new_tokens < self.trace_cap_tokens:
             out.append(f"max_new_tokens clamped from {self.trace_cap_tokens:,} to {self.max_new_tokens:,} "
-                       f"(the model's context)")
+                       f"(the context)")
         return out
 
 
@@ -102,9 +143,11 @@ class Recommendation:
     decision : str
         One of :data:`DECISIONS`.
     answer : str
-        One sentence answering "what should I run", computed from the table.
+        What to run, computed from the table: the chosen setting, its capacity, and the
+        replicas it needs.
     chosen : str or None
-        ``"system: setting"`` of the recommendation (None when overloaded).
+        ``"system: setting"`` of the recommendation (None only when no setting serves the trace
+        or none meets the SLO at any rate).
     ties : list of str
         ``"system: setting"`` of every setting tied with the best (the best included).
     table : DataFrame
@@ -122,6 +165,10 @@ class Recommendation:
     warnings : list of str
     capacities : dict
         ``"system: setting"`` -> the capacity of each window (requests/s).
+    check : dict
+        The chosen setting served at one replica's share of the real load: ``replicas``,
+        ``rate_per_s``, ``slo`` (the verdict), ``p99_ttft_ms``, ``p99_itl_ms`` (empty without
+        a rate or a chosen setting).
     elapsed_s : float
         Wall time of the search (seconds).
     """
@@ -138,6 +185,7 @@ class Recommendation:
     setup: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
     capacities: dict[str, list[float]] = field(default_factory=dict)
+    check: dict[str, Any] = field(default_factory=dict)
     elapsed_s: float = 0.0
 
     def row(self, key: str) -> pd.Series:
@@ -150,23 +198,26 @@ class Recommendation:
 
     @property
     def what_to_do(self) -> str:
-        """The action for the operator, computed from the decision and the flags."""
+        """The action for the operator, computed from the decision and the flags of the chosen setting."""
         rate = self.load.get("rate_per_s")
-        if self.decision == "overloaded":
-            return (f"{self.answer} Then re-run kvlab recommend at one replica's share of the traffic "
-                    f"(--rate-scale 1/replicas) to choose its setting.")
-        row = self.row(self.chosen) if self.chosen else None
-        hit = self.flags if row is None else \
-            self.flags[(self.flags["system"] == row["system"]) & (self.flags["setting"] == row["setting"])]
+        if self.chosen is None:
+            return self.answer
+        row = self.row(self.chosen)
+        hit = self.flags[(self.flags["system"] == row["system"]) & (self.flags["setting"] == row["setting"])]
         f = (hit if len(hit) else self.flags).iloc[0]
-        grow = ""
-        if row is not None and rate:
-            grow = (f" It carries {row['capacity_lo_qps']:.3g}-{row['capacity_hi_qps']:.3g} requests/s, "
-                    f"{row['capacity_lo_qps'] / rate:.1f}x or more today's {rate:.3g}: re-run with --rate-scale "
-                    f"when traffic grows past that.")
-        elif rate is None:
-            grow = " The trace has no arrival times: give its rate (qps) to check the load."
-        return f"Launch with: {f['command']}; {f['client']}.{grow}"
+        if rate is None:
+            return (f"Launch with: {f['command']}; {f['client']}. The trace has no arrival times: give its rate "
+                    f"(qps) to check the load.")
+        n = int(row["replicas"])
+        if n > 1:
+            again = (f"--qps {self.load['qps'] / n:.4g}" if self.load.get("qps")
+                     else f"--rate-scale {self.load.get('rate_scale', 1.0) / n:.4g}")
+            return (f"Launch {n} replicas ({n * int(self.setup['tp'])} GPUs) behind a load balancer, each with: "
+                    f"{f['command']}; {f['client']}. Each carries {rate / n:.3g} requests/s, one replica's share "
+                    f"(re-running with {again} asks about one replica and chooses this setting).")
+        return (f"Launch with: {f['command']}; {f['client']}. It carries {row['capacity_lo_qps']:.3g}-"
+                f"{row['capacity_hi_qps']:.3g} requests/s, {row['capacity_lo_qps'] / rate:.1f}x or more today's "
+                f"{rate:.3g}: re-run with --rate-scale when traffic grows past that.")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: the decision, the load, the full table and the flags."""
@@ -174,7 +225,7 @@ class Recommendation:
         return {"decision": self.decision, "answer": self.answer, "what_to_do": self.what_to_do,
                 "chosen": self.chosen, "ties": self.ties,
                 "load": self.load, "context": self.context.__dict__, "percentiles": self.percentiles,
-                "setup": self.setup, "warnings": self.warnings, "capacities": self.capacities,
+                "setup": self.setup, "warnings": self.warnings, "capacities": self.capacities, "check": self.check,
                 "elapsed_s": self.elapsed_s, "table": table.to_dict(orient="records"),
                 "flags": self.flags.to_dict(orient="records")}
 
@@ -183,9 +234,21 @@ class Recommendation:
 
 
 # ------------------------------------------------------------------------------ preparation
-def fit_to_context(trace: pd.DataFrame, *, model: str, max_new_tokens: int | None) -> tuple[pd.DataFrame, ContextFit]:
-    """The trace as a server with this model's context serves it, and what did not fit."""
-    ctx = _model(model).max_context_tokens
+def fit_to_context(trace: pd.DataFrame, *, model: Any, max_new_tokens: int | None,
+                   max_model_len: int | None = None) -> tuple[pd.DataFrame, ContextFit]:
+    """The trace as a server with this context serves it, and what did not fit.
+
+    ``max_model_len`` (tokens, prompt + output) is the server's context: default the model's
+    ``max_context_tokens``; a larger one is refused (the model was not trained for it).
+    """
+    spec = _model(model)
+    model_ctx = spec.max_context_tokens
+    if max_model_len is None:
+        ctx, ctx_source = model_ctx, f"{spec.name}'s context"
+    else:
+        ctx, ctx_source = v.positive_int(max_model_len, "max_model_len"), "the max_model_len given"
+        if ctx > model_ctx:
+            raise ValueError(f"max_model_len={ctx:,} is above {spec.name}'s context of {model_ctx:,} tokens")
     prompt = trace["prompt_tokens"].to_numpy(dtype=np.int64)
     output = trace["output_tokens"].to_numpy(dtype=np.int64)
     detected = trace.attrs.get("detected_cap_tokens")
@@ -197,7 +260,7 @@ def fit_to_context(trace: pd.DataFrame, *, model: str, max_new_tokens: int | Non
         trace_cap, source = int(output.max()), "the trace's longest output"
     fits = prompt < ctx
     if not fits.any():
-        raise ValueError(f"no prompt of the trace fits {model}'s context of {ctx:,} tokens "
+        raise ValueError(f"no prompt of the trace fits {ctx_source} of {ctx:,} tokens "
                          f"(shortest prompt {int(prompt.min()):,})")
     over = fits & (prompt + output > ctx)
     served = trace.loc[fits].copy()
@@ -205,9 +268,11 @@ def fit_to_context(trace: pd.DataFrame, *, model: str, max_new_tokens: int | Non
     served.attrs = dict(trace.attrs)
     cap = min(trace_cap, ctx - 1)
     max_prompt = int(prompt[fits].max())
-    fit = ContextFit(max_context_tokens=ctx, max_model_len=min(ctx, max_prompt + cap), max_prompt_tokens=max_prompt,
+    fit = ContextFit(max_context_tokens=model_ctx, max_model_len=ctx, max_prompt_tokens=max_prompt,
                      max_new_tokens=cap, trace_cap_tokens=trace_cap, cap_source=source,
-                     prompts_over_context=int((~fits).sum()), outputs_over_context=int(over.sum()))
+                     prompts_over_context=int((~fits).sum()), outputs_over_context=int(over.sum()),
+                     trace_requests=len(trace), outputs_over_cap=int((served["output_tokens"] > cap).sum()),
+                     context_source=ctx_source)
     return served.reset_index(drop=True), fit
 
 
@@ -325,13 +390,13 @@ def _limit(binding: str) -> str:
     first = binding.split(";")[0].strip()
     if first.startswith(("converged", "unreachable", "not bracketed", "stopped")):
         return ""
+    if first.startswith("not sustained"):  # kvlab.capacity's backlog rule
+        return "a growing queue (requests still waiting when the last arrives)"
     if first.split()[0].isdigit():  # "3 requests aborted"
         return "aborted requests"
-    if first.startswith("not sustained"):  # capacity's backlog rule: arrivals outrun the server
-        return "a growing queue (requests still waiting when the last arrives)"
     words = []
     for w in first.split():
-        if w.replace(".", "", 1).isdigit():
+        if w[0].isdigit():  # a figure: "0.12", "2.8%"
             break
         words.append(w)
     return " ".join(words) or first
@@ -385,7 +450,7 @@ def what_binds(table: pd.DataFrame, kv_knob: pd.Series) -> str:
 
 def _decide(table: pd.DataFrame, *, rate: float | None, max_unserved_frac: float, comparison: bool,
             slo: SLO, tp: int, kv_knob: pd.Series | None = None) -> tuple[str, str, int | None]:
-    """(decision, answer, chosen row index)."""
+    """(decision, answer, chosen row index): :func:`_decide_setting`, then what binds (:func:`what_binds`)."""
     decision, answer, chosen = _decide_setting(table, rate=rate, max_unserved_frac=max_unserved_frac,
                                                comparison=comparison, slo=slo, tp=tp)
     binds = "" if comparison or kv_knob is None or decision == "overloaded" else what_binds(table, kv_knob)
@@ -394,59 +459,74 @@ def _decide(table: pd.DataFrame, *, rate: float | None, max_unserved_frac: float
 
 def _decide_setting(table: pd.DataFrame, *, rate: float | None, max_unserved_frac: float, comparison: bool,
                     slo: SLO, tp: int) -> tuple[str, str, int | None]:
+    """(decision, answer, chosen row index): one setting, chosen on capacity alone.
+
+    Capacity does not depend on the offered rate (see the module note), so neither does the
+    choice: at one replica's share of the load the same setting is chosen, and one replica of
+    it carries that share.
+    """
     served = table["unserved_frac"] <= max_unserved_frac + 1e-12
-    at_load = served & table["meets_slo_at_load"] if rate is not None else served
-    best_any, tie_any = _ties(table, served)
-    if rate is not None and not at_load.any():
-        table["tie"] = tie_any  # capacity ties still read as ties
-        if best_any is None:
-            return "overloaded", ("No setting serves the trace without dropping or truncating requests; "
-                                  "raise max_unserved_frac or the context."), None
-        b = table.loc[best_any]
-        need = (f"run {int(b['replicas'])} replicas ({int(b['num_gpus'])} GPUs) behind a load balancer"
-                if b["capacity_qps"] > 0 else "use a larger GPU or more tensor parallelism")
-        others = int(tie_any.sum()) - 1
-        tied = f" ({others} other setting(s) tie it)" if others > 0 else ""
-        return "overloaded", (f"Overloaded: at {rate:.3g} requests/s no setting meets the SLO ({slo}); the best, "
-                              f"{_key(b)}, sustains {b['capacity_qps']:.3g} requests/s{tied}: {need}."), None
-    best, tie = _ties(table, at_load)
+    best, tie = _ties(table, served)
     table["tie"] = tie
+    if best is None:
+        return "overloaded", ("No setting serves the trace without dropping or truncating requests; "
+                              "raise max_unserved_frac or the context."), None
     b = table.loc[best]
-    cap = f"{b['capacity_qps']:.3g} requests/s [{b['capacity_lo_qps']:.3g}-{b['capacity_hi_qps']:.3g}]"
-    room = f", {b['headroom']:.1f}x the offered {rate:.3g} requests/s" if rate is not None else ""
+    if b["capacity_qps"] <= 0:
+        why = _limit(str(b["binding"])) or str(b["binding"])
+        return "overloaded", (f"No setting meets the SLO ({slo}) at any rate on {tp} GPU(s) per replica ({why}): "
+                              f"use a larger GPU or more tensor parallelism."), None
+    chosen = best
+    if not comparison:
+        default = table.index[tie & table["default"]]
+        chosen = default[0] if len(default) else best
+    c = table.loc[chosen]
+    cap = f"{c['capacity_qps']:.3g} requests/s [{c['capacity_lo_qps']:.3g}-{c['capacity_hi_qps']:.3g}]"
+    limit = _limit(str(c["binding"]))
+    others = int(tie.sum()) - 1
+    if rate is not None and int(c["replicas"]) > 1:
+        n = int(c["replicas"])
+        tied = f"; {others} other setting(s) tie it" if others > 0 else ""
+        lim = f", limited by {limit}" if limit else ""
+        return "overloaded", (f"Overloaded: one replica of {_key(c)} sustains {cap}{lim}, {c['headroom']:.2f}x the "
+                              f"{rate:.3g} requests/s to serve: run {n} replicas of it ({n * tp} GPUs) behind a "
+                              f"load balancer{tied}."), chosen
+    room = f", {c['headroom']:.1f}x the {rate:.3g} requests/s to serve" if rate is not None else ""
     if bool(tie.all()) and len(table) > 1:
         if comparison:
             return "all-tie", (f"The systems tie at their defaults (capacity {cap}{room}): KV reservation is not "
-                               f"the bottleneck at this load; keep the server you run at its default."), \
-                table.index[at_load][0]
-        default = table.index[at_load & table["default"]]
-        chosen = default[0] if len(default) else best
+                               f"the bottleneck at this load; keep the server you run at its default."), chosen
         return "all-tie", (f"Every setting ties (capacity {cap}{room}): KV reservation is not the bottleneck at "
                            f"this load; keep the server default."), chosen
-    default = table.index[tie & table["default"]]
-    if not comparison and len(default):
-        d = table.loc[default[0]]
-        how = "it is the best setting" if default[0] == best else f"it ties the best setting ({_key(b)})"
-        limit = f"; the capacity is limited by {_limit(str(d['binding']))}" if _limit(str(d["binding"])) else ""
-        return "keep-default", f"Keep the default of {d['system']}: {how}, capacity {cap}{room}{limit}.", default[0]
+    if not comparison and bool(c["default"]):
+        how = "it is the best setting" if chosen == best else f"it ties the best setting ({_key(b)})"
+        lim = f"; the capacity is limited by {limit}" if limit else ""
+        return "keep-default", f"Keep the default of {c['system']}: {how}, capacity {cap}{room}{lim}.", chosen
     decision = "recommend" if rate is not None else "no-rate"
-    limit = f", limited by {_limit(str(b['binding']))}" if _limit(str(b["binding"])) else ""
-    replicas = (f"; {int(b['replicas'])} replica(s) carry the load" if rate is not None and b["replicas"] > 1
-                else "")
-    others = int(tie.sum()) - 1
+    lim = f", limited by {limit}" if limit else ""
     tied = f" ({others} other setting(s) tie)" if others else ""
-    return decision, f"Run {_key(b)}: capacity {cap}{room}{limit}{replicas}{tied}.", best
+    return decision, f"Run {_key(c)}: capacity {cap}{room}{lim}{tied}.", chosen
+
+
+def grid_start(rate_per_s: float | None) -> float:
+    """The capacity search's first rate: the power of two nearest ``rate_per_s`` (1 without a rate).
+
+    Doubling or halving from a power of two brackets the capacity between the same two powers
+    of two whatever the start, and bisection then visits the same rates: a setting's capacity
+    is the same whether it is asked about the full load or one replica's share of it.
+    """
+    return 1.0 if not rate_per_s else float(2.0 ** round(math.log2(rate_per_s)))
 
 
 # ------------------------------------------------------------------------------ recommend
-def recommend(trace: pd.DataFrame, *, model: str, gpu: str, system: str | None = None, slo: SLO | None = None,
-              tp: int = 1, block_size: int = 16, max_new_tokens: int | None = None, num_requests: int | None = None,
-              how: str = "window", rate_scale: float = 1.0, qps: float | None = None,
+def recommend(trace: pd.DataFrame, *, model: Any, gpu: Any, system: str | None = None, slo: SLO | None = None,
+              tp: int = 1, block_size: int = 16, max_new_tokens: int | None = None, max_model_len: int | None = None,
+              num_requests: int | None = None, how: str = "window", rate_scale: float = 1.0, qps: float | None = None,
               num_windows: int = DEFAULT_NUM_WINDOWS, window_requests: int = DEFAULT_WINDOW_REQUESTS,
               percentiles: Sequence[float] = (50, 90, 95, 99), max_unserved_frac: float = 0.0, seed: int = 0,
-              cost_model: Any = None, engine: str | None = None, rel_tol: float = 0.05, max_workers: int = 1,
-              progress: bool = False, candidates: Sequence[Setting] | None = None,
-              save_dir: str | None = None) -> Recommendation:
+              arrivals: str = DEFAULT_ARRIVALS, cost_model: Any = None, engine: str | None = None,
+              rel_tol: float = 0.05, max_workers: int = 1, progress: bool = False,
+              candidates: Sequence[Setting] | None = None, save_dir: str | None = None) -> Recommendation:
     """Which setting of the server you run meets the SLO at your real load, with how much capacity.
 
     Parameters
@@ -454,25 +534,33 @@ def recommend(trace: pd.DataFrame, *, model: str, gpu: str, system: str | None =
     trace : DataFrame
         ``prompt_tokens``, ``output_tokens``, optional ``arrival_s`` (seconds) and ``censored``
         (``kvlab.traces.load``, ``kvlab.traces.from_prometheus`` or a profile sample).
-    model, gpu : str
-        Names in ``kvlab.specs``; ``model`` may be a spec with its precision
-        (``kvlab.specs.with_precision``: FP8 / INT4 weights, FP8 KV).
+    model, gpu : str or spec
+        Names in ``kvlab.specs``, or a :class:`kvlab.specs.ModelSpec` / :class:`kvlab.specs.GPUSpec`
+        (``kvlab.specs.resolve_model`` reads a Hugging Face id or a config.json into one); ``model``
+        may carry its precision (``kvlab.specs.with_precision``: FP8 / INT4 weights, FP8 KV).
     system : {"vllm", "sglang", "tgi", "tensorrt-llm", "reservation"}, optional
         Search that system's settings (:func:`kvlab.recommend.systems.settings`), its newest
         version family, or the family holding a version: ``"vllm==0.8"``; None compares the
         four systems at their defaults.
     slo : kvlab.capacity.SLO, optional
-        Default :data:`DEFAULT_SLO` (P99 TBT <= 100 ms, median scheduling delay <= 2 s).
+        Default :data:`DEFAULT_SLO` (P99 TBT <= 100 ms, median scheduling delay <= 2 s, no TTFT
+        bound; ``SLO(ttft_p99_s=...)`` adds one).
     tp : int
         Tensor-parallel GPUs per replica.
     block_size : int
         Tokens per KV page.
     max_new_tokens : int, optional
         Output cap (tokens); default the trace's detected cap, else its longest output; clamped
-        to the model's context.
+        to the context.
+    max_model_len : int, optional
+        The server's context (tokens, prompt + output); default the model's. Longer prompts are
+        refused, longer outputs cut.
     num_requests, how, rate_scale, qps
         The load (:func:`kvlab.trace_window.trace_window`): None serves the whole trace at its
-        own rate.
+        own rate. ``qps`` is the rate offered to the server, refused requests included.
+    arrivals : {"replay", "gamma", "poisson"}
+        The arrival process capacity is searched under (see the module note); a trace without
+        arrival times is searched under Poisson arrivals.
     num_windows, window_requests : int
         Capacity windows and requests per window (fewer when the trace is smaller).
     percentiles : sequence of float
@@ -480,7 +568,7 @@ def recommend(trace: pd.DataFrame, *, model: str, gpu: str, system: str | None =
     max_unserved_frac : float
         Share of requests a setting may reject or truncate and still be chosen, in [0, 1].
     seed : int
-        Seed of a sample, of Poisson arrivals, and of window ``i``'s trials (``seed + i``).
+        Seed of a sample, of Poisson or Gamma arrivals, and of window ``i``'s trials (``seed + i``).
     cost_model : {"measured", "roofline"}, cost model object or None
         Iteration-time model of every simulation (``kvlab.capacity.ServingConfig.cost_model``);
         None: measured where the GPU has measurements, else the roofline. The setup records
@@ -488,7 +576,8 @@ def recommend(trace: pd.DataFrame, *, model: str, gpu: str, system: str | None =
     engine : str, optional
         Simulator engine.
     rel_tol : float
-        Capacity search resolution (:func:`kvlab.capacity.capacity`).
+        Capacity search resolution (:func:`kvlab.capacity.capacity`): the true capacity of a
+        window lies within ``rel_tol`` above the one found (stated in the answer).
     max_workers : int
         Processes for the simulations (the answer does not depend on it).
     progress : bool
@@ -522,12 +611,17 @@ def recommend(trace: pd.DataFrame, *, model: str, gpu: str, system: str | None =
     max_unserved_frac = v.fraction(max_unserved_frac, "max_unserved_frac", low_open=False)
     max_workers = v.positive_int(max_workers, "max_workers")
     v.choice(how, "how", HOW)
+    v.choice(arrivals, "arrivals", PROCESSES)
+    model_spec, gpu_spec = _model(model), _gpu(gpu)
+    model_name = model_spec.name
 
-    served, fit = fit_to_context(trace, model=model, max_new_tokens=max_new_tokens)
+    served, fit = fit_to_context(trace, model=model_spec, max_new_tokens=max_new_tokens, max_model_len=max_model_len)
     if num_requests is not None:
         num_requests = min(v.positive_int(num_requests, "num_requests"), len(served))
-    load: TraceWindow = trace_window(served, num_requests, how=how, seed=seed, rate_scale=rate_scale, qps=qps)
+    served_qps = None if qps is None else v.positive_float(qps, "qps") * fit.served_frac
+    load: TraceWindow = trace_window(served, num_requests, how=how, seed=seed, rate_scale=rate_scale, qps=served_qps)
     rate = load.rate_per_s
+    offered = rate / fit.served_frac if rate is not None else None
     pct = output_percentiles(served["output_tokens"].to_numpy(), percentiles)
     cap = fit.max_new_tokens
     if candidates is not None:
@@ -539,9 +633,9 @@ def recommend(trace: pd.DataFrame, *, model: str, gpu: str, system: str | None =
         systems = {c.system for c in candidates}
         system = systems.pop() if len(systems) == 1 else None
     else:
-        candidates = (default_settings(model=model, gpu=gpu, tp=tp, max_model_len=fit.max_model_len)
+        candidates = (default_settings(model=model_spec, gpu=gpu_spec, tp=tp, max_model_len=fit.max_model_len)
                       if system is None else
-                      settings(system, model=model, gpu=gpu, tp=tp, percentiles=pct, max_new_tokens=cap,
+                      settings(system, model=model_spec, gpu=gpu_spec, tp=tp, percentiles=pct, max_new_tokens=cap,
                                max_model_len=fit.max_model_len))
     for prof in {profile_of(c).key: profile_of(c) for c in candidates}.values():
         prof.check_block_size(block_size)  # a block size the release refuses is refused here, not printed
@@ -549,8 +643,16 @@ def recommend(trace: pd.DataFrame, *, model: str, gpu: str, system: str | None =
 
     n_win = min(window_requests, len(served))
     starts = window_starts(len(served), n_win, num_windows)
-    windows = [trace_window(served, n_win, start_row=s).requests[["prompt_tokens", "output_tokens"]] for s in starts]
+    windows = [trace_window(served, n_win, start_row=s).requests for s in starts]
+    # the trace's own arrival process needs times that span some seconds in every window
+    timed = all(offered_rate_per_s(w.get("arrival_s")) is not None for w in windows)
+    process = arrivals if timed else "poisson"
+    cols = ["prompt_tokens", "output_tokens"] + (["arrival_s"] if timed else [])
+    windows = [w[cols] for w in windows]
     warnings = fit.warnings()
+    if not timed and arrivals != "poisson":
+        warnings.append("the trace has no arrival times (or a window's all coincide): capacity is searched under "
+                        "Poisson arrivals, not the trace's own")
     needed = num_windows * window_requests
     if len(served) < needed:
         warnings.append(f"small trace: {len(served):,} requests give {num_windows} overlapping windows of {n_win:,}; "
@@ -564,17 +666,21 @@ def recommend(trace: pd.DataFrame, *, model: str, gpu: str, system: str | None =
         warnings.append(f"{int(trace['censored'].sum()):,} outputs hit the recording's cap: their true lengths "
                         f"are longer, so high percentiles are lower bounds")
 
-    configs = [serving_config(s, model=model, gpu=gpu, tp=tp, block_size=block_size, max_new_tokens=cap,
+    configs = [serving_config(s, model=model_spec, gpu=gpu_spec, tp=tp, block_size=block_size, max_new_tokens=cap,
                               cost_model=cost_model, engine=engine) for s in candidates]
-    if _model(model).weight_dtype != "bf16" and configs[0].cost_label().startswith("measured"):
-        warnings.append(f"{_model(model).weight_dtype} weights: the measured cost model was fitted on BF16 GEMMs, so "
+    if model_spec.weight_dtype != "bf16" and configs[0].cost_label().startswith("measured"):
+        warnings.append(f"{model_spec.weight_dtype} weights: the measured cost model was fitted on BF16 GEMMs, so "
                         f"here the precision changes the weight and KV memory, not the GEMM time (--cost-model "
                         f"roofline prices FP8 GEMMs at the GPU's FP8 peak)")
-    cap_kw = {"rel_tol": rel_tol, "qps_start": rate or 1.0}
+    cap_kw = {"rel_tol": rel_tol, "qps_start": grid_start(rate)}
+
+    def searches(c: ServingConfig, kind: str) -> list[tuple[Callable, Any]]:
+        return [(_capacity, (w, c, slo, {**cap_kw, "num_requests": len(w), "seed": seed + i, "arrivals": kind}))
+                for i, w in enumerate(windows)]
+
     jobs: list[tuple[Callable, Any]] = []
     for c in configs:
-        jobs += [(_capacity, (w, c, slo, {**cap_kw, "num_requests": len(w), "seed": seed + i}))
-                 for i, w in enumerate(windows)]
+        jobs += searches(c, process)
     if rate is not None:  # last, so a progress bar's first runs are the capacity searches
         jobs += [(_at_load, (load.requests, c, slo, seed, cap)) for c in configs]
     results = _run(jobs, max_workers, progress)
@@ -600,6 +706,7 @@ def recommend(trace: pd.DataFrame, *, model: str, gpu: str, system: str | None =
                      "gpu_memory_utilization": s.gpu_memory_utilization, "pool_pages": c.pool_pages,
                      "max_new_tokens": c.max_new_tokens, "capacity_qps": median,
                      "capacity_lo_qps": float(values.min()), "capacity_hi_qps": float(values.max()),
+                     "capacity_poisson_qps": float("nan"), "capacity_gamma_qps": float("nan"),
                      "binding": binding, "kv_binds_at_qps": min(kv_at) if kv_at else float("nan"),
                      "max_tried_qps": max(q[4] for q in caps), "headroom": median / rate if rate else None,
                      "replicas": replicas,
@@ -611,31 +718,87 @@ def recommend(trace: pd.DataFrame, *, model: str, gpu: str, system: str | None =
     kv_knob = pd.Series([s.knob in profile_of(s).kv_knobs for s in candidates], index=table.index)
     decision, answer, chosen = _decide(table, rate=rate, max_unserved_frac=max_unserved_frac, comparison=comparison,
                                        slo=slo, tp=tp, kv_knob=kv_knob)
+    check: dict[str, Any] = {}
     if chosen is not None:
         table.loc[chosen, "recommended"] = True
-    flags = _flags(table, candidates, chosen, comparison, model=model, fit=fit, block_size=block_size, tp=tp,
+        answer, check = _beside(table, chosen, configs[chosen], searches, load, answer, slo=slo, seed=seed, cap=cap,
+                                process=process, max_workers=max_workers, progress=progress,
+                                rate_scale=rate_scale, served=served, num_requests=num_requests, how=how,
+                                served_qps=served_qps)
+    if fit.prompts_over_context and rate is not None:
+        answer += (f" The trace offers {offered:.3g} requests/s, but {fit.refused_parts()[0]}: "
+                   f"{rate:.3g} requests/s are left to serve.")
+    # the server is told the checkpoint: the model's Hugging Face id, else the spec's own name
+    flags = _flags(table, candidates, chosen, comparison, model=model_spec, fit=fit, block_size=block_size, tp=tp,
                    save_dir=save_dir)
-    m = _model(model)
     prof = None if comparison else profile_of(candidates[0])
-    setup = {"model": m.name, "hf_id": m.hf_id, "weights": m.weight_dtype, "kv_cache_dtype": m.kv_cache_dtype,
-             "gpu": gpu, "tp": tp, "pp": 1, "system": system or "comparison",
+    cost_label = configs[0].cost_label()
+    setup = {"model": model_name, "hf_id": model_spec.hf_id, "weights": model_spec.weight_dtype,
+             "kv_cache_dtype": model_spec.kv_cache_dtype, "gpu": gpu_spec.name, "tp": tp, "pp": 1,
+             "system": system or "comparison",
              "version_family": prof.family if prof else "each system's newest family at its default",
              "server": prof.describe() if prof else {},
              "default_flags": " ".join(f"{k} {val}" for k, val in candidates[0].flags.items())
              if prof and candidates[0].is_default else "", "slo": str(slo),
              "slo_p99_tbt_s": slo.tbt_p99_s, "scheduling_delay_p50_s": slo.scheduling_delay_p50_s,
-             "cost_model": configs[0].cost_label(),
-             "scheduler": "/".join(sorted({c.scheduler for c in configs})), "block_size": block_size,
-             "num_windows": len(starts), "window_requests": n_win, "window_starts": starts, "seed": seed,
-             "capacity_rel_tol": rel_tol, "capacity_arrivals": "poisson",
-             "trust": _trust(cost_model, gpu=gpu)}  # validated error on real servers (kvlab.validate.trust)
+             "slo_p99_ttft_s": slo.ttft_p99_s, "cost_model": cost_label,
+             "gpu_measured": gpu_spec.name in _measured_gpus(),
+             "scheduler": "/".join(sorted({c.scheduler for c in configs})),
+             "block_size": block_size, "num_windows": len(starts), "window_requests": n_win, "window_starts": starts,
+             "seed": seed, "capacity_rel_tol": rel_tol, "capacity_grid_start_qps": cap_kw["qps_start"],
+             "capacity_arrivals": process,
+             "gap_cv": gap_cv(served["arrival_s"].to_numpy()) if timed and len(served) > 2 else None,
+             "trust": _trust(cost_model, gpu=gpu_spec)}  # validated error on real servers (kvlab.validate.trust)
     load_record = {"source": trace.attrs.get("source", "table"), **load.as_dict(), "rate_scale": rate_scale,
-                   "qps": qps}
+                   "qps": qps, "offered_rate_per_s": offered, "trace_requests_all": fit.trace_requests,
+                   "refused_requests": fit.prompts_over_context}
     ties = [_key(r) for _, r in table[table["tie"]].iterrows()]
     return Recommendation(decision=decision, answer=answer, chosen=None if chosen is None else _key(table.loc[chosen]),
                           ties=ties, table=table, flags=flags, load=load_record, context=fit, percentiles=pct,
-                          setup=setup, warnings=warnings, capacities=capacities,
+                          setup=setup, warnings=warnings, capacities=capacities, check=check,
                           elapsed_s=time.perf_counter() - start)
+
+
+def _beside(table: pd.DataFrame, chosen: int, config: ServingConfig, searches: Callable, load: TraceWindow,
+            answer: str, *, slo: SLO, seed: int, cap: int, process: str, max_workers: int, progress: bool,
+            rate_scale: float, served: pd.DataFrame, num_requests: int | None, how: str,
+            served_qps: float | None) -> tuple[str, dict[str, Any]]:
+    """The chosen setting's capacity under the other arrival processes, and its check at one replica's
+    share of the load; the answer with both in words."""
+    row = table.loc[chosen]
+    kinds = [k for k in ("poisson", "gamma") if k != process] if process != "poisson" else []
+    rate = load.rate_per_s
+    n = int(row["replicas"]) if rate is not None else 1
+    jobs = [j for k in kinds for j in searches(config, k)]
+    share = None
+    if rate is not None and n > 1:
+        scale = {"rate_scale": rate_scale / n} if served_qps is None else {"qps": served_qps / n}
+        share = trace_window(served, num_requests, how=how, seed=seed, **scale)
+        jobs.append((_at_load, (share.requests, config, slo, seed, cap)))
+    results = _run(jobs, max_workers, progress) if jobs else []
+    per = (len(results) - (share is not None)) // max(len(kinds), 1)  # searches per arrival process
+    found = {}
+    for i, kind in enumerate(kinds):
+        found[kind] = float(np.median([q[0] for q in results[i * per:(i + 1) * per]]))
+        table.loc[chosen, f"capacity_{kind}_qps"] = found[kind]
+    if found:
+        named = {"poisson": "Poisson arrivals", "gamma": "Gamma arrivals of the same gap CV"}
+        other = ", ".join(f"under {named[k]} {q:.3g} requests/s" for k, q in found.items())
+        own = "time-compressed" if process == "replay" else "a Gamma renewal of their gap CV"
+        answer += f" That capacity is under the trace's own arrivals ({own}); {other}."
+    if rate is None:
+        return answer, {}
+    at = results[-1] if share is not None else row
+    check = {"replicas": n, "rate_per_s": rate / n, "slo": at["slo_at_load"], "p99_ttft_ms": at["p99_ttft_ms"],
+             "p99_itl_ms": at["p99_itl_ms"]}
+    where = f"one replica's share ({rate / n:.3g} requests/s)" if n > 1 else f"its rate ({rate:.3g} requests/s)"
+    if at["slo_at_load"] == "meets the SLO":
+        answer += (f" Check: served the trace at {where}, it meets the SLO (P99 TTFT "
+                   f"{at['p99_ttft_ms'] / 1e3:.3g} s).")
+    else:
+        answer += (f" Check: served the whole trace at {where}, it misses the SLO ({at['slo_at_load']}): the "
+                   f"trace's busiest stretch is heavier than its capacity windows; take the capacity as optimistic.")
+    return answer, check
 
 
 FLAG_COLUMNS = ("system", "setting", "version", "max_model_len", "command", "client", "notes", "files")
@@ -643,15 +806,20 @@ FLAG_COLUMNS = ("system", "setting", "version", "max_model_len", "command", "cli
 
 def _flags(table: pd.DataFrame, candidates: list[Setting], chosen: int | None, comparison: bool, *, model: Any,
            fit: ContextFit, block_size: int, tp: int, save_dir: str | None = None) -> pd.DataFrame:
-    """Commands for the chosen setting, or for every system in a comparison (clamped to the context);
-    the config files they name are written into ``save_dir`` when given."""
-    picks = list(table.index) if comparison else ([chosen] if chosen is not None else
-                                                  list(table.index[table["default"]]))
+    """Commands for the chosen setting (first), and in a comparison each other system's default.
+
+    The server's context is ``fit.max_model_len`` (the model's or the user's), so a prompt longer
+    than any in the trace is still accepted; no flags when nothing was chosen. The config files
+    the commands name are written into ``save_dir`` when given.
+    """
+    if chosen is None:
+        picks = []
+    else:
+        picks = [chosen] + ([i for i in table.index if i != chosen] if comparison else [])
     rows = []
     for i in picks:
         s = candidates[i]
-        run = launch(s, model=model, max_model_len=fit.max_model_len,
-                     max_prompt_tokens=min(fit.max_prompt_tokens, fit.max_model_len - 1),
+        run = launch(s, model=model, max_model_len=fit.max_model_len, max_prompt_tokens=fit.max_model_len - 1,
                      max_new_tokens=fit.max_new_tokens, block_size=block_size, tp=tp, save_dir=save_dir)
         if save_dir is not None:
             write_files(run, save_dir)
@@ -674,20 +842,38 @@ def _fmt(x: Any, spec: str) -> str:
 
 def render_text(rec: Recommendation) -> str:
     """The terminal report, every line at most :data:`WIDTH` columns."""
-    ld, s = rec.load, rec.setup
-    rate = ld["rate_per_s"]
+    ld, s, fit = rec.load, rec.setup, rec.context
+    rate, offered = ld["rate_per_s"], ld.get("offered_rate_per_s")
+    gpu_note = "" if s.get("gpu_measured", True) or not s["cost_model"].startswith("roofline") \
+        else f"; GPU not measured: spec-sheet estimate for {s['gpu']}"
     precision = "" if (s.get("weights"), s.get("kv_cache_dtype")) in ((None, None), ("bf16", "auto")) else \
         f" ({s['weights']} weights, {s['kv_cache_dtype']} KV)"
     lines = [*_wrap(f"{s['model']}{precision} on {s['tp']} x {s['gpu']}; {s['system']} ({s['version_family']}); "
-                    f"SLO {s['slo']}"),
-             *_wrap(f"cost model: {s['cost_model']}; {s['scheduler']} scheduler, block {s['block_size']}"),
-             *_wrap(s.get("trust") or "real servers: not validated"),
-             f"load: {ld['num_requests']:,} of {ld['trace_requests']:,} requests ({ld['how']}) over "
-             f"{ld['duration_s']:,.0f} s at " + (f"{rate:.3g} requests/s" if rate else "no arrival times (offline)"),
-             "output tokens: " + ", ".join(f"{k} {val:,}" for k, val in rec.percentiles.items())
-             + f"; max_new_tokens {rec.context.max_new_tokens:,} ({rec.context.cap_source})",
-             f"capacity: median [range] over {s['num_windows']} windows of {s['window_requests']:,} requests "
-             f"(Poisson), requests/s", ""]
+                    f"SLO {s['slo']}" + ("" if s.get("slo_p99_ttft_s") is not None else " (no TTFT bound: --slo-p99-ttft)")),
+             *_wrap(f"cost model: {s['cost_model']}{gpu_note}; {s['scheduler']} scheduler, block {s['block_size']}"),
+             *_wrap(s.get("trust") or "real servers: not validated")]
+    if rate:
+        own = "the trace's own rate" + ("" if ld["how"] == "all" else " over the rows served")
+        if ld.get("qps"):
+            own = "as asked (--qps)"
+        elif ld.get("rate_scale", 1.0) != 1.0:
+            own += f" x {ld['rate_scale']:g}"
+        lines += _wrap(f"offered: {offered:.3g} requests/s, {own}; the trace holds {fit.trace_requests:,} requests")
+    else:
+        lines += [f"offered: no arrival times (offline); the trace holds {fit.trace_requests:,} requests"]
+    if fit.refused():
+        lines += _wrap(f"refused: {fit.refused()}")
+    lines += _wrap(f"served: {ld['num_requests']:,} of {ld['trace_requests']:,} requests ({ld['how']}) over "
+                   f"{ld['duration_s']:,.0f} s at " + (f"{rate:.3g} requests/s" if rate else "once (offline)")
+                   + f"; context --max-model-len {fit.max_model_len:,} ({fit.context_source})")
+    lines += ["output tokens: " + ", ".join(f"{k} {val:,}" for k, val in rec.percentiles.items())
+              + f"; max_new_tokens {fit.max_new_tokens:,} ({fit.cap_source})"]
+    how = {"replay": "the trace's own arrivals time-compressed",
+           "gamma": "Gamma arrivals of the trace's gap CV", "poisson": "Poisson arrivals"}[s["capacity_arrivals"]]
+    cv = f", gap CV {s['gap_cv']:.2f}" if s.get("gap_cv") is not None else ""
+    lines += _wrap(f"capacity: highest served rate within the SLO under {how}{cv}; median [range] over "
+                   f"{s['num_windows']} windows of {s['window_requests']:,} requests, each found to within "
+                   f"{s['capacity_rel_tol']:.0%} (the search's grid); requests/s") + [""]
     if s.get("default_flags"):
         lines[-1:-1] = _wrap(f"default of {s['version_family']} for this model and GPU: {s['default_flags']}")
     head = f"{'setting':<30} {'capacity [range]':>22} {'headroom':>8} {'replicas':>8} {'p99 ttft':>9} " \
@@ -701,11 +887,14 @@ def render_text(rec: Recommendation) -> str:
             mark = (mark + " MISS").strip()
         lines.append(f"{name[:30]:<30} {capr:>22} {_fmt(r['headroom'], '.2f'):>8} {_fmt(r['replicas'], 'd'):>8} "
                      f"{_fmt(r['p99_ttft_ms'], '.0f'):>9} {_fmt(r['p99_itl_ms'], '.1f'):>8} {mark}".rstrip())
+    if rate and not rec.table["meets_slo_at_load"].all():
+        lines += ["(MISS: misses the SLO when one replica serves the whole trace at its rate)"]
     lines += ["", *_wrap(f"answer: {rec.answer}")]
-    if rec.decision == "overloaded":
+    if rec.decision == "overloaded" and rec.chosen is not None:
         lines += _wrap(f"what to do: {rec.what_to_do}")
     for w in rec.warnings:
-        lines += _wrap(f"warning: {w}")
+        if w not in fit.refused_parts():  # those are in the headline
+            lines += _wrap(f"warning: {w}")
     srv = s.get("server") or {}
     if srv:
         lines += ["", *_wrap(f"server: {srv['overflow']}; prefix cache {srv['prefix_cache']}; host KV tier "
@@ -728,6 +917,6 @@ def _wrap(text: str, indent: str = "") -> list[str]:
                          break_on_hyphens=False) or [indent]
 
 
-__all__ = ["DECISIONS", "DEFAULT_NUM_WINDOWS", "DEFAULT_SLO", "DEFAULT_WINDOW_REQUESTS", "LATENCY_COLUMNS",
-           "TABLE_COLUMNS", "ContextFit", "FLAG_COLUMNS", "Recommendation", "fit_to_context", "output_percentiles",
-           "recommend", "render_text", "serving_config", "what_binds"]
+__all__ = ["DECISIONS", "DEFAULT_ARRIVALS", "DEFAULT_NUM_WINDOWS", "DEFAULT_SLO", "DEFAULT_WINDOW_REQUESTS",
+           "LATENCY_COLUMNS", "TABLE_COLUMNS", "ContextFit", "FLAG_COLUMNS", "Recommendation", "fit_to_context",
+           "grid_start", "output_percentiles", "recommend", "render_text", "serving_config", "what_binds"]

@@ -15,10 +15,18 @@ host (NumPy arrays). It applies when
   tests use to run the array engine on the same cases).
 
 Otherwise :func:`why_not` says why and :func:`kvlab.sim.fast.run_fast` runs the array engine.
+
+Numba compiles the loop the first time a process runs it and caches the machine code next to
+the source (``__pycache__``); later processes load it from there. When no cached code is there
+(a fresh install, or the source changed) the compile is announced on stderr before it starts,
+and its measured time after it ends (:func:`_compile_notice`): it takes tens of seconds, and a
+silent pause that long reads as a hang.
 """
 from __future__ import annotations
 
 import os
+import sys
+import time
 from types import ModuleType
 
 import numpy as np
@@ -78,6 +86,26 @@ class _Facts:
         self.gen[ids] = gen
 
 
+def _needs_compile(kernel: object) -> bool:
+    """Whether calling the Numba dispatcher ``kernel`` will compile it: not yet loaded in this
+    process, and no usable cached code (Numba's index is missing or stale for the source)."""
+    if getattr(kernel, "signatures", None):
+        return False
+    try:
+        return not kernel._cache._cache_file._load_index()  # {} when missing or stale (Numba 0.5x-0.6x)
+    except Exception:  # another Numba's internals: say nothing rather than guess
+        return False
+
+
+def _compile_notice(kernel: object) -> float | None:
+    """Announce a compile of ``kernel`` on stderr; the start time to report its duration from, or None."""
+    if not _needs_compile(kernel):
+        return None
+    print("kvlab: compiling the simulator's loop with Numba (first run after installing or changing kvlab; "
+          "cached for later runs) ...", file=sys.stderr, flush=True)
+    return time.perf_counter()
+
+
 def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arrival_s: np.ndarray,
                  max_new_tokens: int, policy: Policy, pool: PoolConfig, scheduler: SchedulerConfig, swap: SwapConfig,
                  cost_model: CostModel) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -115,6 +143,7 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
     stale = np.zeros(cap, dtype=i64)
     rows = MIN_ROWS + ROWS_PER_REQUEST * n
     R, RT = np.zeros((kn.NUM_ROW_INTS, rows), dtype=i64), np.zeros((2, rows))
+    compile_start = _compile_notice(kn.simulate_kernel)
     while True:
         if S[kn.NROWS] == R.shape[1]:  # full: double it
             R, RT = (np.concatenate([a, np.zeros_like(a)], axis=1) for a in (R, RT))
@@ -122,6 +151,10 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
             event = kn.simulate_kernel(
                 S, F, C, swap.page_copy_s, cost_kind, cost_params, Q, T, order, arrival_sorted, facts.res_pages,
                 facts.adm_pages, facts.fits, facts.gen, *once.values(), *queues, *scratch, stale, R, RT)
+            if compile_start is not None:
+                print(f"kvlab: compiled the simulator's loop in {time.perf_counter() - compile_start:.0f} s",
+                      file=sys.stderr, flush=True)
+                compile_start = None
             if event != kn.STALE:
                 break
             ids = stale[:S[kn.NSTALE]].copy()  # int64
