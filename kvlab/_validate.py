@@ -5,6 +5,7 @@ surfaces as a traceback from deep inside NumPy. Hot loops receive already-checke
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import numbers
 import warnings
@@ -455,3 +456,53 @@ def yaml_data(text: str, where: str, *, invalid_as_text: bool = False) -> Any:
     except RecursionError:
         raise ValueError(f"{where} nests lists or mappings more than {MAX_YAML_DEPTH} deep") from None
     return _plain_data(data, where, "", [MAX_YAML_VALUES], 0)
+
+
+def output_file(output: Any, *, inputs: Iterable[Any] = (), force: bool = False, flag: str = "-o") -> Any:
+    """``output`` as a ``Path`` a command may write, or ``ValueError`` naming ``flag``.
+
+    An output never overwrites one of ``inputs`` (not even with ``force``), is not a folder, and
+    overwrites any other existing file only with ``force``.
+    """
+    import os
+    from pathlib import Path
+
+    out = Path(output)
+    for src in inputs:
+        src_path = Path(src)
+        same = out.exists() and src_path.exists() and os.path.samefile(out, src_path)
+        if same or out.resolve() == src_path.resolve():
+            raise ValueError(f"{flag} {output} is the input {src}: kvlab never overwrites an input")
+    if out.is_dir():
+        raise ValueError(f"{flag} {output} is a directory; give a file name")
+    if out.exists() and not force:
+        raise ValueError(f"{flag} {output} already exists; pass --force to overwrite it")
+    return out
+
+
+def write_text_atomically(path: Any, text: str) -> Any:
+    """Write ``text`` to ``path`` through a temporary file beside it, renamed into place (never half-written)."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

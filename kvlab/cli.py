@@ -101,7 +101,7 @@ def _check_recommend_flags(args: argparse.Namespace) -> None:
     """Refuse, before any work, an ``-o`` that would be ignored, overwrite an input trace, or
     overwrite any existing file without ``--force``; a ``--windows`` beyond :data:`MAX_WINDOWS`;
     and ``--sample`` without ``--num-requests`` (a sample of the whole trace is the trace)."""
-    from ._validate import positive_int
+    from ._validate import output_file, positive_int
 
     positive_int(args.windows, "--windows", maximum=MAX_WINDOWS)
     if args.sample and args.num_requests is None:
@@ -113,15 +113,7 @@ def _check_recommend_flags(args: argparse.Namespace) -> None:
         return
     if not (args.csv or args.json):
         raise ValueError(f"-o {args.output} needs --csv or --json (what to write there); the summary is printed")
-    out = Path(args.output)
-    for trace in args.trace:
-        same = out.exists() and Path(trace).exists() and os.path.samefile(out, trace)
-        if same or out.resolve() == Path(trace).resolve():
-            raise ValueError(f"-o {args.output} is the input {trace}: kvlab never overwrites an input")
-    if out.is_dir():
-        raise ValueError(f"-o {args.output} is a directory; give a file name")
-    if out.exists() and not args.force:
-        raise ValueError(f"-o {args.output} already exists; pass --force to overwrite it")
+    output_file(args.output, inputs=args.trace, force=args.force)
 
 
 def _cmd_recommend(args: argparse.Namespace) -> int:

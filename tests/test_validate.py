@@ -211,7 +211,7 @@ def test_cli_calibrate_and_validate(tmp_path, runs, capsys):
     assert main(["validate", *files, "--set-up", str(setup), "--cost-model", str(out)]) == 0
     text = capsys.readouterr().out
     assert "stack: " + str(out) in text and "3 of 3 right" in text
-    assert main(["calibrate", files[0], "-o", str(out)]) == 2  # no set-up: one-line error
+    assert main(["calibrate", files[0], "-o", str(out.with_name("new.json"))]) == 2  # no set-up: one-line error
     assert "needs --set-up" in capsys.readouterr().err
 
 
@@ -225,3 +225,18 @@ def test_bad_run_records_name_the_run_and_column(runs):
         SetUp(name="x", dataset="d", model=MODEL, gpu=GPU, scheduler="v0")
     with pytest.raises(ValueError, match="run x: max_num_seqs must be a positive integer"):
         SetUp(name="x", dataset="d", model=MODEL, gpu=GPU, max_num_seqs=0)
+
+
+def test_calibrate_never_overwrites_an_input_and_asks_before_another_file(tmp_path, capsys):
+    """`kvlab calibrate -o` is refused on one of its inputs (even with --force) and on an existing
+    file without --force, before any fit runs; a written file is whole JSON."""
+    from kvlab.cli import main
+
+    result = tmp_path / "bench.json"
+    result.write_text("{}")
+    assert main(["calibrate", str(result), "--set-up", str(result), "-o", str(result), "--force"]) == 2
+    assert "never overwrites an input" in capsys.readouterr().err and result.read_text() == "{}"
+    other = tmp_path / "old.json"
+    other.write_text("keep")
+    assert main(["calibrate", str(result), "--set-up", str(result), "-o", str(other)]) == 2
+    assert "already exists; pass --force" in capsys.readouterr().err and other.read_text() == "keep"

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .._paths import DATA_DIR
-from .._validate import read_text_file
+from .._validate import read_text_file, write_text_atomically
 
 STACK_DIR = DATA_DIR / "costmodels"
 #: The JSON key (and format version) that marks a kvlab cost-model file.
@@ -120,10 +120,8 @@ def load(path_or_name: str | Path) -> StackTerms:
 
 
 def save(terms: StackTerms, path: str | Path) -> Path:
-    """Write ``terms`` as a cost-model file (JSON) and return its path."""
-    p = Path(path)
-    p.write_text(json.dumps(terms.to_dict(), indent=1, sort_keys=False) + "\n", encoding="utf-8")
-    return p
+    """Write ``terms`` as a cost-model file (JSON, renamed into place whole) and return its path."""
+    return write_text_atomically(path, json.dumps(terms.to_dict(), indent=1, sort_keys=False) + "\n")
 
 
 @dataclass(frozen=True, kw_only=True)

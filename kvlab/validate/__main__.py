@@ -11,14 +11,13 @@ STACKS = (("vllm-v0", "shared:distserve-vllm-opt13b", "vLLM V0 (2024) serving st
            "RTX 4090 / RTX PRO 6000 runs"))
 
 if __name__ == "__main__":  # pragma: no cover
-    import importlib
-
     from .._paths import DATA_DIR
+    from ..costmodel.stacks import save
+    from .calibrate import calibrate
+    from .cli import load_runs
     from .trust_figures import regenerate
 
-    main = importlib.import_module("kvlab.cli").main  # this script is an entry point, as the kvlab command is
-
     for name, runs, label in STACKS:
-        main(["calibrate", runs, "-o", str(DATA_DIR / "costmodels" / f"{name}.json"), "--label", label,
-              "--command-line", "python -m kvlab.validate"])
+        terms = calibrate(load_runs([runs], None), name=name, label=label, command="python -m kvlab.validate")
+        print(f"{terms.describe()}: written to {save(terms, DATA_DIR / 'costmodels' / f'{name}.json')}")
     print(regenerate().to_string(index=False))

@@ -11,6 +11,8 @@ import sys
 
 import pandas as pd
 
+from .._validate import output_file, write_text_atomically
+
 
 def load_runs(results: list[str], setups: list[str] | None) -> list:
     """Run records of the RESULTS arguments (see the module note)."""
@@ -64,6 +66,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from ..costmodel.stacks import is_cost_model_file
     from .replay import compare, error_table, replay
 
+    if args.csv:
+        output_file(args.csv, inputs=[*args.results, *(args.set_up or [])], force=args.force, flag="--csv")
     runs = load_runs(args.results or ["shared"], args.set_up)
     rows = [compare(replay(r, cost_model=args.cost_model, stack=args.stack)) for r in runs]
     df = pd.DataFrame(rows)
@@ -80,7 +84,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     print()
     print(_fmt_table(error_table(rows)))
     if args.csv:
-        df.to_csv(args.csv, index=False)
+        write_text_atomically(args.csv, df.to_csv(index=False))
         print(f"per-run table written to {args.csv}")
     return 0
 
@@ -89,6 +93,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from ..costmodel.stacks import save
     from .calibrate import calibrate
 
+    output_file(args.output, inputs=[*args.results, *(args.set_up or [])], force=args.force)
     runs = load_runs(args.results, args.set_up)
     name = args.name or args.output.rsplit("/", 1)[-1].removesuffix(".json")
     command = args.command_line or ("kvlab calibrate " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["calibrate"]
@@ -122,14 +127,16 @@ def add_commands(sub) -> None:
     val.add_argument("--cost-model", help="measured, roofline, a shipped stack (vllm-v0, vllm-v1) or a "
                                           "cost-model file (.json, from kvlab calibrate)")
     val.add_argument("--stack", help="serving stack added to the cost model (none, sarathi-serve, vllm-v0, vllm-v1)")
-    val.add_argument("--csv", help="write the per-run comparison table here")
+    val.add_argument("--csv", help="write the per-run comparison table here (never an input)")
+    val.add_argument("--force", action="store_true", help="let --csv overwrite an existing file")
     val.set_defaults(func=cmd_validate)
     cal = sub.add_parser("calibrate", help="fit a serving stack's overheads to measured runs; write a cost model",
                          description="Fit per-iteration and per-sequence overheads (and a GPU-time scale where "
                                      "the data support it) to measured runs, print leave-one-run-out held-out "
                                      "error, and write a cost-model file every command accepts (--cost-model).")
     cal.add_argument("results", nargs="+", help="vllm bench serve result JSON files, or shared[:DATASET]")
-    cal.add_argument("-o", "--output", required=True, help="cost-model file to write (.json)")
+    cal.add_argument("-o", "--output", required=True, help="cost-model file to write (.json; never an input)")
+    cal.add_argument("--force", action="store_true", help="let -o overwrite an existing file")
     cal.add_argument("--set-up", action="append", metavar="YAML", help="set-up of the result files")
     cal.add_argument("--name", help="the stack's name (default: the file's)")
     cal.add_argument("--label", help="words for the stack in results")
