@@ -118,7 +118,7 @@ def test_default_run_folder_under_reports(notebooks, tmp_path, monkeypatch):
 
 
 def test_numbers_in_tables_are_formatted():
-    from kvlab.report.kernel import format_number
+    from kvlab.report.tables import format_number
 
     # four significant digits, thousands separators, no trailing zeros (hand-worked)
     assert format_number(1166.6605) == "1,167"

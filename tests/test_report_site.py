@@ -8,11 +8,14 @@ import json
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from kvlab import claims as kvlab_claims
 from kvlab import report
+from kvlab._paths import ROOT
 from kvlab.cli import main
 
 MUST_ANSWER = ("01_reservation_tables", "02_length_distributions")
@@ -80,9 +83,7 @@ def test_index_answers_each_notebooks_question(quick_report):
             key_figure = res["figures"][0]
             assert key_figure in page.images and (quick_report / key_figure).stat().st_size > 1000, nb.stem
             assert (quick_report / key_figure).with_suffix(".svg").exists()
-        kinds = collections.Counter("not reproducible" if v.lower().startswith("not reproducible")
-                                    else re.split(r"[\s:;,(]", v.strip().lower())[0]
-                                    for v in (c.get("verdict", "") for c in res.get("claims") or []))
+        kinds = collections.Counter(c["kind"] for c in res.get("claims") or [])  # the structured field
         for kind, n in kinds.items():
             assert f"{n} {kind}" in page.text, (nb.stem, kind)
     # the run's inputs and provenance
@@ -95,7 +96,7 @@ def test_index_answers_each_notebooks_question(quick_report):
 def test_pages_hide_code_and_keep_tables_whole(quick_report):
     page = (quick_report / "01_reservation_tables.html").read_text(encoding="utf-8")
     assert "kvlab.report.write_results(" not in page  # no code input by default
-    assert "kvlab.report.kernel" not in page  # the hidden set-up cell is gone
+    assert "kvlab.report.kernel_setup" not in page  # the hidden set-up cell is gone
     assert "Parameters of this run" in page
     assert not re.search(r"<td>\s*\.\.\.\s*</td>", page)  # pandas never cut a table
     # numbers formatted as the kernel's format_number writes them (hand-worked: 28531 pages -> "28,531")
@@ -110,27 +111,51 @@ def _chromium() -> str:
     return exe
 
 
-PROBE = """
+PROBE = r"""
 <script>
 window.addEventListener('load', () => {
   const width = document.documentElement.clientWidth;
   const broken = [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src.slice(0, 80));
-  const cut = [...document.querySelectorAll('table')].filter(t => t.getBoundingClientRect().right > width + 1)
-      .map(t => t.innerText.slice(0, 80));
+  const tables = [...document.querySelectorAll('table')];
+  const cut = tables.filter(t => t.getBoundingClientRect().right > width + 1).map(t => t.innerText.slice(0, 80));
+  const text = document.body.innerText;
+  const grab = (re) => [...text.matchAll(re)].map(m => m[0].slice(0, 80));
+  const EMPTY = new Set(['', 'nan', 'NaN', 'None', '<NA>', 'NaT', 'n/a', '\u2013']);
+  const indexed = [], empty = [];
+  for (const t of tables) {
+    const rows = [...t.querySelectorAll('tr')].filter(r => r.querySelector('td'));
+    if (rows.length < 2) continue;
+    const width = Math.max(...rows.map(r => r.cells.length));
+    const full = rows.filter(r => r.cells.length === width);
+    if (full.every((r, i) => r.cells[0].innerText.trim() === String(i))) indexed.push(t.innerText.slice(0, 80));
+    for (let j = 0; j < width; j++) {
+      if (full.every(r => EMPTY.has(r.cells[j].innerText.trim()))) {
+        const head = t.querySelector('tr') ? (t.querySelector('tr').cells[j] || {}).innerText : '';
+        empty.push(`${head} in: ${t.innerText.slice(0, 60)}`);
+      }
+    }
+  }
   const out = document.createElement('pre');
   out.id = 'kvlab-probe';
-  out.textContent = JSON.stringify({images: document.images.length, broken: broken, cut: cut, width: width});
+  out.textContent = JSON.stringify({images: document.images.length, broken: broken, cut: cut, width: width,
+      dicts: grab(/[{]\s*'[^'\n]{1,60}'\s*:/g), floats: grab(/\b\d+\.\d{12,}(e[-+]\d+)?/g),
+      paths: grab(new RegExp(BUILD_PATHS, 'g')), indexed: indexed, empty: empty});
   document.body.appendChild(out);
 });
 </script>
 """
+
+BUILD_PATHS = "|".join(re.escape(str(p)) + "/" for p in {ROOT, ROOT.parent, Path.home(), Path(tempfile.gettempdir())}
+                       if len(p.parts) > 1) + r"|(?:^|[\s'\"(=:])/(?:work|tmp|home|root|usr|opt|var|mnt|srv)/"
+"""Absolute paths of the machine that built a page: the checkout, its parent, home, the temporary folder."""
 
 
 def _probe(exe: str, page: Path) -> dict:
     """Load ``page`` (a copy with the probe script, in the same folder so relative links hold) in
     headless Chromium and return what the probe saw."""
     probe = page.with_name(f"_probe_{page.name}")
-    probe.write_text(page.read_text(encoding="utf-8").replace("</body>", PROBE + "</body>"), encoding="utf-8")
+    script = PROBE.replace("BUILD_PATHS", json.dumps(BUILD_PATHS))
+    probe.write_text(page.read_text(encoding="utf-8").replace("</body>", script + "</body>"), encoding="utf-8")
     try:
         dom = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,900",
                               "--virtual-time-budget=10000", "--dump-dom", probe.as_uri()],
@@ -166,6 +191,66 @@ def test_browser_renders_index_and_a_page(quick_report, tmp_path):
     page = quick_report / "02_length_distributions.html"
     for p in (index, page):
         _screenshot(exe, p, tmp_path / f"{p.stem}.png")
+
+
+READER_CHECKS = ("dicts", "floats", "paths", "indexed", "empty")
+"""What no page may show: a raw Python dict, a float with all its digits, an absolute path of the
+build machine, a 0..N row-number column, a column without a single value."""
+
+
+def test_the_probe_sees_what_a_reader_must_not(tmp_path):
+    """The probe itself, on a page with one of each defect and a clean twin: it must flag each."""
+    exe = _chromium()
+    bad = tmp_path / "bad.html"
+    bad.write_text("<html><body><p>Rests on {'duration_s': 1038.455005725461}; read "
+                   f"{ROOT / 'kvlab' / 'capacity.py'}</p>"
+                   "<table><tr><th></th><th>a</th><th>b</th></tr><tr><th>0</th><td>1</td><td>NaN</td></tr>"
+                   "<tr><th>1</th><td>2</td><td>NaN</td></tr></table></body></html>", encoding="utf-8")
+    good = tmp_path / "good.html"
+    good.write_text("<html><body><p>Rests on duration 1,038 s; read kvlab/capacity.py; launch with "
+                    "--override-generation-config '{\"max_new_tokens\": 863}' at 4.42 requests/s</p>"
+                    "<table><tr><th>seed</th><th>a</th></tr><tr><td>3</td><td>1</td></tr><tr><td>4</td><td>2</td></tr>"
+                    "</table></body></html>", encoding="utf-8")
+    seen = _probe(exe, bad)
+    assert all(seen[k] for k in READER_CHECKS), seen
+    assert len(seen["empty"]) == 1 and seen["empty"][0].startswith("b in"), seen["empty"]
+    seen = _probe(exe, good)
+    assert not any(seen[k] for k in READER_CHECKS), seen
+
+
+@pytest.fixture(scope="module")
+def full_report(tmp_path_factory):
+    """``kvlab report -p quick true``: every notebook, as the test suite runs them."""
+    out = tmp_path_factory.mktemp("full") / "run"
+    assert main(["report", "-p", "quick", "true", "--out", str(out), "--no-progress"]) == 0
+    return out
+
+
+@pytest.mark.notebook
+def test_no_page_of_a_full_run_shows_raw_python(full_report):
+    """Every page of a full run reads as a report: no raw dict or float, no build-machine path,
+    no 0..N index column, no empty column; the summary page counts each notebook's verdicts by
+    their structured kind, and every claim has one."""
+    exe = _chromium()
+    pages = sorted(full_report.glob("*.html"))
+    stems = [p.stem for p in report.list_notebooks()]
+    assert [p.stem for p in pages] == sorted([*stems, "index"])
+    found = {}
+    for page in pages:
+        seen = _probe(exe, page)
+        bad = {k: seen[k] for k in READER_CHECKS if seen[k]}
+        if bad or seen["broken"] or seen["cut"]:
+            found[page.name] = {**bad, "broken": seen["broken"], "cut": seen["cut"]}
+    assert not found, found
+    index = (full_report / "index.html").read_text(encoding="utf-8")
+    for stem in stems:
+        res = json.loads((full_report / f"{stem}.json").read_text())
+        kinds = collections.Counter(c.get("kind") for c in res.get("claims") or [])
+        assert all(k in kvlab_claims.KINDS for k in kinds), (stem, kinds)
+        card = re.search(rf'<section class="card" id="{stem}">(.*?)</section>', index, flags=re.S)
+        card = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", card.group(1))).split())
+        for kind, n in kinds.items():
+            assert f"{n} {kind}" in card, (stem, kind, n)
 
 
 def _trace_file(tmp_path: Path, n: int = 1500) -> Path:

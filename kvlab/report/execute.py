@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from .kernel import SETUP_SOURCE, SETUP_TAG
+from .kernel_setup import SETUP_SOURCE, SETUP_TAG
 from .notebooks import check_values, notebook_parameters, resolve_notebooks
 from .results import read_results
 
@@ -55,7 +55,7 @@ class _Stream(io.TextIOBase):
 
 
 def _with_setup_cell(path: Path):
-    """The notebook with the hidden :mod:`kvlab.report.kernel` set-up cell first."""
+    """The notebook with the hidden :mod:`kvlab.report.kernel_setup` set-up cell first."""
     import nbformat
 
     nb = nbformat.read(str(path), as_version=4)

@@ -13,7 +13,9 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .kernel import SETUP_TAG
+from .._paths import ROOT, SHARED_DATA_DIR
+from .kernel_setup import SETUP_TAG
+from .tables import setup_items
 
 TABLE_CSS = """
 <style>
@@ -28,6 +30,7 @@ body.jp-Notebook { max-width: 1400px; margin: 0 auto; }
 .jp-OutputArea-output img { max-width: 100%; height: auto; }
 details.kvlab-parameters { margin: 0.5em 0 1em; }
 details.kvlab-parameters code { white-space: pre-wrap; }
+.jp-RenderedHTMLCommon table.kvlab-table td { text-align: right; }
 </style>
 """
 _TH = re.compile(r"(<th[^>]*>)([^<]*)(</th>)")
@@ -40,6 +43,32 @@ def _terminal_text(text: str) -> str:
     (tqdm's format) dropped."""
     lines = [line.split("\r")[-1] if "\r" in line.rstrip("\r") else line.rstrip("\r") for line in text.split("\n")]
     return "\n".join(line for line in lines if not _TQDM_LINE.search(line))
+
+
+def project_relative(text: str, root: Path = ROOT) -> str:
+    """``text`` with the build machine's folders written relative to the project: the checkout's
+    path dropped (``kvlab/capacity.py``), its parent's written ``../`` (``../shared/data``).
+
+    >>> project_relative("read /home/me/kvlab/kvlab/sim.py and /home/me/shared/data", Path("/home/me/kvlab"))
+    'read kvlab/sim.py and ../shared/data'
+    """
+    root = Path(root)
+    shared = [(SHARED_DATA_DIR.resolve(), "../shared/data/")] if root == ROOT else []
+    for folder, short in ((root, ""), *shared, (root.parent, "../")):
+        text = text.replace(str(folder).rstrip("/") + "/", short)
+    return text
+
+
+def _relative_outputs(cell: Any) -> None:
+    """Every text a cell shows, its build-machine folders written relative (:func:`project_relative`)."""
+    for out in cell.get("outputs", []):
+        if "text" in out:
+            out["text"] = project_relative("".join(out["text"]))
+        for mime, value in (out.get("data") or {}).items():
+            if mime.startswith("text/") and isinstance(value, (str, list)):
+                out["data"][mime] = project_relative("".join(value))
+    if cell.cell_type == "markdown":
+        cell.source = project_relative(cell.source)
 
 
 def _clean(nb: Any, *, show_code: bool, parameters: Mapping[str, Any] | None) -> Any:
@@ -57,10 +86,11 @@ def _clean(nb: Any, *, show_code: bool, parameters: Mapping[str, Any] | None) ->
                 out["text"] = _terminal_text("".join(out.get("text", "")))
         if "outputs" in cell:
             cell["outputs"] = [o for o in cell["outputs"] if not (o.get("output_type") == "stream" and not o["text"].strip())]
+        _relative_outputs(cell)
         cells.append(cell)
     if parameters is not None:
-        rows = "".join(f"<tr><td><code>{html.escape(str(k))}</code></td><td><code>{html.escape(str(v))}</code></td></tr>"
-                       for k, v in parameters.items())
+        rows = "".join(f"<tr><td><code>{html.escape(str(k))}</code></td>"
+                       f"<td><code>{html.escape(project_relative(str(v)))}</code></td></tr>" for k, v in parameters.items())
         block = nbformat.v4.new_markdown_cell(
             f'<details class="kvlab-parameters"><summary>Parameters of this run</summary>'
             f"<table><tr><th>parameter</th><th>value</th></tr>{rows}</table></details>")
@@ -142,13 +172,24 @@ table.inputs td, table.inputs th { text-align: left; padding: 0.25em 0.8em; bord
        border-left: 3px solid #4a7bd0; }
 .meta { color: #666; font-size: 0.9em; } .verdicts span { display: inline-block; margin-right: 0.8em; }
 .missing { color: #a15c00; } code { background: #f4f4f4; padding: 0 0.2em; border-radius: 3px; }
+ul.rests { margin: 0.2em 0 0; padding-left: 1.2em; columns: 2 22em; column-gap: 1.5em; }
+ul.rests li { break-inside: avoid; }
 """
 
+REST_CHARS = 160
+"""The longest text of one "Rests on" item (the sidecar's JSON has it whole)."""
 
-def _setup_text(setup: Any) -> str:
+
+def _rests_on(setup: Any) -> str:
+    """A sidecar's ``setup`` as the card's "Rests on" list (:func:`kvlab.report.tables.setup_items`)."""
     if not isinstance(setup, Mapping) or not setup:
         return ""
-    return "; ".join(f"{_e(k)}: {_e(v)}" for k, v in setup.items())
+    items = []
+    for label, text in setup_items(setup):
+        text = project_relative(text)
+        text = text if len(text) <= REST_CHARS else text[: REST_CHARS - 1].rstrip() + "…"
+        items.append(f"<li><b>{_e(label)}</b>: {_md_inline(text)}</li>")
+    return f'<div class="meta">Rests on:<ul class="rests">{"".join(items)}</ul></div>' if items else ""
 
 
 def _card(entry: Mapping[str, Any]) -> str:
@@ -157,8 +198,8 @@ def _card(entry: Mapping[str, Any]) -> str:
     fig = (f'<a href="{_e(figures[0])}"><img src="{_e(figures[0])}" alt="key figure of {_e(entry["stem"])}"></a>'
            if figures else '<div class="nofig">no key figure</div>')
     question = res.get("question") or entry.get("question") or ""
-    answer = res.get("answer")
-    todo = res.get("what_to_do")
+    answer = project_relative(res["answer"]) if res.get("answer") else None
+    todo = project_relative(res["what_to_do"]) if res.get("what_to_do") else None
     parts = [f'<h2><a href="{_e(entry["html"])}">{_md_inline(entry["title"])}</a></h2>']
     if question:
         parts.append(f'<p class="q"><b>Question.</b> {_md_inline(question)}</p>')
@@ -171,9 +212,7 @@ def _card(entry: Mapping[str, Any]) -> str:
     if counts:
         spans = "".join(f"<span>{n} {_e(kind)}</span>" for kind, n in counts.items())
         parts.append(f'<p class="verdicts"><b>Claims:</b> {spans}</p>')
-    setup = _setup_text(res.get("setup"))
-    if setup:
-        parts.append(f'<p class="meta">Rests on {setup}.</p>')
+    parts.append(_rests_on(res.get("setup")))
     links = [f'<a href="{_e(entry["html"])}">page</a>', f'<a href="{_e(entry["ipynb"])}">executed notebook</a>',
              f'<a href="{_e(entry["json"])}">results (JSON)</a>']
     links += [f'<a href="{_e(f)}">{_e(f)}</a>' for f in figures[1:]]
@@ -194,7 +233,7 @@ def index_html(run: Mapping[str, Any], entries: Iterable[Mapping[str, Any]]) -> 
         ``ipynb``, ``json`` (file names), ``runtime_s``, ``results`` (its sidecar) and
         ``verdicts`` (verdict kind -> count).
     """
-    inputs = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in run["inputs"])
+    inputs = "".join(f"<tr><th>{_e(k)}</th><td>{_e(project_relative(str(v)))}</td></tr>" for k, v in run["inputs"])
     cards = "\n".join(_card(e) for e in entries)
     return (f"<!doctype html><html lang='en'><head><meta charset='utf-8'>"
             f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
