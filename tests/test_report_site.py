@@ -127,12 +127,13 @@ window.addEventListener('load', () => {
     if (rows.length < 2) continue;
     const width = Math.max(...rows.map(r => r.cells.length));
     const full = rows.filter(r => r.cells.length === width);
-    if (full.every((r, i) => r.cells[0].innerText.trim() === String(i))) indexed.push(t.innerText.slice(0, 80));
+    const cell = (r, j) => r.cells[j].textContent.trim();  // textContent: folded tables count too
+    const header = [...t.querySelectorAll('tr')].find(r => !r.querySelector('td'));
+    const head = (j) => header && header.cells[j] ? header.cells[j].textContent.trim() : '';
+    // a row-number column: no header of its own, and 0, 1, ..., N-1 down the rows
+    if (head(0) === '' && full.every((r, i) => cell(r, 0) === String(i))) indexed.push(t.textContent.slice(0, 80));
     for (let j = 0; j < width; j++) {
-      if (full.every(r => EMPTY.has(r.cells[j].innerText.trim()))) {
-        const head = t.querySelector('tr') ? (t.querySelector('tr').cells[j] || {}).innerText : '';
-        empty.push(`${head} in: ${t.innerText.slice(0, 60)}`);
-      }
+      if (full.every(r => EMPTY.has(cell(r, j)))) empty.push(`${head(j)} in: ${t.textContent.slice(0, 60)}`);
     }
   }
   const out = document.createElement('pre');

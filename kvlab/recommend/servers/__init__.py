@@ -43,6 +43,18 @@ def systems() -> tuple[str, ...]:
     return tuple(s for s in order if s in names) + tuple(sorted(names - set(order)))
 
 
+def preemption_modes() -> dict[str, tuple[str, ...]]:
+    """What each shipping family does with a preempted request: family in words -> its modes
+    (``("recompute", "swap")`` where the release lets you choose ``--preemption-mode swap``,
+    ``("recompute",)`` otherwise), newest families first. Read from the profiles: a family swaps
+    when its profile models a ``preemption_mode`` knob (only vLLM V0 does; vLLM V1 removed it, and
+    SGLang, TGI and TensorRT-LLM recompute)."""
+    fams = sorted((p for p in profiles().values() if p.shipping), key=lambda p: (systems().index(p.system)
+                                                                                if p.system in systems() else 99,
+                                                                                tuple(-v for v in p.versions[0])))
+    return {p.family: ("recompute", "swap") if "preemption_mode" in p.kv_knobs else ("recompute",) for p in fams}
+
+
 def _version(text: str, spec: str) -> tuple[int, ...]:
     if not re.fullmatch(r"\d+(\.\d+){0,2}", text):
         raise ValueError(f"system {spec!r}: version {text!r} is not a release number such as 0.8 or 0.8.5")
@@ -79,4 +91,4 @@ def resolve(system: str) -> ServerProfile:
 
 
 __all__ = ["ALIASES", "Context", "Launch", "LaunchContext", "OVERFLOW_MODES", "ServerProfile", "Setting", "change",
-           "flag_args", "profiles", "resolve", "systems"]
+           "flag_args", "preemption_modes", "profiles", "resolve", "systems"]
