@@ -7,7 +7,8 @@ being the notebook's key figure (the report's summary page shows it as a thumbna
 
 Helpers for what report figures keep getting wrong: :func:`legend_outside` (legends beside the
 data, never over it), :func:`log_if_spans` (log scale where values span decades),
-:func:`mark_selected` (the recommended / selected point marked and labelled) and
+:func:`ticks_at` (ticks at the swept values, no crowded log minor ticks), :func:`mark_selected`
+(the recommended / selected point marked and labelled) and
 :func:`label_ties` (settings that give the same point named together instead of hidden under
 one marker).
 """
@@ -57,6 +58,20 @@ def log_if_spans(ax: Any, values: Any, axis: str = "y", decades: float = 2.0) ->
         return False
     (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
     return True
+
+
+def ticks_at(ax: Any, values: Sequence[float], axis: str = "x") -> None:
+    """Put ``axis``'s ticks at the swept ``values`` only, labelled with thousands separators (a
+    log axis's minor ticks and their labels removed, so they cannot collide)."""
+    import matplotlib.ticker as mticker
+
+    if axis not in ("x", "y"):
+        raise ValueError(f"axis must be 'x' or 'y', got {axis!r}")
+    v = sorted({float(x) for x in values})
+    which = ax.xaxis if axis == "x" else ax.yaxis
+    which.set_major_locator(mticker.FixedLocator(v))
+    which.set_minor_locator(mticker.NullLocator())
+    which.set_major_formatter(mticker.FixedFormatter([f"{x:,.0f}" if x.is_integer() else f"{x:g}" for x in v]))
 
 
 def mark_selected(ax: Any, x: float, y: float, label: str = "selected", *,

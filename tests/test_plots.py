@@ -67,3 +67,15 @@ def test_save_writes_png_and_svg_beside_results(tmp_path):
     with pytest.raises(ValueError, match="figure name"):
         plots.save(fig, tmp_path / "r.json", "bad name")
     plt.close(fig)
+
+
+def test_ticks_at_swept_values_only_on_a_log_axis():
+    fig, ax = plt.subplots()
+    ax.plot([128, 512, 2048], [1, 2, 3])
+    ax.set_xscale("log")
+    plots.ticks_at(ax, [2048, 128, 512])
+    fig.canvas.draw()
+    assert list(ax.get_xticks()) == [128, 512, 2048]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["128", "512", "2,048"]
+    assert len(ax.xaxis.get_minorticklocs()) == 0  # no minor ticks left to collide
+    plt.close(fig)
