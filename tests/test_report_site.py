@@ -140,7 +140,8 @@ window.addEventListener('load', () => {
   out.id = 'kvlab-probe';
   out.textContent = JSON.stringify({images: document.images.length, broken: broken, cut: cut, width: width,
       dicts: grab(/[{]\s*'[^'\n]{1,60}'\s*:/g), floats: grab(/\b\d+\.\d{12,}(e[-+]\d+)?/g),
-      paths: grab(new RegExp(BUILD_PATHS, 'g')), indexed: indexed, empty: empty});
+      paths: grab(new RegExp(BUILD_PATHS, 'g')), indexed: indexed, empty: empty,
+      words: grab(/.{0,30}\b(?:brief|issue \d+)\b.{0,30}/gi)});
   document.body.appendChild(out);
 });
 </script>
@@ -194,16 +195,17 @@ def test_browser_renders_index_and_a_page(quick_report, tmp_path):
         _screenshot(exe, p, tmp_path / f"{p.stem}.png")
 
 
-READER_CHECKS = ("dicts", "floats", "paths", "indexed", "empty")
+READER_CHECKS = ("dicts", "floats", "paths", "indexed", "empty", "words")
 """What no page may show: a raw Python dict, a float with all its digits, an absolute path of the
-build machine, a 0..N row-number column, a column without a single value."""
+build machine, a 0..N row-number column, a column without a single value, a project-internal
+reference ("the brief", "issue 11") where the source should be named."""
 
 
 def test_the_probe_sees_what_a_reader_must_not(tmp_path):
     """The probe itself, on a page with one of each defect and a clean twin: it must flag each."""
     exe = _chromium()
     bad = tmp_path / "bad.html"
-    bad.write_text("<html><body><p>Rests on {'duration_s': 1038.455005725461}; read "
+    bad.write_text("<html><body><p>Rests on {'duration_s': 1038.455005725461} (issue 24); read "
                    f"{ROOT / 'kvlab' / 'capacity.py'}</p>"
                    "<table><tr><th></th><th>a</th><th>b</th></tr><tr><th>0</th><td>1</td><td>NaN</td></tr>"
                    "<tr><th>1</th><td>2</td><td>NaN</td></tr></table></body></html>", encoding="utf-8")

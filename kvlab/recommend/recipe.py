@@ -44,23 +44,23 @@ def _recipe_claim(claim: str, rec: Recommendation, expected: Sequence[str], rati
     t = rec.table
     tied = t[t["tie"]]
     if rec.chosen is None or tied.empty:
-        verdict, got = "differs: no setting meets the SLO at any rate on this model and GPU", "none"
+        kind, verdict, got = "differs", "differs: no setting meets the SLO at any rate on this model and GPU", "none"
     else:
         best = tied.loc[tied["capacity_qps"].idxmax()]
         got = f"{best['setting']} ({best['capacity_qps']:.3g} requests/s)"
         named = [s for s in tied["setting"] if _names(s, expected)]
         if _names(str(best["setting"]), expected):
-            verdict = "holds"
+            kind, verdict = "holds", "holds"
         elif named:
-            verdict = f"holds as a tie: {', '.join(named)} ties the best ({best['setting']})"
+            kind, verdict = "holds", f"holds as a tie: {', '.join(named)} ties the best ({best['setting']})"
         else:
             alts = t[[_names(s, expected) for s in t["setting"]]]
             top = float(alts["capacity_qps"].max()) if len(alts) else 0.0
             gain = best["capacity_qps"] / top - 1.0 if top > 0 else float("inf")
-            verdict = (f"differs: {best['setting']} sustains {gain:+.0%} more requests/s than the best of "
+            kind, verdict = "differs", (f"differs: {best['setting']} sustains {gain:+.0%} more requests/s than the best of "
                        f"{'/'.join(expected)}")
     return _claims.Claim(claim=f"{claim} (p99/p50 = {ratio:.1f})", source=SOURCE,
-                         claimed=" or ".join(expected), kvlab_value=got, verdict=verdict)
+                         claimed=" or ".join(expected), kvlab_value=got, verdict=verdict, kind=kind)
 
 
 def recipe_claims(light: Recommendation, heavy: Recommendation) -> pd.DataFrame:

@@ -26,11 +26,12 @@ body.jp-Notebook { max-width: 1400px; margin: 0 auto; }
 .jp-RenderedHTMLCommon td { white-space: normal; overflow-wrap: break-word; max-width: 36em; }
 .jp-RenderedHTMLCommon th { white-space: normal; overflow-wrap: normal; max-width: 12em; }
 .jp-OutputArea-output { overflow-x: auto; }
-.jp-OutputArea-output pre { white-space: pre-wrap; overflow-wrap: anywhere; }
+.jp-OutputArea-output pre { white-space: pre-wrap; overflow-wrap: break-word; }
 .jp-OutputArea-output img { max-width: 100%; height: auto; }
 details.kvlab-parameters { margin: 0.5em 0 1em; }
 details.kvlab-parameters code { white-space: pre-wrap; }
-.jp-RenderedHTMLCommon table.kvlab-table td { text-align: right; }
+.jp-RenderedHTMLCommon table.kvlab-table td, .jp-RenderedHTMLCommon table.kvlab-table th { text-align: left; }
+.jp-RenderedHTMLCommon table.kvlab-table td.num, .jp-RenderedHTMLCommon table.kvlab-table th.num { text-align: right; }
 </style>
 """
 _TH = re.compile(r"(<th[^>]*>)([^<]*)(</th>)")

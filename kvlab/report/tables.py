@@ -130,13 +130,24 @@ def display_frame(data: pd.DataFrame | pd.Series) -> pd.DataFrame:
     return out
 
 
+_NUMBER = re.compile(r"^[-+]?[\d,]*\.?\d+(e[-+]?\d+)?%?$")
+
+
 def to_html(data: pd.DataFrame | pd.Series) -> str:
-    """``data`` as an HTML table (:func:`display_frame`; no row index), numbers right-aligned."""
+    """``data`` as an HTML table (:func:`display_frame`; no row index): a column of numbers
+    right-aligned (class ``num``), text left-aligned."""
+    import html as _html
+
     frame = display_frame(data)
-    html = frame.to_html(index=False, escape=True, border=0, classes="dataframe kvlab-table", na_rep="")
+    numeric = [bool(len(frame)) and all(not v or _NUMBER.match(v) for v in frame[c]) for c in frame.columns]
+    cls = [' class="num"' if n else "" for n in numeric]
+    head = "".join(f"<th{c}>{_html.escape(str(name))}</th>" for name, c in zip(frame.columns, cls))
+    rows = "".join("<tr>" + "".join(f"<td{c}>{_html.escape(v)}</td>" for v, c in zip(row, cls)) + "</tr>"
+                   for row in frame.itertuples(index=False, name=None))
+    table = f'<table class="dataframe kvlab-table"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
     if len(data) > MAX_TABLE_ROWS:
-        html += f"<p>(first {MAX_TABLE_ROWS:,} of {len(data):,} rows)</p>"
-    return html
+        table += f"<p>(first {MAX_TABLE_ROWS:,} of {len(data):,} rows)</p>"
+    return table
 
 
 def install() -> None:
