@@ -120,7 +120,8 @@ def display_frame(data: pd.DataFrame | pd.Series) -> pd.DataFrame:
     if len(df) > MAX_TABLE_ROWS:
         df = df.head(MAX_TABLE_ROWS)
     if not _trivial_index(df.index):
-        df = df.reset_index()
+        names = [n if n is not None else "" for n in df.index.names]
+        df = df.rename_axis(names).reset_index()  # unnamed row labels keep an empty header, not "index"
     if isinstance(df.columns, pd.MultiIndex):
         df.columns = [" ".join(str(c) for c in col if str(c)) for col in df.columns]
     df = _spread_mappings(df)
