@@ -252,3 +252,40 @@ def test_run_inputs_group_values_by_notebook():
     assert rows == [("model", "X (01); Y (02)"), ("num_requests", "default (all of a trace)"), ("seed", "0 (01); 3 (02)")]
     rows = _inputs([a, b], declared, {a: {"trace": "t.csv", "seed": 3}, b: {"model": "X", "seed": 3}})
     assert rows == [("trace", "t.csv"), ("model", "X"), ("num_requests", "default (all of a trace)"), ("seed", "3")]
+
+
+def test_tables_show_what_a_reader_needs_and_nothing_else():
+    import pandas as pd
+
+    from kvlab.report import tables
+
+    df = pd.DataFrame({"family": ["gamma", "weibull"], "params": [{"shape": 0.6633875390047553, "scale_tokens": 57.1974},
+                                                                   {"shape": 0.77536, "scale_tokens": 32.845}],
+                       "unused": [float("nan"), None], "pool_pages": [28531, 1726], "ok": [True, False]})
+    shown = tables.display_frame(df)
+    # no 0..N index, the all-empty column gone, the mapping spread into columns with units, numbers formatted
+    assert list(shown.columns) == ["family", "params shape", "params scale (tokens)", "pool (pages)", "ok"]
+    assert shown.iloc[0].tolist() == ["gamma", "0.6634", "57.2", "28,531", "yes"]
+    # named row labels are kept as a column; a 0..N index that was only reordered is not
+    assert list(tables.display_frame(df.set_index("family")).columns)[0] == "family"
+    assert "0" not in tables.display_frame(df.iloc[::-1].reset_index(drop=True)).iloc[:, 0].tolist()
+    html = tables.to_html(df)
+    assert '<td class="num">28,531</td>' in html and "<td>gamma</td>" in html and "nan" not in html.lower()
+
+
+def test_rests_on_reads_in_units_and_significant_digits():
+    from kvlab.report.tables import setup_items
+
+    rows = dict(setup_items({"copy_latency_s": 4.9999999999999996e-06, "link_bytes_per_s": 31.5e9,
+                             "load": {"duration_s": 1038.455005725461, "rate_per_s": 4.419126037364613,
+                                      "trace_rate_per_s": None}, "chunk_tokens": None, "workload": ""}))
+    assert rows == {"copy latency": "5 µs", "link": "31.5 GB/s", "load": "duration 1,038 s, rate 4.419 /s"}
+
+
+def test_pages_name_build_folders_relative_to_the_project(tmp_path):
+    from kvlab.report.pages import project_relative
+
+    root = tmp_path / "kvlab"
+    text = f"{root}/kvlab/capacity.py:588: warning; runs from {tmp_path}/shared/data/serving; /srv/trace.csv stays"
+    assert project_relative(text, root) == ("kvlab/capacity.py:588: warning; runs from ../shared/data/serving; "
+                                            "/srv/trace.csv stays")
