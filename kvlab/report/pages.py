@@ -26,7 +26,7 @@ body.jp-Notebook { max-width: 1400px; margin: 0 auto; }
 .jp-RenderedHTMLCommon td { white-space: normal; overflow-wrap: break-word; max-width: 36em; }
 .jp-RenderedHTMLCommon th { white-space: normal; overflow-wrap: normal; max-width: 12em; }
 .jp-OutputArea-output { overflow-x: auto; }
-.jp-OutputArea-output pre { white-space: pre-wrap; overflow-wrap: break-word; }
+.jp-OutputArea-output pre { white-space: pre-wrap; overflow-wrap: break-word; word-break: normal; }
 .jp-OutputArea-output img { max-width: 100%; height: auto; }
 details.kvlab-parameters { margin: 0.5em 0 1em; }
 details.kvlab-parameters code { white-space: pre-wrap; }

@@ -28,6 +28,9 @@ UNITS = (("_s_per_token", "s/token"), ("_tokens_per_s", "tokens/s"), ("_requests
          ("_tokens", "tokens"), ("_pages", "pages"), ("_bytes", "bytes"), ("_gib", "GiB"), ("_gbps", "GB/s"),
          ("_frac", "share"), ("_pct", "%"))
 
+#: Names kept as written: server parameters a reader types (``max_new_tokens``), not words to translate.
+VERBATIM = ("max_new_tokens", "max_num_batched_tokens", "max_num_seqs", "max_model_len", "block_size")
+
 #: Cell texts that mean "no value".
 EMPTY = ("", "nan", "NaN", "None", "<NA>", "NaT", "n/a", "–")
 
@@ -53,10 +56,10 @@ def format_number(x: float) -> str:
 def column_label(name: Any) -> Any:
     """A column (or key) name in words with its unit in brackets; other names unchanged.
 
-    >>> [column_label(n) for n in ("capacity_lo_qps", "p99_ttft_ms", "tokens_per_s", "copy_latency_s", "model")]
-    ['capacity lo (requests/s)', 'p99 ttft (ms)', 'tokens/s', 'copy latency (s)', 'model']
+    >>> [column_label(n) for n in ("capacity_lo_qps", "p99_ttft_ms", "tokens_per_s", "copy_latency_s", "max_new_tokens")]
+    ['capacity lo (requests/s)', 'p99 ttft (ms)', 'tokens/s', 'copy latency (s)', 'max_new_tokens']
     """
-    if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9_]+", name):
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9_]+", name) or name in VERBATIM:
         return name
     for suffix, unit in UNITS:
         if name.endswith(suffix) and len(name) > len(suffix):
