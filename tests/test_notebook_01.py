@@ -25,6 +25,15 @@ def test_notebook_01_quick(run_notebook):
     used = next(w["kv_used_frac"] for w in r["waste"] if w["max_new_tokens"] == 2048 and w["with_prompt"])
     assert f"uses only {used:.0%} of the pages" in r["answer"]
     assert r["figures"] == ["01_reservation_tables-concurrency.png", "01_reservation_tables-used-share.png"]
+    # which question its p95 answers, beside 02's caps, on the same 2,000-request sample (quick run)
+    import numpy as np
+
+    from kvlab import lengths
+
+    out = lengths.workload_sample("seed-figures", 2000, seed=0)[0]["output_tokens"]
+    p95, p99 = int(np.percentile(out, 95)), int(np.percentile(out, 99))
+    assert f"That {p95:,} answers how much a reserving server should hold per request" in r["what_to_do"]
+    assert f"its p95 or p99, {p95:,} or {p99:,} tokens on this sample" in r["what_to_do"]
 
 
 @pytest.mark.notebook

@@ -41,6 +41,9 @@ def test_notebook_02_quick(run_notebook):
     assert f"p99 {p99_cap:,} ({-(-p99_cap // 16)} pages)" in r["answer"]
     heavy = np.percentile(out, 99) / np.percentile(out, 50) >= 10
     assert r["what_to_do"].startswith(f"Set max_new_tokens to {p99_cap if heavy else p95_cap:,} tokens")
+    # and says which question that cap answers, against 01's p95 reservation
+    assert f"That {p99_cap if heavy else p95_cap:,} answers where to cap" in r["what_to_do"]
+    assert f"notebook 01's p95 ({p95_cap:,} here)" in r["what_to_do"]
     assert r["figures"] == ["02_length_distributions-cdf.png", "02_length_distributions-qq.png",
                             "02_length_distributions-censoring.png"]
 

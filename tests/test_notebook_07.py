@@ -34,3 +34,9 @@ def test_notebook_07_quick(run_notebook, tmp_path):
     assert set(res["ties"]) == {f"{r['system']}: {r['setting']}" for r in table if r["tie"]}
     assert res["figures"][0].endswith("-capacity.png") and (tmp_path / res["figures"][0]).exists()
     assert len(res["claims"]) == 3
+    assert all(c["kind"] in ("holds", "differs") for c in res["claims"])  # structured, for the summary page
+    # which question this page's max_new_tokens answers, against 01's and 02's (values of this run)
+    cap, pct = res["context"]["max_new_tokens"], res["percentiles"]
+    note = res["max_new_tokens_note"]
+    assert note in res["what_to_do"] and f"max_new_tokens={cap:,}" in note
+    assert f"({pct['p95']:,} and {pct['p99']:,} tokens on this workload)" in note

@@ -254,3 +254,14 @@ def test_commands_load_the_hugging_face_id_and_say_when_there_is_none():
     assert opt.argv[2] == "OPT-175B" and any("no Hugging Face id" in n for n in opt.notes)
     int4 = with_precision(MODEL, weights="int4")
     assert any("AWQ or GPTQ" in n for n in launch(s, model=int4, **CTX).notes)
+
+
+def test_only_vllm_v0_lets_a_preempted_request_swap():
+    from kvlab.recommend.servers import preemption_modes, resolve
+
+    modes = preemption_modes()
+    # vLLM V0's --preemption-mode swap (arg_utils.py of the 0.6-0.10 line); V1 removed it; SGLang retracts
+    assert modes[resolve("vllm==0.8").family] == ("recompute", "swap")
+    assert modes[resolve("vllm").family] == ("recompute",)
+    assert modes[resolve("sglang").family] == ("recompute",)
+    assert [f for f, m in modes.items() if "swap" in m] == [resolve("vllm==0.8").family]
