@@ -9,7 +9,7 @@ import pytest
 
 from kvlab import costmodel as cm
 from kvlab.capacity import ServingConfig
-from kvlab.pipeline import PipelineCostModel
+from kvlab.costmodel.pipeline import PipelineCostModel
 from kvlab.preemption_cost import crossover
 from kvlab.sim import simulate
 

@@ -9,7 +9,7 @@ from hypothesis import given, strategies as st
 
 import kvlab.sim.fast as fast
 from kvlab.costmodel import cost_model, roofline
-from kvlab.costmodel.kernel import constants, iteration_s
+from kvlab.costmodel.compiled import constants, iteration_s
 from kvlab.lengths import profile
 from kvlab.policies import Policy, create_policy, policy_class, policy_names
 

@@ -40,8 +40,8 @@ def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: i
         Model and GPU (:mod:`kvlab.specs`).
     tp, pp : int
         Tensor-parallel GPUs per stage and pipeline stages. ``pp > 1`` returns a
-        :class:`kvlab.pipeline.PipelineCostModel` around one stage's model
-        (:func:`kvlab.pipeline.pipeline_cost`); in-node sends are priced by the same source: the
+        :class:`kvlab.costmodel.pipeline.PipelineCostModel` around one stage's model
+        (:func:`kvlab.costmodel.pipeline.pipeline_cost`); in-node sends are priced by the same source: the
         measured send/recv curve, or the interconnect's spec bandwidth.
     source : {"measured", "roofline"} or None
         ``None`` (default): measured where ``gpu`` has measurements, else the roofline. A GPU
@@ -53,7 +53,7 @@ def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: i
         batches, for reproducing that paper's set-up), a fitted stack of :mod:`.stacks`
         (``"vllm-v0"``, ``"vllm-v1"``) or the path of a cost-model file (``kvlab calibrate``).
     link : str
-        Stage link under PP (:func:`kvlab.pipeline.pipeline_cost`).
+        Stage link under PP (:func:`kvlab.costmodel.pipeline.pipeline_cost`).
 
     Returns
     -------
@@ -78,7 +78,7 @@ def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: i
         stage = _stacks.apply(base, terms)
         if pp == 1:
             return stage
-        from ..pipeline import pipeline_cost
+        from .pipeline import pipeline_cost
         return pipeline_cost(m, g, tp=tp, pp=pp, stage_cost=stage, link=link)
     why = None if source == "roofline" else unsupported(m, g, tp=tp)
     use_measured = source != "roofline" and why is None
@@ -89,7 +89,7 @@ def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: i
                          else f"roofline (spec sheet; {why})")
     if pp == 1:
         return stage
-    from ..pipeline import pipeline_cost  # the pipeline wraps this package's models
+    from .pipeline import pipeline_cost  # the pipeline wraps this package's models
     if use_measured and link == "in-node":
         latency_s, bytes_per_s = send_recv(g)
         return replace(pipeline_cost(m, g, tp=tp, pp=pp, stage_cost=stage, link=link),

@@ -6,7 +6,7 @@ arrays, so that Numba compiles it to machine code. The policy and the cost model
 called from inside: the policy's rules arrive as per-request answers (reservation pages,
 admission pages, whether the request fits an empty pool), valid for the request's generated
 tokens when they were asked; the cost model arrives as constants for
-:func:`kvlab.costmodel.kernel.iteration_s`.
+:func:`kvlab.costmodel.compiled.iteration_s`.
 
 The loop stops and returns an event code when Python must act, with every scalar of its state
 saved in ``S`` and ``F`` so that the next call resumes where it stopped (always between two
@@ -29,7 +29,7 @@ import numba
 import numpy as np
 
 from ..._intmath import ceil_div
-from ...costmodel.kernel import iteration_s
+from ...costmodel.compiled import iteration_s
 from .state import ABORT_REASONS, ABORTED, CAPPED, PREEMPTED, RUNNING, STOPPED, SWAPPED
 
 _ceil_div = numba.njit(cache=True, nogil=True, inline="always")(ceil_div)  # kvlab's one ceiling division, compiled
