@@ -309,7 +309,7 @@ def unsupported(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1,
     return None
 
 
-def _spec_distance(a: GPUSpec, b: GPUSpec) -> float:
+def spec_distance(a: GPUSpec, b: GPUSpec) -> float:
     """How far two GPUs' specs lie apart: |log ratio| of HBM bandwidth plus that of dense BF16 peak."""
     return (abs(math.log(a.hbm_bandwidth_bytes_per_s / b.hbm_bandwidth_bytes_per_s))
             + abs(math.log(a.gemm_flops_per_s("bf16") / b.gemm_flops_per_s("bf16"))))
@@ -317,12 +317,12 @@ def _spec_distance(a: GPUSpec, b: GPUSpec) -> float:
 
 def reference_gpu(gpu: str | GPUSpec, consts: Mapping[str, Any] | None = None) -> str:
     """The measured GPU whose curves price ``gpu``: itself when measured, else the nearest by spec
-    (:func:`_spec_distance`: HBM bandwidth and compute; ties by name)."""
+    (:func:`spec_distance`: HBM bandwidth and compute; ties by name)."""
     c = constants() if consts is None else consts
     g = _gpu(gpu)
     if g.name in c.get("gpus", {}):
         return g.name
-    return min(sorted(c["gpus"]), key=lambda name: _spec_distance(g, _gpu(name)))
+    return min(sorted(c["gpus"]), key=lambda name: spec_distance(g, _gpu(name)))
 
 
 def send_recv(gpu: str | GPUSpec, consts: Mapping[str, Any] | None = None) -> tuple[float, float]:
