@@ -88,7 +88,7 @@ def test_moe_is_priced_from_the_gemm_curve_at_tokens_per_expert():
     h, ff, d = m.hidden_size, m.moe_intermediate_size or m.intermediate_size, m.head_dim
     q, kv = m.num_q_heads * d, m.num_kv_heads * d
 
-    def gemm(t, n, k):  # the curve (100 TFLOP/s, no byte term) or the floor, whichever is slower
+    def gemm(t, n, k):  # the curve (100 TFLOP/s, no byte term, no launch) or the floor, whichever is slower
         return max(2 * t * n * k / 1e14, gemm_floor_s(t, n, k))
 
     for t in (1, 7, 4096):

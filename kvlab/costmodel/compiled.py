@@ -119,13 +119,13 @@ def _roofline_s(c, o, t, pairs, kv):  # pragma: no cover (compiled)
 
 
 @njit(nogil=True, inline="always")
-def _gemm_s(c, o, m, n, k):  # pragma: no cover (compiled)
+def _gemm_s(c, o, m, n, k, launches):  # pragma: no cover (compiled)
     """:meth:`kvlab.costmodel.measured.GemmCurve.time_s` with the measured model at ``c[o:]``."""
     moved = c[o + M.gemm_dtype_bytes] * (m * (k + n) + k * n)
     mem = moved / c[o + M.gemm_bytes_per_s]
     comp = 2.0 * n * k * (m + c[o + M.gemm_half_tokens]) / c[o + M.gemm_flops_per_s]
     p = c[o + M.gemm_sharpness]
-    curve = c[o + M.gemm_launch_s] + (mem ** p + comp ** p) ** (1.0 / p)
+    curve = launches * c[o + M.gemm_launch_s] + (mem ** p + comp ** p) ** (1.0 / p)
     floor = max(moved / c[o + M.gemm_peak_bytes_per_s], 2.0 * n * k * m / c[o + M.gemm_peak_flops_per_s])
     return max(curve, floor)
 
@@ -137,7 +137,7 @@ def _measured_s(c, o, t, pairs, kv, s):  # pragma: no cover (compiled)
     num_dense = int(c[at])
     linear = 0.0
     for i in range(num_dense):
-        linear += _gemm_s(c, o, t, c[at + 1 + 2 * i], c[at + 2 + 2 * i])
+        linear += _gemm_s(c, o, t, c[at + 1 + 2 * i], c[at + 2 + 2 * i], 1.0)
     at += 1 + 2 * num_dense
     num_expert = int(c[at])
     if c[o + M.num_experts] > 0:
@@ -146,8 +146,8 @@ def _measured_s(c, o, t, pairs, kv, s):  # pragma: no cover (compiled)
         per = t * k_tok / max(touched, 1.0)
         experts = 0.0
         for i in range(num_expert):
-            experts += _gemm_s(c, o, per, c[at + 1 + 2 * i], c[at + 2 + 2 * i])
-        linear = linear + touched * experts
+            experts += c[o + M.gemm_launch_s] + touched * _gemm_s(c, o, per, c[at + 1 + 2 * i], c[at + 2 + 2 * i], 0.0)
+        linear = linear + experts
     pointwise = max(c[o + M.pointwise_s] + c[o + M.pointwise_s_per_element] * c[o + M.hidden_size] * t
                     + c[o + M.pointwise_s_per_sharded_element] * c[o + M.sharded_width] * t,
                     c[o + M.pointwise_bytes_per_token] * t / c[o + M.peak_bytes_per_s])
@@ -167,7 +167,7 @@ def _measured_s(c, o, t, pairs, kv, s):  # pragma: no cover (compiled)
                 allreduce = min(allreduce, min(one, two))
         allreduce = max(allreduce, c[o + M.ring_factor] * b / c[o + M.interconnect_bytes_per_s])
     layer = linear + pointwise + attention + c[o + M.allreduces_per_layer] * allreduce
-    gpu = c[o + M.num_layers] * layer + _gemm_s(c, o, s, c[o + M.lm_head_shape_0], c[o + M.lm_head_shape_1])
+    gpu = c[o + M.num_layers] * layer + _gemm_s(c, o, s, c[o + M.lm_head_shape_0], c[o + M.lm_head_shape_1], 1.0)
     return c[o + M.gpu_time_scale] * gpu + c[o + M.overhead_s] + c[o + M.overhead_s_per_seq] * s
 
 

@@ -91,13 +91,14 @@ class GemmCurve:
     peak_bytes_per_s: float = math.inf
     peak_flops_per_s: float = math.inf
 
-    def time_s(self, m: Any, n: float, k: float) -> Any:
-        """Seconds of ``m`` x ``k`` @ ``k`` x ``n`` GEMMs (``m`` scalar or array)."""
+    def time_s(self, m: Any, n: float, k: float, launches: float = 1.0) -> Any:
+        """Seconds of ``m`` x ``k`` @ ``k`` x ``n`` GEMMs (``m`` scalar or array); ``launches``: how
+        many launch times it pays (0 for one expert's share of a fused mixture-of-experts kernel)."""
         moved = self.dtype_bytes * (m * (k + n) + k * n)
         mem = moved / self.bytes_per_s
         comp = 2.0 * n * k * (m + self.half_tokens) / self.flops_per_s
         p = self.sharpness
-        curve = self.launch_s + (mem ** p + comp ** p) ** (1.0 / p)
+        curve = launches * self.launch_s + (mem ** p + comp ** p) ** (1.0 / p)
         floor = _maximum(moved / self.peak_bytes_per_s, 2.0 * n * k * m / self.peak_flops_per_s)
         return _maximum(curve, floor)
 
@@ -191,14 +192,15 @@ class MeasuredCostModel:
 
         A mixture of experts adds its routed experts: with ``E`` experts, ``k`` per token and
         uniform routing, ``T`` tokens touch ``E (1 - (1 - k / E)^T)`` experts in expectation,
-        each running its GEMMs on ``T k / touched`` tokens (each touched expert reads its weights).
+        each running its GEMMs on ``T k / touched`` tokens (each touched expert reads its weights);
+        one launch per expert GEMM for all experts (a fused kernel, as vLLM's ``fused_moe``).
         """
         t = sum(self.gemm.time_s(num_tokens, n, k) for n, k in self.gemm_shapes)
         if self.num_experts:
             e, k_tok = float(self.num_experts), float(self.experts_per_token)
             touched = e * (1.0 - (1.0 - k_tok / e) ** num_tokens)
             per = num_tokens * k_tok / _maximum(touched, 1.0)
-            t = t + touched * sum(self.gemm.time_s(per, n, k) for n, k in self.expert_shapes)
+            t = t + sum(self.gemm.launch_s + touched * self.gemm.time_s(per, n, k, 0.0) for n, k in self.expert_shapes)
         return t
 
     def pointwise_layer_s(self, num_tokens: Any) -> Any:
