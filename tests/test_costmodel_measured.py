@@ -48,7 +48,8 @@ def gemm_floor_s(m, n, k):
 
 
 def test_gemm_terms_are_two_flops_per_weight_per_token():
-    # Compute-bound GEMMs at 100 TFLOP/s (under A100's 312 peak: the curve, not the floor): Llama-2-7B's layer holds 4096 x (4096 + 2 x 4096) (QKV)
+    # Compute-bound GEMMs at 100 TFLOP/s (under A100's 312 peak: the curve, not the floor):
+    # Llama-2-7B's layer holds 4096 x (4096 + 2 x 4096) (QKV)
     # + 4096 x 4096 (out) + 2 x 11008 x 4096 (gate, up) + 11008 x 4096 (down) weights.
     per_layer = 4096 * 12288 + 4096 * 4096 + 2 * 11008 * 4096 + 11008 * 4096
     c = measured_mod.build("Llama-2-7B", "A100-80GB-SXM", constants=zero_constants(), stack="s")

@@ -30,7 +30,6 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares, nnls
 
-from ..specs import gpu as _gpu
 from . import data as _data
 from .measured import CONSTANTS_PATH, GemmCurve, MeasuredCostModel, build
 from .roofline import prefill_attention_pairs

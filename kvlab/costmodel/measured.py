@@ -46,7 +46,6 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, Mapping
 
-import numpy as np
 
 from .. import _validate as v
 from .._paths import DATA_DIR
