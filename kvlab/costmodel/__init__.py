@@ -7,7 +7,7 @@ num_seqs=1)`` (aggregates over the batch, NumPy or CuPy arrays):
   efficiencies; any GPU of the catalogue;
 * :func:`measured` (:mod:`.measured`): curves fitted (:mod:`.fit`) to public GPU measurements
   (Vidur's per-operation profiles and collective curves, Sarathi-Serve's measured batches); the
-  GPUs of :func:`measured_gpus` only.
+  GPUs of :func:`measured_gpus`, extrapolated by spec ratios to every other catalogue GPU.
 
 :func:`cost_model` picks one by name (default: measured where the GPU has measurements, else the
 roofline) and wraps it for pipeline parallelism; :func:`resolve` turns what a user passes as
@@ -44,8 +44,9 @@ def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: i
         (:func:`kvlab.costmodel.pipeline.pipeline_cost`); in-node sends are priced by the same source: the
         measured send/recv curve, or the interconnect's spec bandwidth.
     source : {"measured", "roofline"} or None
-        ``None`` (default): measured where ``gpu`` has measurements, else the roofline. A GPU
-        without measurements asked for ``"measured"`` gets the roofline, and its ``label`` says so.
+        ``None`` (default): the measured model (extrapolated from the nearest measured GPU where
+        ``gpu`` has no measurements, labelled so); a model it cannot price (MLA) gets the roofline,
+        and its ``label`` says why.
     stack : str
         Serving stack whose CPU overheads the measured model adds (:func:`measured`): ``"none"``
         (default, GPU time only: what a stack that hides its CPU work, such as vLLM V1 with CUDA

@@ -13,17 +13,21 @@ the iteration, summed over sequences) and ``S`` sequences scheduled:
   (:class:`GemmCurve`): a smooth maximum of the bytes moved over a fitted bandwidth and the
   FLOPs over a token-count-dependent throughput ``F T / (T + T_half)``, plus a launch time.
   Fitted per GPU to Vidur's per-operation profiles of several models and TP degrees, so any
-  model shape gets a prediction from its GEMM sizes;
+  model shape gets a prediction from its GEMM sizes; never under the bytes over the spec HBM
+  bandwidth or the FLOPs over the dense peak. A GPU without profiles is priced from the
+  nearest profiled one by spec ratios (:func:`build`);
 * **pointwise(T)**: norms, rotary embedding, activation, residual add: a launch time plus
-  seconds per token-element (``T x hidden``);
-* **attention**: a launch time, seconds per sequence, per token, per KV byte read (decode is
-  memory-bound: its efficiency varies with batch and context through the fixed, per-sequence
-  and per-byte terms together) and per attention FLOP (prefill's quadratic term), fitted to
-  Vidur's A100 attention profile (FlashAttention) and carried to other GPUs by the ratios of
-  their fitted GEMM bandwidth and throughput;
-* **all-reduce(T)**: two per layer under TP, ``T x hidden x 2`` bytes each, read off the
-  measured all-reduce curve of the GPU's interconnect for ``tp`` GPUs (median times in
-  log-spaced size bins, interpolated in log-log);
+  seconds per element of the hidden state (every TP rank works on all of it) and per element TP
+  splits (rotary on q and k, the activation), at least their bytes over HBM;
+* **attention**: a launch time, seconds per sequence, per token, per KV byte read and per
+  attention FLOP, fitted to Vidur's A100 attention profile (FlashAttention) and carried to every
+  GPU by the ratio of its spec HBM bandwidth (the byte term) and dense peak (the token and FLOP
+  terms) to the A100's, at least its KV bytes over HBM and its FLOPs over peak;
+* **all-reduce(T)**: two per layer under TP, ``T x hidden x 2`` bytes each: the alpha-beta line
+  fitted to the measured all-reduce curve of the GPU's interconnect for ``tp`` GPUs, or vLLM's
+  custom in-node all-reduce (priced from the measured send/recv link) where it is faster and
+  applies, at least the ring's bytes over the interconnect;
+* **mixture of experts**: the routed experts' GEMMs on the same curve at tokens per expert;
 * **lm_head(S)**: the vocabulary GEMM over one token per sequence, on the same GEMM curve;
 * **overheads**: per iteration and per sequence (CPU scheduling, input preparation, sampling),
   fitted to Sarathi-Serve's measured batch times after the GPU terms above: a property of that
