@@ -31,7 +31,7 @@ SOURCES = ("measured", "roofline")
 
 
 def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 1,
-               source: str | None = None, stack: str = "none", link: str = "in-node") -> Any:
+               source: str | None = None, stack: str = "none", link: str = "in-node", ep: int = 1) -> Any:
     """The iteration-time model of ``model`` on ``tp x pp`` GPUs of type ``gpu``.
 
     Parameters
@@ -55,6 +55,8 @@ def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: i
         (``"vllm-v0"``, ``"vllm-v1"``) or the path of a cost-model file (``kvlab calibrate``).
     link : str
         Stage link under PP (:func:`kvlab.costmodel.pipeline.pipeline_cost`).
+    ep : int
+        Expert-parallel degree of a mixture of experts (the measured model; the roofline ignores it).
 
     Returns
     -------
@@ -75,7 +77,7 @@ def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: i
                          "(or a cost-model file path ending in .json)")
     if _stacks.is_cost_model_file(stack):  # a fitted stack (kvlab.costmodel.stacks) on the stack-free model
         terms = _stacks.load(stack)
-        base = cost_model(m, g, tp=tp, pp=1, source=source or terms.base, link=link)
+        base = cost_model(m, g, tp=tp, pp=1, source=source or terms.base, link=link, ep=ep)
         stage = _stacks.apply(base, terms)
         if pp == 1:
             return stage
@@ -84,7 +86,7 @@ def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: i
     why = None if source == "roofline" else unsupported(m, g, tp=tp)
     use_measured = source != "roofline" and why is None
     if use_measured:
-        stage = measured(m, g, tp=tp, pp=pp, stack=stack)
+        stage = measured(m, g, tp=tp, pp=pp, stack=stack, ep=ep)
     else:
         stage = roofline(m, g, tp=tp, pp=pp, label="roofline (spec sheet)" if why is None
                          else f"roofline (spec sheet; {why})")

@@ -37,7 +37,7 @@ ROOFLINE_FIELDS = ("linear_flops_per_token", "attention_flops_per_pair", "effect
 MEASURED_FIELDS = (
     "num_layers", "hidden_size", "tp", "gemm.launch_s", "gemm.bytes_per_s", "gemm.flops_per_s", "gemm.half_tokens",
     "gemm.sharpness", "gemm.dtype_bytes", "gemm.peak_bytes_per_s", "gemm.peak_flops_per_s", "num_experts",
-    "experts_per_token", "lm_head_shape.0", "lm_head_shape.1", "peak_bytes_per_s", "peak_flops_per_s",
+    "experts_per_token", "expert_parallel", "lm_head_shape.0", "lm_head_shape.1", "peak_bytes_per_s", "peak_flops_per_s",
     "pointwise_s", "pointwise_s_per_element", "pointwise_s_per_sharded_element", "sharded_width",
     "pointwise_bytes_per_token", "attention_s", "attention_s_per_seq", "attention_s_per_token",
     "attention_s_per_kv_token", "attention_s_per_pair", "attention_kv_bytes_per_token",
@@ -141,13 +141,16 @@ def _measured_s(c, o, t, pairs, kv, s):  # pragma: no cover (compiled)
     at += 1 + 2 * num_dense
     num_expert = int(c[at])
     if c[o + M.num_experts] > 0:
-        e, k_tok = c[o + M.num_experts], c[o + M.experts_per_token]
-        touched = e * (1.0 - (1.0 - k_tok / e) ** t)
+        e, k_tok, ep = c[o + M.num_experts], c[o + M.experts_per_token], c[o + M.expert_parallel]
+        touched = e / ep * (1.0 - (1.0 - k_tok / e) ** (t * ep))
         per = t * k_tok / max(touched, 1.0)
         experts = 0.0
         for i in range(num_expert):
             experts += c[o + M.gemm_launch_s] + touched * _gemm_s(c, o, per, c[at + 1 + 2 * i], c[at + 2 + 2 * i], 0.0)
         linear = linear + experts
+        if ep > 1:
+            moved = (ep - 1.0) / ep * t * k_tok * c[o + M.activation_bytes_per_token]
+            linear = linear + 2.0 * (c[o + M.p2p_latency_s] + moved / c[o + M.interconnect_bytes_per_s])
     pointwise = max(c[o + M.pointwise_s] + c[o + M.pointwise_s_per_element] * c[o + M.hidden_size] * t
                     + c[o + M.pointwise_s_per_sharded_element] * c[o + M.sharded_width] * t,
                     c[o + M.pointwise_bytes_per_token] * t / c[o + M.peak_bytes_per_s])

@@ -124,7 +124,9 @@ class MeasuredCostModel:
         The layer's dense GEMMs per GPU (output and input features); a mixture of experts' router.
     expert_shapes : tuple of (n, k)
         One routed expert's GEMMs per GPU (empty for a dense model); ``num_experts`` experts,
-        ``experts_per_token`` used by each token.
+        ``experts_per_token`` used by each token, spread over ``expert_parallel`` GPUs (EP: each
+        GPU holds ``num_experts / expert_parallel`` of them and serves the tokens of all
+        ``expert_parallel`` ranks routed to them, each rank taken to carry this one's load).
     lm_head_shape : tuple of (n, k)
         The vocabulary projection per GPU.
     sharded_width : float
@@ -160,6 +162,7 @@ class MeasuredCostModel:
     expert_shapes: tuple[tuple[float, float], ...] = ()
     num_experts: int = 0
     experts_per_token: int = 0
+    expert_parallel: int = 1
     lm_head_shape: tuple[float, float]
     peak_bytes_per_s: float
     peak_flops_per_s: float
@@ -196,14 +199,20 @@ class MeasuredCostModel:
         A mixture of experts adds its routed experts: with ``E`` experts, ``k`` per token and
         uniform routing, ``T`` tokens touch ``E (1 - (1 - k / E)^T)`` experts in expectation,
         each running its GEMMs on ``T k / touched`` tokens (each touched expert reads its weights);
-        one launch per expert GEMM for all experts (a fused kernel, as vLLM's ``fused_moe``).
+        one launch per expert GEMM for all experts (a fused kernel, as vLLM's ``fused_moe``). Under
+        expert parallelism ``ep`` a GPU's ``E / ep`` experts see the ``ep T`` tokens of all ranks
+        (``T k`` expert-tokens per GPU in expectation), and each layer adds a dispatch and a combine
+        all-to-all of ``(ep - 1) / ep`` of its ``T k`` hidden states over the interconnect.
         """
         t = sum(self.gemm.time_s(num_tokens, n, k) for n, k in self.gemm_shapes)
         if self.num_experts:
-            e, k_tok = float(self.num_experts), float(self.experts_per_token)
-            touched = e * (1.0 - (1.0 - k_tok / e) ** num_tokens)
+            e, k_tok, ep = float(self.num_experts), float(self.experts_per_token), float(self.expert_parallel)
+            touched = e / ep * (1.0 - (1.0 - k_tok / e) ** (num_tokens * ep))
             per = num_tokens * k_tok / _maximum(touched, 1.0)
             t = t + sum(self.gemm.launch_s + touched * self.gemm.time_s(per, n, k, 0.0) for n, k in self.expert_shapes)
+            if ep > 1:
+                moved = (ep - 1.0) / ep * num_tokens * k_tok * self.activation_bytes_per_token
+                t = t + 2.0 * (self.p2p_latency_s + moved / self.interconnect_bytes_per_s)
         return t
 
     def pointwise_layer_s(self, num_tokens: Any) -> Any:
@@ -369,7 +378,7 @@ def _has_nvlink(g: GPUSpec) -> bool:
 
 
 def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 1,
-          constants: Mapping[str, Any], stack: str = "none") -> MeasuredCostModel:
+          constants: Mapping[str, Any], stack: str = "none", ep: int = 1) -> MeasuredCostModel:
     """The :class:`MeasuredCostModel` of ``model`` on ``gpu`` from the ``constants`` dictionary.
 
     :func:`measured` calls it with the shipped constants; :mod:`.fit` with freshly fitted ones.
@@ -377,10 +386,14 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
     spec ratios: GEMM and pointwise bandwidth terms by the HBM bandwidth ratio, throughput terms by
     the dense peak ratio, collective bandwidth by the interconnect ratio; its label says so.
     Attention (profiled on one A100) reaches every GPU the same way. ``ValueError`` names why
-    when the constants cannot price the pair (:func:`unsupported`).
+    when the constants cannot price the pair (:func:`unsupported`). ``ep`` is the expert-parallel
+    degree of a mixture of experts (:meth:`MeasuredCostModel.layer_linear_s`).
     """
     m, g = _model(model), _gpu(gpu)
-    tp, pp = v.positive_int(tp, "tp"), v.positive_int(pp, "pp")
+    tp, pp, ep = v.positive_int(tp, "tp"), v.positive_int(pp, "pp"), v.positive_int(ep, "ep")
+    if ep > 1 and (not m.is_moe or m.num_experts % ep):
+        raise ValueError(f"ep={ep} needs a mixture of experts whose experts it divides; {m.name} has "
+                         f"{m.num_experts} experts")
     why = unsupported(m, g, tp=tp, consts=constants)
     if why is not None:
         raise ValueError(f"the measured cost model cannot price {m.name} on {g.name} with tp={tp}: {why}")
@@ -432,7 +445,7 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
                        half_tokens=fg["half_tokens"], sharpness=fg["sharpness"], peak_bytes_per_s=peak_bytes,
                        peak_flops_per_s=peak_flops),
         gemm_shapes=dense, expert_shapes=experts, num_experts=m.num_experts if m.is_moe else 0,
-        experts_per_token=m.experts_per_token if m.is_moe else 0,
+        experts_per_token=m.experts_per_token if m.is_moe else 0, expert_parallel=ep,
         lm_head_shape=(m.vocab_size / tp, h), peak_bytes_per_s=peak_bytes, peak_flops_per_s=peak_flops,
         pointwise_s=pw["launch_s"], pointwise_s_per_element=pw["s_per_element"] / bw,
         pointwise_s_per_sharded_element=pw["s_per_sharded_element"] / bw, sharded_width=q + kv + ff,
@@ -454,7 +467,7 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
 
 
 def measured(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 1,
-             stack: str = "none") -> MeasuredCostModel:
+             stack: str = "none", ep: int = 1) -> MeasuredCostModel:
     """The measured :class:`MeasuredCostModel` of ``model`` on ``gpu`` with TP x PP GPUs.
 
     Parameters
@@ -468,4 +481,4 @@ def measured(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int
         Serving stack whose CPU overheads apply (a key of the constants' ``stacks``:
         ``"sarathi-serve"``), or ``"none"`` (default) for GPU time only.
     """
-    return build(model, gpu, tp=tp, pp=pp, constants=constants(), stack=stack)
+    return build(model, gpu, tp=tp, pp=pp, constants=constants(), stack=stack, ep=ep)
