@@ -329,6 +329,11 @@ def spec_distance(a: GPUSpec, b: GPUSpec) -> float:
             + abs(math.log(a.gemm_flops_per_s("bf16") / b.gemm_flops_per_s("bf16"))))
 
 
+def peak_ratio(a: GPUSpec, b: GPUSpec) -> float:
+    """``a``'s dense BF16 peak over ``b``'s."""
+    return a.gemm_flops_per_s("bf16") / b.gemm_flops_per_s("bf16")
+
+
 def reference_gpu(gpu: str | GPUSpec, consts: Mapping[str, Any] | None = None) -> str:
     """The measured GPU whose curves price ``gpu``: itself when measured, else the nearest by spec
     (:func:`spec_distance`: HBM bandwidth and compute; ties by name)."""
@@ -432,9 +437,10 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
     flops_per_pair_layer = m.attention_flops_per_pair_per_layer / tp
     kv_bytes = float(m.kv_bytes_per_token_per_layer(tp=tp))
     peak_bytes, peak_flops = g.hbm_bandwidth_bytes_per_s, g.gemm_flops_per_s("bf16")
+    r = _gpu(ref)
     where = entry["label"] if ref == g.name else (
-        f"extrapolated from {ref} by spec ratios: compute x{fl:.2f}, HBM bandwidth x{bw:.2f}, "
-        f"interconnect x{ic:.2f}")
+        f"extrapolated from {ref} by spec ratios: compute x{peak_ratio(g, r):.2f}, HBM bandwidth "
+        f"x{g.hbm_bandwidth_bytes_per_s / r.hbm_bandwidth_bytes_per_s:.2f}, interconnect x{ic:.2f}")
     fg = fam["gemm"]
     pw = fam["pointwise"]
     return MeasuredCostModel(
