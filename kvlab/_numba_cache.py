@@ -7,16 +7,29 @@ locator available". Importing this module (kvlab's compiled modules do, before N
 :func:`ensure_writable_cache`:
 when neither folder can be written and ``NUMBA_CACHE_DIR`` is unset, it points Numba at a private
 folder under the system's temporary folder, with one warning that says so.
+
+:func:`njit` is the decorator every cached compiled function of kvlab uses (``numba.njit`` with
+``cache=True``). Numba keys its on-disk cache on the modification time and size of the decorated
+function's own file only, so an edit to a function it inlines from another module (a cost
+formula inlined into the simulator's loop) would run stale cached code. :func:`njit` keys it on a
+SHA-256 of the sources of every module that has compiled functions through it so far (modules
+import what they inline first, so those are registered before the functions that inline them)
+and of the function's own module: any edit to any of them recompiles.
 """
 from __future__ import annotations
 
+import hashlib
+import inspect
 import os
 import tempfile
 import warnings
 from pathlib import Path
+from typing import Any, Callable
 
 _PACKAGE = Path(__file__).resolve().parent
 _done = False
+#: Source files of the modules whose functions were compiled through :func:`njit`, in order.
+_SOURCES: dict[str, None] = {}
 
 
 def _writable(folder: Path) -> bool:
@@ -59,6 +72,35 @@ def ensure_writable_cache() -> None:
         pass
     warnings.warn(f"kvlab's folder ({_PACKAGE}) and {_user_cache()} cannot be written: Numba caches kvlab's "
                   f"compiled loop in {fallback} (set NUMBA_CACHE_DIR to choose)", RuntimeWarning, stacklevel=2)
+
+
+def sources_hash(files: list[str] | tuple[str, ...]) -> str:
+    """SHA-256 of the named source files' bytes (in order; a file that cannot be read counts empty)."""
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.encode())
+        try:
+            h.update(Path(f).read_bytes())
+        except OSError:
+            pass
+    return h.hexdigest()
+
+
+def njit(**options: Any) -> Callable[[Callable[..., Any]], Any]:
+    """``numba.njit(cache=True, **options)`` with the cache keyed on :func:`sources_hash` of the
+    sources compiled so far and the function's own (see the module note)."""
+    import numba
+
+    def decorate(fn: Callable[..., Any]) -> Any:
+        own = inspect.getsourcefile(fn) or ""
+        _SOURCES.setdefault(own, None)
+        dispatcher = numba.njit(cache=True, **options)(fn)
+        cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
+        if cache_file is not None and hasattr(cache_file, "_source_stamp"):  # Numba 0.5x-0.6x
+            cache_file._source_stamp = ("kvlab-sources", sources_hash(tuple(_SOURCES)))
+        return dispatcher
+
+    return decorate
 
 
 ensure_writable_cache()

@@ -33,12 +33,12 @@ requests (Sarathi-Serve's per-token ``decode_token_execution_plus_preemption_tim
 prefill that stalls the decodes shows in the tail. It is the simulator's own ``tbt_p99_s``
 (:func:`kvlab.sim.metrics.token_gaps_s` rebuilds the gaps from the per-iteration table).
 
-Pipeline parallelism (``pp > 1``) follows :mod:`kvlab.pipeline`: the system is ``pp`` engines
+Pipeline parallelism (``pp > 1``) follows :mod:`kvlab.costmodel.pipeline`: the system is ``pp`` engines
 each serving ``1 / pp`` of the traffic with ``1 / pp`` of the KV pool and ``max_num_seqs`` per
 micro-batch; a trial simulates one engine at ``qps / pp`` and reports the system's ``qps``.
 With ``pipeline_bubbles`` (the default) a trial runs twice: once with equal micro-batches to
 learn the stage times of the micro-batches in flight, then with each iteration's cycle set by
-the slowest of them (:meth:`kvlab.pipeline.PipelineCostModel.with_peers`).
+the slowest of them (:meth:`kvlab.costmodel.pipeline.PipelineCostModel.with_peers`).
 """
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ from ._workers import worker_pool
 from .arrivals import PROCESSES, gap_cv, time_compressed
 from .costmodel import describe as _describe_cost, resolve as _resolve_cost
 from .lengths import Profile, workload_sample
-from .pipeline import PipelineCostModel
+from .costmodel.pipeline import PipelineCostModel
 from .reservation import pool_pages as _pool_pages
 from .sim import SimResult, simulate
 from .trace_window import trace_window
@@ -154,7 +154,7 @@ class ServingConfig:
     engine : str, optional
         Simulator engine; the simulator's default when None.
     stage_link : {"in-node", "internode"}
-        Link between pipeline stages (:func:`kvlab.pipeline.pipeline_cost`): the GPU
+        Link between pipeline stages (:func:`kvlab.costmodel.pipeline.pipeline_cost`): the GPU
         interconnect, or the node's network when the stages span nodes.
     pipeline_bubbles : bool
         Under PP, price the bubbles of uneven micro-batches (see the module note); False keeps

@@ -51,7 +51,7 @@ class Preset:
         Sarathi-Serve's capacity over vLLM's as the paper reports it ("up to").
     source : str
     stage_link : str
-        Link between pipeline stages (one of :data:`kvlab.pipeline.STAGE_LINKS`).
+        Link between pipeline stages (one of :data:`kvlab.costmodel.pipeline.STAGE_LINKS`).
     max_model_len : int, optional
         The context the paper served (tokens): its chat-trace runs set ``max_seq_len`` 8192
         whatever the model's own context.
@@ -279,7 +279,7 @@ def paper_claims(comparison: pd.DataFrame, *, inputs: Mapping[str, _claims.Input
                        f"{rows.loc['prefill_first', 'binding']}; chunked by {rows.loc['chunked', 'binding']})")
         why += [x for x in [_claims.not_run_note(_claims.cost_models_for(p.model, p.gpu, tp=p.tp))] if x]
         if p.pp > 1:
-            why.append("pipeline bubbles of uneven micro-batches priced by a mean-field estimate (kvlab.pipeline), "
+            why.append("pipeline bubbles of uneven micro-batches priced by a mean-field estimate (kvlab.costmodel.pipeline), "
                        f"stages linked by the {p.stage_link} network")
         if all(x is None for x in value.values()):
             out.append(_claims.Claim(claim=claim, source=p.source, source_setup=src.describe(),

@@ -249,7 +249,9 @@ def test_model_by_hugging_face_id_or_config_and_names_checked_before_the_trace(t
     assert "above Llama-2-7B's context of 4,096" in capsys.readouterr().err
 
 
-def test_gpu_spec_file_is_a_gpu_of_ones_own_priced_by_the_roofline(tmp_path, capsys):
+def test_gpu_spec_file_is_a_gpu_of_ones_own_extrapolated_from_the_nearest_measured_gpu(tmp_path, capsys):
+    """A spec file with A100-40GB's figures: nearest measured GPU A100-40GB, every spec ratio 1, so
+    the same capacities as the catalogued GPU's measured model; the report says it is extrapolated."""
     path = tmp_path / "azure.csv"
     _azure(path, n=120)
     row = pd.read_csv("data/gpus.csv").set_index("name").loc[GPU]
@@ -260,10 +262,12 @@ def test_gpu_spec_file_is_a_gpu_of_ones_own_priced_by_the_roofline(tmp_path, cap
     args = [a for a in TINY if a not in ("--gpu", GPU)]
     mine = _run_json(capsys, str(path), *args, "--gpu-spec", str(spec), "--system", "tgi")
     assert mine["setup"]["gpu"] == "my-a100" and not mine["setup"]["gpu_measured"]
-    catalogued = _run_json(capsys, str(path), *TINY, "--system", "tgi", "--cost-model", "roofline")
-    assert mine["capacities"] == catalogued["capacities"]  # the same numbers, the same roofline
+    assert "extrapolated from A100-40GB" in mine["setup"]["cost_model"]
+    catalogued = _run_json(capsys, str(path), *TINY, "--system", "tgi")
+    assert mine["capacities"] == catalogued["capacities"]  # the same numbers, the same curves
     assert main(["recommend", str(path), *args, "--gpu-spec", str(spec), "--system", "tgi"]) == 0
-    assert "GPU not measured: spec-sheet estimate for my-a100" in " ".join(capsys.readouterr().out.split())
+    assert "GPU not measured: my-a100 extrapolated from the nearest measured GPU" in " ".join(
+        capsys.readouterr().out.split())
     spec.write_text("name: x\nmemory_mib: -1\n")
     assert main(["recommend", str(path), *args, "--gpu-spec", str(spec)]) == 2
     assert "missing hbm_bandwidth_gbps" in capsys.readouterr().err

@@ -9,7 +9,7 @@ import pytest
 
 from kvlab import costmodel as cm
 from kvlab.capacity import ServingConfig
-from kvlab.pipeline import PipelineCostModel
+from kvlab.costmodel.pipeline import PipelineCostModel
 from kvlab.preemption_cost import crossover
 from kvlab.sim import simulate
 
@@ -33,12 +33,25 @@ def test_roofline_by_name_says_so():
     assert c.label == "roofline (spec sheet)"
 
 
-def test_unmeasured_gpu_falls_back_to_the_roofline_and_says_why():
+def test_unmeasured_gpu_is_extrapolated_from_the_nearest_measured_one_and_says_so():
+    """H200 has H100's compute and interconnect and 4.8 / 3.35 of its HBM bandwidth: its model is
+    H100's with the byte terms scaled by that ratio, labelled; MLA still falls back, saying why."""
     assert "H200" not in cm.measured_gpus()
     for source in (None, "measured"):
         c = cm.cost_model("Llama-3-8B", "H200", source=source)
-        assert isinstance(c, cm.CostModel)
-        assert c.label == "roofline (spec sheet; no GPU measurements for H200)"
+        assert isinstance(c, cm.MeasuredCostModel)
+        assert c.label.startswith("measured (extrapolated from H100-SXM by spec ratios")
+    h100, h200 = cm.cost_model("Llama-3-8B", "H100-SXM"), cm.cost_model("Llama-3-8B", "H200")
+    ratio = 4800 / 3350
+    assert h200.gemm.bytes_per_s == pytest.approx(h100.gemm.bytes_per_s * ratio, rel=1e-12)
+    assert h200.gemm.flops_per_s == pytest.approx(h100.gemm.flops_per_s, rel=1e-12)
+    assert h200.attention_s_per_kv_token == pytest.approx(h100.attention_s_per_kv_token / ratio, rel=1e-12)
+    assert h200.iteration_s(64, 64 * 4000, 64 * 4000, 64) < h100.iteration_s(64, 64 * 4000, 64 * 4000, 64)
+    # prefill is compute-bound: the same compute, nearly the same time (within the byte terms' share)
+    pre = (2048, 2048 * 2049 // 2, 2048, 1)
+    assert h200.iteration_s(*pre) == pytest.approx(h100.iteration_s(*pre), rel=0.15)
+    c = cm.cost_model("DeepSeek-V3", "H200", tp=8)
+    assert isinstance(c, cm.CostModel) and "MLA" in c.label
 
 
 def test_resolve_passes_objects_and_rejects_bad_names():

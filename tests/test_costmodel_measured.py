@@ -20,27 +20,43 @@ needs_shared = pytest.mark.skipif(not data.available(), reason="needs ../shared/
 
 
 def zero_constants(**family: dict) -> dict:
-    """Constants for one GPU (A100-80GB-SXM) with every term 0 except those given."""
-    fam = {"gemm": {"launch_s": 0.0, "bytes_per_s": 1e30, "flops_per_s": 1e15, "half_tokens": 0.0, "sharpness": 1.0},
-           "pointwise": {"launch_s": 0.0, "s_per_element": 0.0},
-           "attention": {"launch_s": 0.0, "s_per_seq": 0.0, "s_per_token": 0.0, "s_per_kv_byte": 0.0,
-                         "s_per_flop": 0.0}, "label": "hand"}
+    """Constants for one GPU (A100-80GB-SXM, its own profiled GPU: spec ratios 1) with every term 0
+    except those given (``attention`` updates the shared attention terms)."""
+    att = {"launch_s": 0.0, "s_per_seq": 0.0, "s_per_token": 0.0, "s_per_kv_byte": 0.0, "s_per_flop": 0.0,
+           "gpu": "A100-80GB-SXM", **family.pop("attention", {})}
+    fam = {"gemm": {"launch_s": 0.0, "bytes_per_s": 1e30, "flops_per_s": 1e14, "half_tokens": 0.0, "sharpness": 1.0},
+           "pointwise": {"launch_s": 0.0, "s_per_element": 0.0, "s_per_sharded_element": 0.0}, "label": "hand",
+           "gpu": "A100-80GB-SXM"}
     for key, val in family.items():
         fam[key] = {**fam[key], **val}
-    return {"families": {"x": fam},
-            "networks": {"net": {"all_reduce": {"2": {"log2_bytes": [10.0, 20.0], "time_s": [1e-5, 1e-3]}},
+    return {"families": {"x": fam}, "attention": att,
+            "networks": {"net": {"all_reduce": {"2": {"latency_s": 1e-5, "s_per_byte": 1e-9}},
                                  "send_recv": {"latency_s": 1e-5, "bytes_per_s": 1e11}}},
             "gpus": {"A100-80GB-SXM": {"family": "x", "network": "net", "label": "hand"}},
             "stacks": {"s": {"label": "hand stack", "overhead_s": 0.0, "overhead_s_per_seq": 0.0}}}
 
 
+A100_BW, A100_PEAK = 2039e9, 312e12  # A100-80GB-SXM's spec sheet: the floors' bandwidth and peak
+#: Llama-2-7B's pointwise bytes per token and layer at TP1: norms 2 x (read + write) of h, residual
+#: adds 2 x (2 reads + 1 write) of h, rotary read + write of q and k, SiLU-and-mul reads 2 ff writes ff.
+POINTWISE_BYTES_7B = 2 * (2 * 2 * 4096 + 2 * 3 * 4096 + 2 * (4096 + 4096) + 3 * 11008)
+
+
+def gemm_floor_s(m, n, k):
+    """A GEMM's physical floor on A100-80GB-SXM: bytes over HBM bandwidth or FLOPs over peak."""
+    return max(2 * (m * (k + n) + k * n) / A100_BW, 2 * m * n * k / A100_PEAK)
+
+
 def test_gemm_terms_are_two_flops_per_weight_per_token():
-    # Compute-bound GEMMs at 1 PFLOP/s: Llama-2-7B's layer holds 4096 x (4096 + 2 x 4096) (QKV)
+    # Compute-bound GEMMs at 100 TFLOP/s (under A100's 312 peak: the curve, not the floor):
+    # Llama-2-7B's layer holds 4096 x (4096 + 2 x 4096) (QKV)
     # + 4096 x 4096 (out) + 2 x 11008 x 4096 (gate, up) + 11008 x 4096 (down) weights.
     per_layer = 4096 * 12288 + 4096 * 4096 + 2 * 11008 * 4096 + 11008 * 4096
     c = measured_mod.build("Llama-2-7B", "A100-80GB-SXM", constants=zero_constants(), stack="s")
     got = c.iteration_s(1000, 0, 0, 3)
-    want = 2 * (32 * per_layer * 1000 + 32000 * 4096 * 3) / 1e15  # layers + vocabulary head over 3 sequences
+    want = 2 * 32 * per_layer * 1000 / 1e14  # layers; the vocabulary head over 3 sequences is at its byte floor
+    want += max(2 * 32000 * 4096 * 3 / 1e14, gemm_floor_s(3, 32000, 4096))
+    want += 32 * POINTWISE_BYTES_7B * 1000 / A100_BW  # pointwise ops (0 s fitted) at their byte floor
     assert got == pytest.approx(want, rel=1e-12)
 
 
@@ -51,6 +67,7 @@ def test_memory_bound_gemm_reads_every_weight_once():
     # One token: weights (k n) + the token's input (k) and output (n) per GEMM, 2 bytes each.
     io = (4096 + 12288) + (4096 + 4096) + (4096 + 2 * 11008) + (11008 + 4096)
     want = 2 * (32 * (per_layer + io) + (32000 * 4096 + 4096 + 32000)) / 1e12
+    want += 32 * POINTWISE_BYTES_7B / A100_BW
     assert c.iteration_s(1, 0, 0, 1) == pytest.approx(want, rel=1e-12)
 
 
@@ -58,13 +75,17 @@ def test_attention_allreduce_and_overheads_by_hand():
     consts = zero_constants(gemm={"flops_per_s": 1e30}, attention={"s_per_kv_byte": 1e-12, "launch_s": 2e-6})
     consts["stacks"]["s"].update(overhead_s=0.01, overhead_s_per_seq=0.001)
     c = measured_mod.build("Llama-2-7B", "A100-80GB-SXM", tp=2, constants=consts, stack="s")
-    # 128 tokens x 4096 x 2 bytes = 2^20 bytes per all-reduce: the curve's last point, 1 ms.
+    # 128 tokens x 4096 x 2 bytes = 2^20 bytes per all-reduce: 10 us + 2^20 ns (alpha-beta).
     kv_bytes = spec("Llama-2-7B").kv_bytes_per_token(tp=2)  # all 32 layers, 16 KV heads per GPU
     got = c.iteration_s(128, 0, 5000, 7)
-    want = 32 * (2e-6 + 2 * 1e-3) + 1e-12 * kv_bytes * 5000 + 0.01 + 0.001 * 7
+    ar = 1e-5 + 2 ** 20 * 1e-9
+    # GEMMs (infinitely fast curve) at their floor, TP2 shapes: QKV, out, gate+up, down; the vocabulary head
+    gemms = sum(gemm_floor_s(128, n, k) for n, k in ((6144, 4096), (4096, 2048), (11008, 4096), (4096, 5504)))
+    pointwise = 2 * (10 * 4096 + 2 * (2048 + 2048) + 3 * 5504) * 128 / A100_BW
+    want = 32 * (2e-6 + 2 * ar + gemms + pointwise) + gemm_floor_s(7, 16000, 4096) \
+        + 1e-12 * kv_bytes * 5000 + 0.01 + 0.001 * 7
     assert got == pytest.approx(want, rel=1e-9)
-    # Halfway in log2 bytes (2^15 bytes = 4 tokens) is halfway in time.
-    assert c.allreduce_s(4) == pytest.approx((1e-5 + 1e-3) / 2, rel=1e-12)
+    assert c.allreduce_s(4) == pytest.approx(1e-5 + 4 * 8192 * 1e-9, rel=1e-12)
 
 
 def test_arrays_and_scalars_agree():
@@ -92,11 +113,13 @@ def test_default_is_measured_where_measured_and_says_so():
         assert cm.cost_model("Llama-2-7B", g).label.startswith("measured (")
     assert set(cm.measured_gpus()) >= {"A100-80GB-SXM", "A100-80GB-PCIe", "A40", "H100-SXM"}
     moe = cm.cost_model("Mixtral-8x7B", "H100-SXM")
-    assert moe.label.startswith("roofline (spec sheet; Mixtral-8x7B is a mixture of experts")
-    no_ar = cm.cost_model("Llama-2-70B", "A100-80GB-PCIe", tp=8)  # a pairwise-NVLink node has 4 GPUs
-    assert "no measured all-reduce over 8 GPUs" in no_ar.label
-    with pytest.raises(ValueError, match="on H200 with tp=1: no GPU measurements for H200"):
-        cm.measured("Llama-3-8B", "H200")
+    assert isinstance(moe, cm.MeasuredCostModel) and moe.label.startswith("measured (H100")
+    # TP8 on a network measured up to TP4: the TP4 fit carried by the ring's step counts
+    tp8, tp4 = cm.measured("Llama-2-70B", "A100-80GB-PCIe", tp=8), cm.measured("Llama-2-70B", "A100-80GB-PCIe", tp=4)
+    assert tp8.allreduce_latency_s == pytest.approx(tp4.allreduce_latency_s * 7 / 3, rel=1e-12)
+    assert tp8.allreduce_s_per_byte == pytest.approx(tp4.allreduce_s_per_byte * (7 / 8) / (3 / 4), rel=1e-12)
+    with pytest.raises(ValueError, match="DeepSeek-V3 on H200 with tp=1: DeepSeek-V3 uses MLA"):
+        cm.measured("DeepSeek-V3", "H200")
     with pytest.raises(ValueError, match="stack 'vllm' is not one of none, sarathi-serve"):
         cm.measured("Llama-3-8B", "H100-SXM", stack="vllm")
 
@@ -183,9 +206,14 @@ def test_shipped_constants_are_what_the_fit_gives():
     shipped = measured_mod.constants()
     assert set(fresh["gpus"]) == set(shipped["gpus"])
     for fam, entry in shipped["families"].items():
-        for term in ("gemm", "pointwise", "attention"):
+        for term in ("gemm", "pointwise"):
             for key, val in entry[term].items():
                 assert fresh["families"][fam][term][key] == pytest.approx(val, rel=1e-3, abs=1e-15), (fam, term, key)
+    for key, val in shipped["attention"].items():
+        assert fresh["attention"][key] == (pytest.approx(val, rel=1e-3, abs=1e-15) if key != "gpu" else val), key
+    for net, entry in shipped["networks"].items():
+        for tp, f in entry["all_reduce"].items():
+            assert fresh["networks"][net]["all_reduce"][tp]["s_per_byte"] == pytest.approx(f["s_per_byte"], rel=1e-3)
     for key in ("overhead_s", "overhead_s_per_seq"):
         assert fresh["stacks"]["sarathi-serve"][key] == pytest.approx(shipped["stacks"]["sarathi-serve"][key],
                                                                        rel=1e-3)

@@ -35,4 +35,6 @@ def test_notebook_08_held_out(run_notebook):
     _check(res)
     errors = {r["term"]: r for r in res["errors"]}
     assert errors["linear layers, all GPUs"]["mape"] < 0.10
+    logo = {(r["target"], r["from"]): r for r in res["leave_one_gpu_out"]}
+    assert logo[("H100-SXM", "A100-80GB-SXM")]["nearest"] and logo[("H100-SXM", "A40")]["rows"] > 0
     assert len(res["figures"]) == 4

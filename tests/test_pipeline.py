@@ -1,4 +1,4 @@
-"""kvlab.pipeline: the cycle of a micro-batch under pipeline parallelism, and its use in capacity trials."""
+"""kvlab.costmodel.pipeline: the cycle of a micro-batch under pipeline parallelism, and its use in capacity trials."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +8,7 @@ import pytest
 from kvlab.arrivals import arrival_times
 from kvlab.capacity import ServingConfig, serve
 from kvlab.costmodel import roofline
-from kvlab.pipeline import STAGE_LINKS, PipelineCostModel, cycle_s, expected_max_s, pipeline_cost, pipeline_schedule
+from kvlab.costmodel.pipeline import STAGE_LINKS, PipelineCostModel, cycle_s, expected_max_s, pipeline_cost, pipeline_schedule
 from kvlab.reservation import pool_pages
 
 

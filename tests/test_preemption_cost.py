@@ -100,7 +100,7 @@ def test_crossover_by_hand_with_a_linear_swap():
     (weights read + overhead, ~6 ms) and a smaller slope (~27 us/token): swap wins short
     lengths, recompute long ones, from the first length where recompute is no dearer."""
     swap = pc.swap_model("Llama-3-8B", "H200", copy_mode="batched", copy_latency_s=0.0, link_bytes_per_s=1e9)
-    c = pc.crossover("Llama-3-8B", "H200", 1, swap=swap)
+    c = pc.crossover("Llama-3-8B", "H200", 1, swap=swap, cost_model=roofline("Llama-3-8B", "H200"))
     s = np.arange(1, 8193)
     swap_s = 2 * s * KV_BYTES_PER_TOKEN / 1e9
     rec = np.array([_iteration(int(x), int(x) * (int(x) + 1) // 2, int(x)) for x in s])
@@ -189,8 +189,16 @@ def test_piggybacked_recompute_pays_its_flops_only():
     assert np.all(pc.recompute_s(cost, np.arange(1, 9000, 97)) < alone)
 
 
-def test_catalogue_piggybacked_uses_the_marginal_roofline():
+def test_catalogue_piggybacked_uses_the_marginal_model():
+    """The catalogue's piggybacked rows price with the default model's marginal form (H200: the
+    measured model extrapolated from H100-SXM), and with the roofline's when asked."""
+    from kvlab.costmodel import cost_model
     table = pc.crossover_table(models=["Llama-3-8B"], gpus=["H200"], block_sizes=[16], piggybacked=True)
+    c = pc.crossover("Llama-3-8B", "H200", 16, cost_model=pc.piggyback(cost_model("Llama-3-8B", "H200")))
+    assert table["recompute_over_swap_max"].iloc[0] == pytest.approx(c.recompute_over_swap_max)
+    assert table["winner_below"].iloc[0] == c.winner_below
+    table = pc.crossover_table(models=["Llama-3-8B"], gpus=["H200"], block_sizes=[16], piggybacked=True,
+                               cost_model="roofline")
     c = pc.crossover("Llama-3-8B", "H200", 16, cost_model=pc.piggyback(roofline("Llama-3-8B", "H200")))
     assert table["recompute_over_swap_max"].iloc[0] == pytest.approx(c.recompute_over_swap_max)
     assert table["winner_below"].iloc[0] == c.winner_below

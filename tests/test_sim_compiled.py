@@ -9,7 +9,7 @@ from hypothesis import given, strategies as st
 
 import kvlab.sim.fast as fast
 from kvlab.costmodel import cost_model, roofline
-from kvlab.costmodel.kernel import constants, iteration_s
+from kvlab.costmodel.compiled import constants, iteration_s
 from kvlab.lengths import profile
 from kvlab.policies import Policy, create_policy, policy_class, policy_names
 
@@ -32,9 +32,16 @@ def test_compiled_cost_equals_the_model(t, extra_pairs, kv, s):
 
 
 def test_models_without_a_compiled_form_keep_the_array_engine():
+    """A pipeline has a compiled form now (kvlab.costmodel.compiled); a user's own class does not."""
     pipe = cost_model("Llama-2-7B", "A100-80GB-SXM", pp=2)
-    assert constants(pipe) is None
-    assert "no compiled form" in fast.why_not(create_policy("vllm"), pipe, np)
+    assert constants(pipe) is not None and fast.why_not(create_policy("vllm"), pipe, np) is None
+
+    class Own:
+        def iteration_s(self, num_tokens, attention_pairs, kv_tokens, num_seqs=1):
+            return 0.01
+
+    assert constants(Own()) is None
+    assert "no compiled form" in fast.why_not(create_policy("vllm"), Own(), np)
 
 
 def test_which_policies_take_the_compiled_loop():

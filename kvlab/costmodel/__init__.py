@@ -7,7 +7,7 @@ num_seqs=1)`` (aggregates over the batch, NumPy or CuPy arrays):
   efficiencies; any GPU of the catalogue;
 * :func:`measured` (:mod:`.measured`): curves fitted (:mod:`.fit`) to public GPU measurements
   (Vidur's per-operation profiles and collective curves, Sarathi-Serve's measured batches); the
-  GPUs of :func:`measured_gpus` only.
+  GPUs of :func:`measured_gpus`, extrapolated by spec ratios to every other catalogue GPU.
 
 :func:`cost_model` picks one by name (default: measured where the GPU has measurements, else the
 roofline) and wraps it for pipeline parallelism; :func:`resolve` turns what a user passes as
@@ -31,7 +31,7 @@ SOURCES = ("measured", "roofline")
 
 
 def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 1,
-               source: str | None = None, stack: str = "none", link: str = "in-node") -> Any:
+               source: str | None = None, stack: str = "none", link: str = "in-node", ep: int = 1) -> Any:
     """The iteration-time model of ``model`` on ``tp x pp`` GPUs of type ``gpu``.
 
     Parameters
@@ -40,12 +40,13 @@ def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: i
         Model and GPU (:mod:`kvlab.specs`).
     tp, pp : int
         Tensor-parallel GPUs per stage and pipeline stages. ``pp > 1`` returns a
-        :class:`kvlab.pipeline.PipelineCostModel` around one stage's model
-        (:func:`kvlab.pipeline.pipeline_cost`); in-node sends are priced by the same source: the
+        :class:`kvlab.costmodel.pipeline.PipelineCostModel` around one stage's model
+        (:func:`kvlab.costmodel.pipeline.pipeline_cost`); in-node sends are priced by the same source: the
         measured send/recv curve, or the interconnect's spec bandwidth.
     source : {"measured", "roofline"} or None
-        ``None`` (default): measured where ``gpu`` has measurements, else the roofline. A GPU
-        without measurements asked for ``"measured"`` gets the roofline, and its ``label`` says so.
+        ``None`` (default): the measured model (extrapolated from the nearest measured GPU where
+        ``gpu`` has no measurements, labelled so); a model it cannot price (MLA) gets the roofline,
+        and its ``label`` says why.
     stack : str
         Serving stack whose CPU overheads the measured model adds (:func:`measured`): ``"none"``
         (default, GPU time only: what a stack that hides its CPU work, such as vLLM V1 with CUDA
@@ -53,7 +54,9 @@ def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: i
         batches, for reproducing that paper's set-up), a fitted stack of :mod:`.stacks`
         (``"vllm-v0"``, ``"vllm-v1"``) or the path of a cost-model file (``kvlab calibrate``).
     link : str
-        Stage link under PP (:func:`kvlab.pipeline.pipeline_cost`).
+        Stage link under PP (:func:`kvlab.costmodel.pipeline.pipeline_cost`).
+    ep : int
+        Expert-parallel degree of a mixture of experts (the measured model; the roofline ignores it).
 
     Returns
     -------
@@ -74,22 +77,22 @@ def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: i
                          "(or a cost-model file path ending in .json)")
     if _stacks.is_cost_model_file(stack):  # a fitted stack (kvlab.costmodel.stacks) on the stack-free model
         terms = _stacks.load(stack)
-        base = cost_model(m, g, tp=tp, pp=1, source=source or terms.base, link=link)
+        base = cost_model(m, g, tp=tp, pp=1, source=source or terms.base, link=link, ep=ep)
         stage = _stacks.apply(base, terms)
         if pp == 1:
             return stage
-        from ..pipeline import pipeline_cost
+        from .pipeline import pipeline_cost
         return pipeline_cost(m, g, tp=tp, pp=pp, stage_cost=stage, link=link)
     why = None if source == "roofline" else unsupported(m, g, tp=tp)
     use_measured = source != "roofline" and why is None
     if use_measured:
-        stage = measured(m, g, tp=tp, pp=pp, stack=stack)
+        stage = measured(m, g, tp=tp, pp=pp, stack=stack, ep=ep)
     else:
         stage = roofline(m, g, tp=tp, pp=pp, label="roofline (spec sheet)" if why is None
                          else f"roofline (spec sheet; {why})")
     if pp == 1:
         return stage
-    from ..pipeline import pipeline_cost  # the pipeline wraps this package's models
+    from .pipeline import pipeline_cost  # the pipeline wraps this package's models
     if use_measured and link == "in-node":
         latency_s, bytes_per_s = send_recv(g)
         return replace(pipeline_cost(m, g, tp=tp, pp=pp, stage_cost=stage, link=link),

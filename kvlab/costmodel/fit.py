@@ -6,12 +6,13 @@ Each term of :mod:`.measured` is fitted to the measurements of that term alone, 
 * :func:`fit_gemm`: the GEMM curve of one GPU (``scipy.optimize.least_squares`` on the log
   ratio of predicted to measured time), over every GEMM of every model and TP degree profiled
   on it;
-* :func:`fit_pointwise`: launch time and seconds per token-element of one layer's pointwise ops
+* :func:`fit_pointwise`: launch time and seconds per token-element of one layer's pointwise ops,
+  split into the hidden-state elements every GPU works on and the elements TP splits
   (non-negative least squares, ``scipy.optimize.nnls``, rows divided by their time);
 * :func:`fit_attention`: the attention terms on Vidur's A100 profile (``nnls``; prefill and
-  decode rows weighted equally in total);
-* :func:`collective_curves`: the measured collective curves themselves, reduced to the median
-  time in log-spaced size bins (interpolated in log-log by the model);
+  decode rows weighted equally in total), carried to every GPU by spec ratios;
+* :func:`collective_curves`: an alpha-beta line (latency + bytes x seconds per byte) fitted to
+  each measured all-reduce curve per GPU count, and a latency-bandwidth link per send/recv curve;
 * :func:`fit_stack`: the per-iteration and per-sequence overheads of a serving stack: the part
   of Sarathi-Serve's measured batch times that the GPU terms above do not explain (``nnls``).
 
@@ -29,7 +30,6 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares, nnls
 
-from ..specs import gpu as _gpu
 from . import data as _data
 from .measured import CONSTANTS_PATH, GemmCurve, MeasuredCostModel, build
 from .roofline import prefill_attention_pairs
@@ -48,17 +48,19 @@ GPUS = {
     "A40": ("a40", "a40_pairwise_nvlink"),
     "H100-SXM": ("h100", "h100_dgx"),
 }
-#: The A100 profiles were taken on an 80 GB A100; a 40 GB A100 has less HBM bandwidth, and its
-#: byte terms are scaled by the ratio of the spec sheets' bandwidths to this reference (bytes/s).
-A100_80GB_HBM_BYTES_PER_S = 2039e9
-#: The attention profile's GPU: other families scale its byte and FLOP terms by their fitted
-#: GEMM bandwidth and throughput relative to it.
-ATTENTION_FAMILY = "a100"
+#: The catalogue GPU each family's profiles ran on: a GPU of the family with another spec (a 40 GB
+#: A100) has its terms scaled by the spec sheets' ratios to it (:func:`.measured.build`).
+PROFILED_GPUS = {"a100": "A100-80GB-SXM", "a40": "A40", "h100": "H100-SXM"}
+#: The attention profile's GPU: every GPU scales its byte terms by its spec HBM bandwidth and its
+#: FLOP and token terms by its dense peak relative to this one.
+ATTENTION_GPU = "A100-80GB-SXM"
+#: Largest TP group in which every pair of GPUs has a direct NVLink path, per network (NVSwitch:
+#: 8; NVLink bridges between pairs: 2): where vLLM's custom all-reduce can run.
+FULL_NVLINK_GPUS = {"a100_dgx": 8, "h100_dgx": 8, "a100_pairwise_nvlink": 2, "h100_pairwise_nvlink": 2,
+                    "a40_pairwise_nvlink": 2}
 #: The stack whose overheads are fitted, and the GPU its batches ran on.
 SARATHI_STACK = "sarathi-serve"
 SARATHI_GPU, SARATHI_MODEL, SARATHI_TP = "A100-80GB-PCIe", "Yi-34B", 2
-#: Size bins per collective curve (log-spaced).
-CURVE_POINTS = 28
 
 
 # ------------------------------------------------------------------------------------ GEMMs
@@ -98,17 +100,31 @@ def fit_gemm(rows: pd.DataFrame) -> GemmCurve:
     return _gemm_curve(fit.x)
 
 
+def pointwise_design(linear: pd.DataFrame) -> np.ndarray:
+    """The pointwise terms' columns: launch, token-elements of the hidden state (norms and residual
+    adds: every GPU works on the whole hidden state), token-elements TP splits (rotary on q and k,
+    the MLP activation: per-GPU widths)."""
+    tp = linear["tp"].to_numpy(dtype=np.float64)
+    head_dim = linear["hidden_size"] / linear["num_q_heads"]
+    q = (linear["num_q_heads"] * head_dim).to_numpy(dtype=np.float64) / tp
+    kv = np.maximum(1, np.ceil(linear["num_kv_heads"].to_numpy() / tp)) * head_dim.to_numpy()
+    ff = linear["intermediate_size"].to_numpy(dtype=np.float64) / tp
+    t = linear["num_tokens"].to_numpy(dtype=np.float64)
+    return np.column_stack([np.ones(len(linear)), t * linear["hidden_size"].to_numpy(), t * (q + kv + ff)])
+
+
 def fit_pointwise(linear: pd.DataFrame) -> dict[str, float]:
     """Launch time and seconds per token-element of one layer's pointwise ops on one GPU.
 
-    ``pointwise_s = launch_s + s_per_element x num_tokens x hidden_size`` fitted by ``nnls`` on
-    relative errors over ``linear``'s rows of one GPU.
+    ``pointwise_s = launch_s + s_per_element x tokens x hidden + s_per_sharded_element x tokens
+    x (q + kv + ff per GPU)`` (:func:`pointwise_design`), fitted by ``nnls`` on relative errors
+    over ``linear``'s rows of one GPU (every TP degree profiled: the split term carries TP).
     """
     t = linear["pointwise_s"].to_numpy(dtype=np.float64)
     keep = t > 0
-    x = np.column_stack([np.ones(keep.sum()), (linear["num_tokens"] * linear["hidden_size"]).to_numpy()[keep] * 1e-9])
-    (launch, per_ge), _ = nnls(x / t[keep, None], np.ones(keep.sum()))
-    return {"launch_s": float(launch), "s_per_element": float(per_ge * 1e-9)}
+    x = pointwise_design(linear[keep]) * np.array([1.0, 1e-9, 1e-9])
+    (launch, per_h, per_s), _ = nnls(x / t[keep, None], np.ones(keep.sum()))
+    return {"launch_s": float(launch), "s_per_element": float(per_h * 1e-9), "s_per_sharded_element": float(per_s * 1e-9)}
 
 
 # -------------------------------------------------------------------------------- attention
@@ -149,34 +165,7 @@ def fit_attention(att: pd.DataFrame) -> dict[str, float]:
     return dict(zip(("launch_s", "s_per_seq", "s_per_token", "s_per_kv_byte", "s_per_flop"), map(float, coef)))
 
 
-def scale_attention(att: Mapping[str, float], gemm: GemmCurve, reference: GemmCurve) -> dict[str, float]:
-    """Attention terms carried from the profiled GPU to another one by the ratio of their fitted
-    GEMM bandwidths (the KV-byte term) and throughputs (the token and FLOP terms)."""
-    bw, fl = reference.bytes_per_s / gemm.bytes_per_s, reference.flops_per_s / gemm.flops_per_s
-    return {"launch_s": att["launch_s"], "s_per_seq": att["s_per_seq"], "s_per_token": att["s_per_token"] * fl,
-            "s_per_kv_byte": att["s_per_kv_byte"] * bw, "s_per_flop": att["s_per_flop"] * fl}
-
-
 # ------------------------------------------------------------------------------ collectives
-def collective_curve(rows: pd.DataFrame, *, num_points: int = CURVE_POINTS) -> dict[str, list[float]]:
-    """The median time in ``num_points`` log-spaced message-size bins of one collective's rows.
-
-    Returns ``{"log2_bytes": [...], "time_s": [...]}`` (bin centres and medians), made
-    non-decreasing in time (a larger message never costs less: a running maximum).
-    """
-    x = np.log2(rows["message_bytes"].to_numpy(dtype=np.float64))
-    t = rows["time_s"].to_numpy(dtype=np.float64)
-    edges = np.linspace(x.min(), x.max() + 1e-9, num_points + 1)
-    which = np.digitize(x, edges) - 1
-    centres, times = [], []
-    for i in range(num_points):
-        sel = which == i
-        if sel.any():
-            centres.append(float(np.median(x[sel])))
-            times.append(float(np.median(t[sel])))
-    return {"log2_bytes": centres, "time_s": np.maximum.accumulate(times).tolist()}
-
-
 def fit_link(rows: pd.DataFrame, *, max_bytes: float = 2.0 ** 26) -> dict[str, float]:
     """Latency and bandwidth of a point-to-point link: ``time = latency_s + bytes / bytes_per_s``,
     by ``nnls`` on relative errors over the rows up to ``max_bytes`` (what one iteration sends)."""
@@ -189,25 +178,36 @@ def fit_link(rows: pd.DataFrame, *, max_bytes: float = 2.0 ** 26) -> dict[str, f
     return {"latency_s": float(latency), "bytes_per_s": float(1e9 / s_per_gb)}
 
 
-def collective_curves(coll: pd.DataFrame) -> dict[str, Any]:
-    """Every network's collectives: ``{network: {"all_reduce": {num_gpus: curve}, "send_recv": link}}``.
+def fit_alpha_beta(rows: pd.DataFrame, *, max_bytes: float = 2.0 ** 28) -> dict[str, float]:
+    """Latency and seconds per byte of one collective: ``time = latency_s + s_per_byte x bytes``,
+    by ``nnls`` on relative errors over every measured size up to ``max_bytes`` (each size weighs
+    the same, small messages included)."""
+    rows = rows[rows["message_bytes"] <= max_bytes]
+    t = rows["time_s"].to_numpy(dtype=np.float64)
+    x = np.column_stack([np.ones(len(rows)), rows["message_bytes"].to_numpy(dtype=np.float64) * 1e-9])
+    (latency, s_per_gb), _ = nnls(x / t[:, None], np.ones(len(rows)))
+    return {"latency_s": float(latency), "s_per_byte": float(s_per_gb * 1e-9)}
 
-    All-reduce as measured curves (:func:`collective_curve`), send/recv as a fitted link
-    (:func:`fit_link`; pipeline sends use it). A network without all-reduce curves (A40) gets a
-    2-GPU all-reduce derived from its send/recv curve: two sends of half the message (ring of two).
+
+def collective_curves(coll: pd.DataFrame) -> dict[str, Any]:
+    """Every network's collectives: ``{network: {"all_reduce": {num_gpus: fit}, "send_recv": link}}``.
+
+    All-reduce as an alpha-beta fit per GPU count (:func:`fit_alpha_beta`), send/recv as a fitted
+    link (:func:`fit_link`; pipeline sends and vLLM's custom all-reduce use it). A network without
+    all-reduce curves (A40) gets a 2-GPU all-reduce derived from its send/recv link: two sends of
+    half the message (ring of two). ``full_nvlink_gpus`` is :data:`FULL_NVLINK_GPUS`.
     """
     out: dict[str, Any] = {}
     for net, rows in coll.groupby("network"):
-        entry: dict[str, Any] = {"all_reduce": {}}
+        entry: dict[str, Any] = {"all_reduce": {}, "full_nvlink_gpus": FULL_NVLINK_GPUS.get(str(net), 0)}
         sr = rows[rows["collective"] == "send_recv"]
         for n, ar in rows[rows["collective"] == "all_reduce"].groupby("num_gpus"):
-            entry["all_reduce"][str(int(n))] = collective_curve(ar)
+            entry["all_reduce"][str(int(n))] = fit_alpha_beta(ar)
         if len(sr):
             entry["send_recv"] = fit_link(sr)
             if not entry["all_reduce"]:
-                c = collective_curve(sr)
-                entry["all_reduce"]["2"] = {"log2_bytes": [x + 1.0 for x in c["log2_bytes"]],
-                                            "time_s": [2.0 * t for t in c["time_s"]],
+                link = entry["send_recv"]
+                entry["all_reduce"]["2"] = {"latency_s": 2.0 * link["latency_s"], "s_per_byte": 1.0 / link["bytes_per_s"],
                                             "derived": "2 x send_recv of half the message (ring of two)"}
         out[str(net)] = entry
     return out
@@ -277,21 +277,19 @@ def fit_constants(path: str | os.PathLike | None = None, *, linear: pd.DataFrame
         gemm = fit_gemm(rows[rows["gpu"] == fam])
         families[str(fam)] = {"label": FAMILIES.get(str(fam), str(fam)), "gemm": _gemm_dict(gemm),
                               "pointwise": fit_pointwise(linear[linear["gpu"] == fam])}
-    att = fit_attention(_data.vidur_attention(path))
-    reference = GemmCurve(**families[ATTENTION_FAMILY]["gemm"])
-    for fam, entry in families.items():
-        entry["attention"] = att if fam == ATTENTION_FAMILY else \
-            scale_attention(att, GemmCurve(**entry["gemm"]), reference)
+    att = {**fit_attention(_data.vidur_attention(path)), "gpu": ATTENTION_GPU}
     networks = collective_curves(_data.vidur_collectives(path))
     gpus = {}
     for name, (fam, net) in GPUS.items():
         if fam not in families or net not in networks:
             continue
-        scale = _gpu(name).hbm_bandwidth_bytes_per_s / A100_80GB_HBM_BYTES_PER_S if "40GB" in name else 1.0
-        gpus[name] = {"family": fam, "network": net, "bytes_scale": scale,
-                      "label": f"{families[fam]['label']}{', HBM bandwidth scaled from 80 GB' if scale != 1 else ''}, "
-                               f"{net} collectives"}
-    constants: dict[str, Any] = {"families": families, "networks": networks, "gpus": gpus, "stacks": {}}
+        gpus[name] = {"family": fam, "network": net,
+                      "label": f"{families[fam]['label']}{'' if name == PROFILED_GPUS[fam] else ', scaled by spec to ' + name}"
+                               f", {net} collectives"}
+    for fam in families:
+        families[fam]["gpu"] = PROFILED_GPUS[fam]
+    constants: dict[str, Any] = {"families": families, "attention": att, "networks": networks, "gpus": gpus,
+                                 "stacks": {}}
     batches = _data.sarathi_batches(path)
     fit_rows = batches[(batches["source"].str.startswith("figure-2")) & ~batches["warmup"]]
     gpu_only = build(SARATHI_MODEL, SARATHI_GPU, tp=SARATHI_TP, constants=constants, stack="none")

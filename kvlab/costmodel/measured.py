@@ -13,17 +13,21 @@ the iteration, summed over sequences) and ``S`` sequences scheduled:
   (:class:`GemmCurve`): a smooth maximum of the bytes moved over a fitted bandwidth and the
   FLOPs over a token-count-dependent throughput ``F T / (T + T_half)``, plus a launch time.
   Fitted per GPU to Vidur's per-operation profiles of several models and TP degrees, so any
-  model shape gets a prediction from its GEMM sizes;
+  model shape gets a prediction from its GEMM sizes; never under the bytes over the spec HBM
+  bandwidth or the FLOPs over the dense peak. A GPU without profiles is priced from the
+  nearest profiled one by spec ratios (:func:`build`);
 * **pointwise(T)**: norms, rotary embedding, activation, residual add: a launch time plus
-  seconds per token-element (``T x hidden``);
-* **attention**: a launch time, seconds per sequence, per token, per KV byte read (decode is
-  memory-bound: its efficiency varies with batch and context through the fixed, per-sequence
-  and per-byte terms together) and per attention FLOP (prefill's quadratic term), fitted to
-  Vidur's A100 attention profile (FlashAttention) and carried to other GPUs by the ratios of
-  their fitted GEMM bandwidth and throughput;
-* **all-reduce(T)**: two per layer under TP, ``T x hidden x 2`` bytes each, read off the
-  measured all-reduce curve of the GPU's interconnect for ``tp`` GPUs (median times in
-  log-spaced size bins, interpolated in log-log);
+  seconds per element of the hidden state (every TP rank works on all of it) and per element TP
+  splits (rotary on q and k, the activation), at least their bytes over HBM;
+* **attention**: a launch time, seconds per sequence, per token, per KV byte read and per
+  attention FLOP, fitted to Vidur's A100 attention profile (FlashAttention) and carried to every
+  GPU by the ratio of its spec HBM bandwidth (the byte term) and dense peak (the token and FLOP
+  terms) to the A100's, at least its KV bytes over HBM and its FLOPs over peak;
+* **all-reduce(T)**: two per layer under TP, ``T x hidden x 2`` bytes each: the alpha-beta line
+  fitted to the measured all-reduce curve of the GPU's interconnect for ``tp`` GPUs, or vLLM's
+  custom in-node all-reduce (priced from the measured send/recv link) where it is faster and
+  applies, at least the ring's bytes over the interconnect;
+* **mixture of experts**: the routed experts' GEMMs on the same curve at tokens per expert;
 * **lm_head(S)**: the vocabulary GEMM over one token per sequence, on the same GEMM curve;
 * **overheads**: per iteration and per sequence (CPU scheduling, input preparation, sampling),
   fitted to Sarathi-Serve's measured batch times after the GPU terms above: a property of that
@@ -46,7 +50,6 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, Mapping
 
-import numpy as np
 
 from .. import _validate as v
 from .._paths import DATA_DIR
@@ -56,13 +59,30 @@ from ..specs import GPUSpec, ModelSpec, gpu as _gpu, model as _model
 CONSTANTS_PATH = DATA_DIR / "costmodels" / "measured.json"
 
 
+def _maximum(a: Any, b: Any) -> Any:
+    """Elementwise maximum of scalars or arrays (NumPy or CuPy)."""
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return max(a, b)
+    return array_namespace(a, b).maximum(a, b)
+
+
+def _minimum(a: Any, b: Any) -> Any:
+    """Elementwise minimum of scalars or arrays (NumPy or CuPy)."""
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return min(a, b)
+    return array_namespace(a, b).minimum(a, b)
+
+
 @dataclass(frozen=True, kw_only=True)
 class GemmCurve:
-    """Fitted time of one ``M x k @ k x n`` GEMM on one GPU (``M`` = tokens).
+    """Fitted time of one ``M x k @ k x n`` GEMM on one GPU (``M`` = tokens), never under its floor.
 
-    ``t = launch_s + (mem^p + comp^p)^(1/p)`` with ``mem = dtype_bytes (M k + k n + M n) / bytes_per_s``
-    and ``comp = 2 n k (M + half_tokens) / flops_per_s`` (throughput ``flops_per_s x M / (M +
-    half_tokens)``: small token counts under-use the tensor cores), ``p = sharpness``.
+    ``t = max(launch_s + (mem^p + comp^p)^(1/p), floor)`` with ``mem = bytes / bytes_per_s``,
+    ``bytes = dtype_bytes (M k + k n + M n)``, ``comp = 2 n k (M + half_tokens) / flops_per_s``
+    (throughput ``flops_per_s x M / (M + half_tokens)``: small token counts under-use the tensor
+    cores), ``p = sharpness`` and the physical floor ``max(bytes / peak_bytes_per_s,
+    2 M n k / peak_flops_per_s)`` (the GPU's spec-sheet HBM bandwidth and dense peak; infinite
+    peaks for a curve as fitted, before it is put on a GPU).
     """
 
     launch_s: float
@@ -71,13 +91,19 @@ class GemmCurve:
     half_tokens: float
     sharpness: float
     dtype_bytes: int = 2
+    peak_bytes_per_s: float = math.inf
+    peak_flops_per_s: float = math.inf
 
-    def time_s(self, m: Any, n: float, k: float) -> Any:
-        """Seconds of ``m`` x ``k`` @ ``k`` x ``n`` GEMMs (``m`` scalar or array)."""
-        mem = self.dtype_bytes * (m * (k + n) + k * n) / self.bytes_per_s
+    def time_s(self, m: Any, n: float, k: float, launches: float = 1.0) -> Any:
+        """Seconds of ``m`` x ``k`` @ ``k`` x ``n`` GEMMs (``m`` scalar or array); ``launches``: how
+        many launch times it pays (0 for one expert's share of a fused mixture-of-experts kernel)."""
+        moved = self.dtype_bytes * (m * (k + n) + k * n)
+        mem = moved / self.bytes_per_s
         comp = 2.0 * n * k * (m + self.half_tokens) / self.flops_per_s
         p = self.sharpness
-        return self.launch_s + (mem ** p + comp ** p) ** (1.0 / p)
+        curve = launches * self.launch_s + (mem ** p + comp ** p) ** (1.0 / p)
+        floor = _maximum(moved / self.peak_bytes_per_s, 2.0 * n * k * m / self.peak_flops_per_s)
+        return _maximum(curve, floor)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,21 +111,40 @@ class MeasuredCostModel:
     """Iteration time of one model on one GPU configuration from fitted measured curves.
 
     Build it with :func:`measured` (or ``kvlab.costmodel.cost_model(..., source="measured")``).
-    Times are seconds, per GPU of one pipeline stage; see the module note for the terms.
+    Times are seconds, per GPU of one pipeline stage; see the module note for the terms. Every
+    term is at least its bytes over the GPU's spec HBM bandwidth (``peak_bytes_per_s``) and its
+    FLOPs over the dense peak (``peak_flops_per_s``); the all-reduce at least its ring bytes over
+    the interconnect (``interconnect_bytes_per_s``).
 
     Attributes
     ----------
     label : str
         Readable name of the model and the data it rests on (recorded in every result).
     gemm_shapes : tuple of (n, k)
-        The layer's GEMMs per GPU (output and input features).
+        The layer's dense GEMMs per GPU (output and input features); a mixture of experts' router.
+    expert_shapes : tuple of (n, k)
+        One routed expert's GEMMs per GPU (empty for a dense model); ``num_experts`` experts,
+        ``experts_per_token`` used by each token, spread over ``expert_parallel`` GPUs (EP: each
+        GPU holds ``num_experts / expert_parallel`` of them and serves the tokens of all
+        ``expert_parallel`` ranks routed to them, each rank taken to carry this one's load).
     lm_head_shape : tuple of (n, k)
         The vocabulary projection per GPU.
-    allreduce_log2_bytes, allreduce_curve_s : tuple of float
-        The all-reduce curve over ``tp`` GPUs: log2 of the message (bytes) and its time (seconds);
-        empty when ``tp == 1``.
-    activation_bytes_per_token : float
-        Bytes of one token's hidden state (``hidden x 2``): the all-reduce message per token.
+    sharded_width : float
+        Elements per token of the pointwise ops that TP splits (rotary on q and k, the MLP
+        activation), per GPU; the norms and residual adds work on ``hidden_size`` on every GPU.
+    pointwise_bytes_per_token, attention_kv_bytes_per_token : float
+        Bytes per token the pointwise ops move, and KV bytes per token attention reads (per layer).
+    allreduce_* : float
+        Two all-reduces per layer under TP (``allreduces_per_layer``: 2, or 0 at TP1) of
+        ``activation_bytes_per_token x tokens`` bytes each: ``min`` of the NCCL alpha-beta fit
+        (``allreduce_latency_s + bytes x allreduce_s_per_byte``) and, up to
+        ``custom_allreduce_max_bytes``, the in-node custom all-reduce of vLLM (one shot:
+        ``p2p_latency_s + (tp - 1) bytes x p2p_s_per_byte``; two shots: ``2 p2p_latency_s +
+        2 (tp - 1) / tp bytes x p2p_s_per_byte``), never under ``ring_factor x bytes /
+        interconnect_bytes_per_s``.
+    gpu_time_scale, overhead_s, overhead_s_per_seq : float
+        A serving stack's terms (:mod:`.stacks`): scale on the GPU time, CPU seconds per
+        iteration and per sequence.
     linear_flops_per_token, attention_flops_per_pair : float
         FLOPs per token of the linear layers and per attention pair (per GPU, whole stage), as in
         the roofline (facts of the model, for FLOP accounting).
@@ -114,36 +159,100 @@ class MeasuredCostModel:
     hidden_size: int
     gemm: GemmCurve
     gemm_shapes: tuple[tuple[float, float], ...]
+    expert_shapes: tuple[tuple[float, float], ...] = ()
+    num_experts: int = 0
+    experts_per_token: int = 0
+    expert_parallel: int = 1
     lm_head_shape: tuple[float, float]
+    peak_bytes_per_s: float
+    peak_flops_per_s: float
     pointwise_s: float
     pointwise_s_per_element: float
+    pointwise_s_per_sharded_element: float
+    sharded_width: float
+    pointwise_bytes_per_token: float
     attention_s: float
     attention_s_per_seq: float
     attention_s_per_token: float
     attention_s_per_kv_token: float
     attention_s_per_pair: float
-    allreduce_log2_bytes: tuple[float, ...]
-    allreduce_curve_s: tuple[float, ...]
+    attention_kv_bytes_per_token: float
+    attention_flops_per_pair_layer: float
+    allreduces_per_layer: float
     activation_bytes_per_token: float
+    allreduce_latency_s: float
+    allreduce_s_per_byte: float
+    custom_allreduce_max_bytes: float
+    p2p_latency_s: float
+    p2p_s_per_byte: float
+    ring_factor: float
+    interconnect_bytes_per_s: float
+    gpu_time_scale: float = 1.0
     overhead_s: float
     overhead_s_per_seq: float
     linear_flops_per_token: float
     attention_flops_per_pair: float
 
     def layer_linear_s(self, num_tokens: Any) -> Any:
-        """The linear layers (GEMMs) of one layer over ``num_tokens`` tokens (seconds)."""
-        return sum(self.gemm.time_s(num_tokens, n, k) for n, k in self.gemm_shapes)
+        """The linear layers (GEMMs) of one layer over ``num_tokens`` tokens (seconds).
+
+        A mixture of experts adds its routed experts: with ``E`` experts, ``k`` per token and
+        uniform routing, ``T`` tokens touch ``E (1 - (1 - k / E)^T)`` experts in expectation,
+        each running its GEMMs on ``T k / touched`` tokens (each touched expert reads its weights);
+        one launch per expert GEMM for all experts (a fused kernel, as vLLM's ``fused_moe``). Under
+        expert parallelism ``ep`` a GPU's ``E / ep`` experts see the ``ep T`` tokens of all ranks
+        (``T k`` expert-tokens per GPU in expectation), and each layer adds a dispatch and a combine
+        all-to-all of ``(ep - 1) / ep`` of its ``T k`` hidden states over the interconnect.
+        """
+        t = sum(self.gemm.time_s(num_tokens, n, k) for n, k in self.gemm_shapes)
+        if self.num_experts:
+            e, k_tok, ep = float(self.num_experts), float(self.experts_per_token), float(self.expert_parallel)
+            touched = e / ep * (1.0 - (1.0 - k_tok / e) ** (num_tokens * ep))
+            per = num_tokens * k_tok / _maximum(touched, 1.0)
+            t = t + sum(self.gemm.launch_s + touched * self.gemm.time_s(per, n, k, 0.0) for n, k in self.expert_shapes)
+            if ep > 1:
+                moved = (ep - 1.0) / ep * num_tokens * k_tok * self.activation_bytes_per_token
+                t = t + 2.0 * (self.p2p_latency_s + moved / self.interconnect_bytes_per_s)
+        return t
+
+    def pointwise_layer_s(self, num_tokens: Any) -> Any:
+        """One layer's norms, rotary, activation and residual adds over ``num_tokens`` tokens (seconds)."""
+        t = (self.pointwise_s + self.pointwise_s_per_element * self.hidden_size * num_tokens
+             + self.pointwise_s_per_sharded_element * self.sharded_width * num_tokens)
+        return _maximum(t, self.pointwise_bytes_per_token * num_tokens / self.peak_bytes_per_s)
+
+    def attention_layer_s(self, num_tokens: Any, attention_pairs: Any, kv_tokens: Any, num_seqs: Any) -> Any:
+        """One layer's attention (seconds), at least its KV bytes over HBM and FLOPs over peak."""
+        t = (self.attention_s + self.attention_s_per_seq * num_seqs + self.attention_s_per_token * num_tokens
+             + self.attention_s_per_kv_token * kv_tokens + self.attention_s_per_pair * attention_pairs)
+        floor = _maximum(self.attention_kv_bytes_per_token * kv_tokens / self.peak_bytes_per_s,
+                         self.attention_flops_per_pair_layer * attention_pairs / self.peak_flops_per_s)
+        return _maximum(t, floor)
 
     def allreduce_s(self, num_tokens: Any) -> Any:
         """One all-reduce of ``num_tokens`` tokens' hidden states over the ``tp`` GPUs (seconds)."""
-        if not self.allreduce_curve_s:
+        if not self.allreduces_per_layer:
             return 0.0 * num_tokens
-        if isinstance(num_tokens, (int, float)):
-            x = math.log2(max(num_tokens, 1) * self.activation_bytes_per_token)
-            return float(np.interp(x, self.allreduce_log2_bytes, self.allreduce_curve_s))
-        xp = array_namespace(num_tokens)
-        x = xp.log2(xp.maximum(num_tokens, 1) * self.activation_bytes_per_token)
-        return xp.interp(x, xp.asarray(self.allreduce_log2_bytes), xp.asarray(self.allreduce_curve_s))
+        b = self.activation_bytes_per_token * num_tokens
+        t = self.allreduce_latency_s + self.allreduce_s_per_byte * b
+        if self.custom_allreduce_max_bytes > 0:
+            one = self.p2p_latency_s + (self.tp - 1) * self.p2p_s_per_byte * b
+            two = 2.0 * self.p2p_latency_s + 2.0 * (self.tp - 1) / self.tp * self.p2p_s_per_byte * b
+            custom = _minimum(one, two)
+            if isinstance(b, (int, float)):
+                t = min(t, custom) if b <= self.custom_allreduce_max_bytes else t
+            else:
+                xp = array_namespace(b)
+                t = xp.where(b <= self.custom_allreduce_max_bytes, xp.minimum(t, custom), t)
+        return _maximum(t, self.ring_factor * b / self.interconnect_bytes_per_s)
+
+    def gpu_s(self, num_tokens: Any, attention_pairs: Any, kv_tokens: Any, num_seqs: Any = 1) -> Any:
+        """GPU time of iterations with the given work, before the stack's terms (seconds)."""
+        t = num_tokens
+        layer = (self.layer_linear_s(t) + self.pointwise_layer_s(t)
+                 + self.attention_layer_s(t, attention_pairs, kv_tokens, num_seqs)
+                 + self.allreduces_per_layer * self.allreduce_s(t))
+        return self.num_layers * layer + self.gemm.time_s(num_seqs, *self.lm_head_shape)
 
     def iteration_s(self, num_tokens: Any, attention_pairs: Any, kv_tokens: Any, num_seqs: Any = 1) -> Any:
         """Latency of iterations with the given work (seconds).
@@ -159,17 +268,14 @@ class MeasuredCostModel:
         num_seqs : int or array
             Sequences scheduled (prefill chunks + decodes); default 1 (one sequence alone).
         """
-        if not all(isinstance(x, (int, float)) for x in (num_tokens, attention_pairs, kv_tokens, num_seqs)):
+        if all(isinstance(x, (int, float)) for x in (num_tokens, attention_pairs, kv_tokens, num_seqs)):
+            num_tokens, attention_pairs, kv_tokens, num_seqs = (
+                float(x) for x in (num_tokens, attention_pairs, kv_tokens, num_seqs))
+        else:
             xp = array_namespace(num_tokens, attention_pairs, kv_tokens, num_seqs)
             num_tokens, attention_pairs, kv_tokens, num_seqs = (
                 xp.asarray(x, dtype=xp.float64) for x in (num_tokens, attention_pairs, kv_tokens, num_seqs))
-        t = num_tokens
-        layer = (self.layer_linear_s(t)
-                 + self.pointwise_s + self.pointwise_s_per_element * self.hidden_size * t
-                 + self.attention_s + self.attention_s_per_seq * num_seqs + self.attention_s_per_token * t
-                 + self.attention_s_per_kv_token * kv_tokens + self.attention_s_per_pair * attention_pairs
-                 + 2.0 * self.allreduce_s(t))
-        return (self.num_layers * layer + self.gemm.time_s(num_seqs, *self.lm_head_shape)
+        return (self.gpu_time_scale * self.gpu_s(num_tokens, attention_pairs, kv_tokens, num_seqs)
                 + self.overhead_s + self.overhead_s_per_seq * num_seqs)
 
     def marginal(self) -> MeasuredCostModel:
@@ -180,7 +286,8 @@ class MeasuredCostModel:
         per-token, per-byte and per-FLOP terms and the all-reduce stay.
         """
         return replace(self, label=f"{self.label}, marginal",
-                       gemm=replace(self.gemm, launch_s=0.0, bytes_per_s=math.inf, half_tokens=0.0),
+                       gemm=replace(self.gemm, launch_s=0.0, bytes_per_s=math.inf, half_tokens=0.0,
+                                    peak_bytes_per_s=math.inf),
                        pointwise_s=0.0, attention_s=0.0, overhead_s=0.0, lm_head_shape=(0.0, 0.0))
 
 
@@ -194,78 +301,171 @@ def constants() -> dict[str, Any]:
 
 
 def measured_gpus(consts: Mapping[str, Any] | None = None) -> list[str]:
-    """Catalogue GPUs with measured curves (the others fall back to the roofline)."""
+    """Catalogue GPUs with measured curves (the others are extrapolated from the nearest of them)."""
     return sorted((constants() if consts is None else consts).get("gpus", {}))
 
 
 def unsupported(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1,
                 consts: Mapping[str, Any] | None = None) -> str | None:
-    """Why the measured model cannot price ``model`` on ``gpu`` with ``tp``, or None when it can."""
+    """Why the measured model cannot price ``model`` on ``gpu`` with ``tp``, or None when it can.
+
+    Every dense and mixture-of-experts model is priced on every catalogue GPU (GPUs without
+    measurements extrapolated from the nearest measured one, :func:`reference_gpu`); left out
+    are MLA models (latent attention is not in the attention profile) and a missing constants file.
+    """
     c = constants() if consts is None else consts
-    m, g = _model(model), _gpu(gpu)
-    entry = c.get("gpus", {}).get(g.name)
-    if entry is None:
-        return f"no GPU measurements for {g.name}"
-    if m.is_moe or m.is_mla:
-        return f"{m.name} is {'a mixture of experts' if m.is_moe else 'MLA'}; the measured curves are of dense models"
-    if tp > 1 and str(tp) not in c["networks"][entry["network"]]["all_reduce"]:
-        return f"no measured all-reduce over {tp} GPUs on {entry['network']}"
+    m = _model(model)
+    _gpu(gpu)
+    if not c.get("gpus"):
+        return "no measured constants (data/costmodels/measured.json)"
+    if m.is_mla:
+        return f"{m.name} uses MLA (latent attention); the attention profile is of ordinary attention"
     return None
 
 
-def send_recv(gpu: str | GPUSpec, consts: Mapping[str, Any] | None = None) -> tuple[float, float]:
-    """The fitted (latency_s, bytes_per_s) of one send between two GPUs on ``gpu``'s interconnect."""
+def spec_distance(a: GPUSpec, b: GPUSpec) -> float:
+    """How far two GPUs' specs lie apart: |log ratio| of HBM bandwidth plus that of dense BF16 peak."""
+    return (abs(math.log(a.hbm_bandwidth_bytes_per_s / b.hbm_bandwidth_bytes_per_s))
+            + abs(math.log(a.gemm_flops_per_s("bf16") / b.gemm_flops_per_s("bf16"))))
+
+
+def peak_ratio(a: GPUSpec, b: GPUSpec) -> float:
+    """``a``'s dense BF16 peak over ``b``'s."""
+    return a.gemm_flops_per_s("bf16") / b.gemm_flops_per_s("bf16")
+
+
+def reference_gpu(gpu: str | GPUSpec, consts: Mapping[str, Any] | None = None) -> str:
+    """The measured GPU whose curves price ``gpu``: itself when measured, else the nearest by spec
+    (:func:`spec_distance`: HBM bandwidth and compute; ties by name)."""
     c = constants() if consts is None else consts
-    entry = c.get("gpus", {}).get(_gpu(gpu).name)
-    if entry is None:
-        raise ValueError(f"gpu {_gpu(gpu).name!r} has no measured curves")
-    link = c["networks"][entry["network"]]["send_recv"]
-    return float(link["latency_s"]), float(link["bytes_per_s"])
+    g = _gpu(gpu)
+    if g.name in c.get("gpus", {}):
+        return g.name
+    return min(sorted(c["gpus"]), key=lambda name: spec_distance(g, _gpu(name)))
+
+
+def send_recv(gpu: str | GPUSpec, consts: Mapping[str, Any] | None = None) -> tuple[float, float]:
+    """The fitted (latency_s, bytes_per_s) of one send between two GPUs on ``gpu``'s interconnect
+    (a GPU without measurements: its reference's, bandwidth scaled by the interconnect ratio)."""
+    c = constants() if consts is None else consts
+    g = _gpu(gpu)
+    if not c.get("gpus"):
+        raise ValueError(f"gpu {g.name!r} has no measured curves (no constants)")
+    ref = reference_gpu(g, c)
+    link = c["networks"][c["gpus"][ref]["network"]]["send_recv"]
+    ratio = g.interconnect_bytes_per_s / _gpu(ref).interconnect_bytes_per_s
+    return float(link["latency_s"]), float(link["bytes_per_s"]) * ratio
+
+
+def _allreduce_fit(net: Mapping[str, Any], tp: int) -> tuple[float, float]:
+    """``(latency_s, s_per_byte)`` of the NCCL all-reduce over ``tp`` GPUs of one network: the
+    fitted alpha-beta at ``tp``, else the nearest measured TP carried by the ring's step counts
+    (latency x (tp - 1) / (tp0 - 1), seconds per byte x the ring factors' ratio)."""
+    fits = net["all_reduce"]
+    if str(tp) in fits:
+        f = fits[str(tp)]
+        return float(f["latency_s"]), float(f["s_per_byte"])
+    tp0 = min((int(n) for n in fits), key=lambda n: (abs(math.log(n / tp)), n))
+    f = fits[str(tp0)]
+    ring = ((tp - 1) / tp) / ((tp0 - 1) / tp0)
+    return float(f["latency_s"]) * (tp - 1) / (tp0 - 1), float(f["s_per_byte"]) * ring
+
+
+#: vLLM's in-node custom all-reduce (``vllm/distributed/device_communicators/custom_all_reduce.py``,
+#: releases 0.4-0.15): used for messages up to 8 MiB when every pair of the TP group has a
+#: direct NVLink/NVSwitch path; above that size, and without such links, NCCL.
+CUSTOM_ALLREDUCE_MAX_BYTES = 8 * 2 ** 20
+
+
+def _has_nvlink(g: GPUSpec) -> bool:
+    """True when ``g``'s GPU-to-GPU link is faster than its host PCIe link (NVLink / NVSwitch)."""
+    return g.interconnect_bytes_per_s > 1.01 * g.host_link_bytes_per_s
 
 
 def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 1,
-          constants: Mapping[str, Any], stack: str = "none") -> MeasuredCostModel:
+          constants: Mapping[str, Any], stack: str = "none", ep: int = 1) -> MeasuredCostModel:
     """The :class:`MeasuredCostModel` of ``model`` on ``gpu`` from the ``constants`` dictionary.
 
     :func:`measured` calls it with the shipped constants; :mod:`.fit` with freshly fitted ones.
-    ``ValueError`` names why when the constants cannot price the pair (:func:`unsupported`).
+    A GPU without measurements is priced from the nearest measured GPU (:func:`reference_gpu`) by
+    spec ratios: GEMM and pointwise bandwidth terms by the HBM bandwidth ratio, throughput terms by
+    the dense peak ratio, collective bandwidth by the interconnect ratio; its label says so.
+    Attention (profiled on one A100) reaches every GPU the same way. ``ValueError`` names why
+    when the constants cannot price the pair (:func:`unsupported`). ``ep`` is the expert-parallel
+    degree of a mixture of experts (:meth:`MeasuredCostModel.layer_linear_s`).
     """
     m, g = _model(model), _gpu(gpu)
-    tp, pp = v.positive_int(tp, "tp"), v.positive_int(pp, "pp")
+    tp, pp, ep = v.positive_int(tp, "tp"), v.positive_int(pp, "pp"), v.positive_int(ep, "ep")
+    if ep > 1 and (not m.is_moe or m.num_experts % ep):
+        raise ValueError(f"ep={ep} needs a mixture of experts whose experts it divides; {m.name} has "
+                         f"{m.num_experts} experts")
     why = unsupported(m, g, tp=tp, consts=constants)
     if why is not None:
-        raise ValueError(f"the measured cost model cannot price {m.name} on {g.name} with tp={tp}: {why} "
-                         f"(measured GPUs: {', '.join(measured_gpus(constants)) or 'none'})")
-    entry = constants["gpus"][g.name]
+        raise ValueError(f"the measured cost model cannot price {m.name} on {g.name} with tp={tp}: {why}")
+    ref = reference_gpu(g, constants)
+    entry = constants["gpus"][ref]
     fam = constants["families"][entry["family"]]
+    prof = _gpu(fam["gpu"])  # the GPU the family's profiles ran on
+    bw = g.hbm_bandwidth_bytes_per_s / prof.hbm_bandwidth_bytes_per_s
+    fl = g.gemm_flops_per_s("bf16") / prof.gemm_flops_per_s("bf16")
+    ic = g.interconnect_bytes_per_s / _gpu(ref).interconnect_bytes_per_s
     stacks = constants.get("stacks", {})
     if stack != "none" and stack not in stacks:
         raise ValueError(f"stack {stack!r} is not one of {', '.join(['none', *stacks])}")
     over = {"overhead_s": 0.0, "overhead_s_per_seq": 0.0, "label": ""} if stack == "none" else stacks[stack]
-    curve = constants["networks"][entry["network"]]["all_reduce"][str(tp)] if tp > 1 else \
-        {"log2_bytes": [], "time_s": []}
+    net = constants["networks"][entry["network"]]
+    ar_latency, ar_per_byte = _allreduce_fit(net, tp) if tp > 1 else (0.0, 0.0)
+    p2p_latency, p2p_bytes_per_s = float(net["send_recv"]["latency_s"]), float(net["send_recv"]["bytes_per_s"])
+    full_nvlink = _has_nvlink(g) and tp <= int(net.get("full_nvlink_gpus", 0))
     d = m.head_dim
     q = m.num_q_heads * d / tp
     kv = m.kv_heads_per_gpu(tp) * d
-    ff = m.intermediate_size / tp
     h = m.hidden_size
-    att = fam["attention"]
-    scale = float(entry.get("bytes_scale", 1.0))  # HBM bandwidth of this SKU relative to the profiled one
+    gate = 2 if m.gated_mlp else 1
+    if m.is_moe:
+        ff = (m.moe_intermediate_size or m.intermediate_size) / tp
+        dense: tuple[tuple[float, float], ...] = ((q + 2 * kv, h), (h, q), (float(m.num_experts), h))
+        experts: tuple[tuple[float, float], ...] = ((gate * ff, h), (h, ff))
+    else:
+        ff = m.intermediate_size / tp
+        dense, experts = ((q + 2 * kv, h), (h, q), (gate * ff, h), (h, ff)), ()
+    att = constants["attention"]
+    att_gpu = _gpu(att["gpu"])
+    att_bw = g.hbm_bandwidth_bytes_per_s / att_gpu.hbm_bandwidth_bytes_per_s
+    att_fl = g.gemm_flops_per_s("bf16") / att_gpu.gemm_flops_per_s("bf16")
     layers = m.layers_per_gpu(pp)
     flops_per_pair_layer = m.attention_flops_per_pair_per_layer / tp
+    kv_bytes = float(m.kv_bytes_per_token_per_layer(tp=tp))
+    peak_bytes, peak_flops = g.hbm_bandwidth_bytes_per_s, g.gemm_flops_per_s("bf16")
+    r = _gpu(ref)
+    where = entry["label"] if ref == g.name else (
+        f"extrapolated from {ref} by spec ratios: compute x{peak_ratio(g, r):.2f}, HBM bandwidth "
+        f"x{g.hbm_bandwidth_bytes_per_s / r.hbm_bandwidth_bytes_per_s:.2f}, interconnect x{ic:.2f}")
+    fg = fam["gemm"]
+    pw = fam["pointwise"]
     return MeasuredCostModel(
         model_name=m.name, gpu_name=g.name, tp=tp, pp=pp,
-        label=f"measured ({entry['label']}{'' if stack == 'none' else ' + ' + over['label']})",
+        label=f"measured ({where}{'' if stack == 'none' else ' + ' + over['label']})",
         num_layers=layers, hidden_size=h,
-        gemm=replace(GemmCurve(**fam["gemm"]), bytes_per_s=fam["gemm"]["bytes_per_s"] * scale),
-        gemm_shapes=((q + 2 * kv, h), (h, q), ((2 if m.gated_mlp else 1) * ff, h), (h, ff)),
-        lm_head_shape=(m.vocab_size / tp, h),
-        pointwise_s=fam["pointwise"]["launch_s"], pointwise_s_per_element=fam["pointwise"]["s_per_element"] / scale,
-        attention_s=att["launch_s"], attention_s_per_seq=att["s_per_seq"], attention_s_per_token=att["s_per_token"],
-        attention_s_per_kv_token=att["s_per_kv_byte"] / scale * m.kv_bytes_per_token_per_layer(tp=tp),
-        attention_s_per_pair=att["s_per_flop"] * flops_per_pair_layer,
-        allreduce_log2_bytes=tuple(curve["log2_bytes"]), allreduce_curve_s=tuple(curve["time_s"]),
-        activation_bytes_per_token=float(h * 2),
+        gemm=GemmCurve(launch_s=fg["launch_s"], bytes_per_s=fg["bytes_per_s"] * bw, flops_per_s=fg["flops_per_s"] * fl,
+                       half_tokens=fg["half_tokens"], sharpness=fg["sharpness"], peak_bytes_per_s=peak_bytes,
+                       peak_flops_per_s=peak_flops),
+        gemm_shapes=dense, expert_shapes=experts, num_experts=m.num_experts if m.is_moe else 0,
+        experts_per_token=m.experts_per_token if m.is_moe else 0, expert_parallel=ep,
+        lm_head_shape=(m.vocab_size / tp, h), peak_bytes_per_s=peak_bytes, peak_flops_per_s=peak_flops,
+        pointwise_s=pw["launch_s"], pointwise_s_per_element=pw["s_per_element"] / bw,
+        pointwise_s_per_sharded_element=pw["s_per_sharded_element"] / bw, sharded_width=q + kv + ff,
+        pointwise_bytes_per_token=2.0 * (4 * h + 6 * h + 2 * (q + kv) + (gate + 1) * ff),
+        attention_s=att["launch_s"], attention_s_per_seq=att["s_per_seq"],
+        attention_s_per_token=att["s_per_token"] / att_fl,
+        attention_s_per_kv_token=att["s_per_kv_byte"] / att_bw * kv_bytes,
+        attention_s_per_pair=att["s_per_flop"] / att_fl * flops_per_pair_layer,
+        attention_kv_bytes_per_token=kv_bytes, attention_flops_per_pair_layer=flops_per_pair_layer,
+        allreduces_per_layer=2.0 if tp > 1 else 0.0, activation_bytes_per_token=float(h * 2),
+        allreduce_latency_s=ar_latency, allreduce_s_per_byte=ar_per_byte / ic,
+        custom_allreduce_max_bytes=float(CUSTOM_ALLREDUCE_MAX_BYTES) if full_nvlink and tp > 1 else 0.0,
+        p2p_latency_s=p2p_latency, p2p_s_per_byte=1.0 / (p2p_bytes_per_s * ic),
+        ring_factor=2.0 * (tp - 1) / tp, interconnect_bytes_per_s=g.interconnect_bytes_per_s,
         overhead_s=over["overhead_s"], overhead_s_per_seq=over["overhead_s_per_seq"],
         linear_flops_per_token=2.0 * (m.num_active_params or m.num_params) / (tp * pp),
         attention_flops_per_pair=flops_per_pair_layer * layers,
@@ -273,7 +473,7 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
 
 
 def measured(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 1,
-             stack: str = "none") -> MeasuredCostModel:
+             stack: str = "none", ep: int = 1) -> MeasuredCostModel:
     """The measured :class:`MeasuredCostModel` of ``model`` on ``gpu`` with TP x PP GPUs.
 
     Parameters
@@ -287,4 +487,4 @@ def measured(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int
         Serving stack whose CPU overheads apply (a key of the constants' ``stacks``:
         ``"sarathi-serve"``), or ``"none"`` (default) for GPU time only.
     """
-    return build(model, gpu, tp=tp, pp=pp, constants=constants(), stack=stack)
+    return build(model, gpu, tp=tp, pp=pp, constants=constants(), stack=stack, ep=ep)

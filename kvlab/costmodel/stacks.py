@@ -21,7 +21,7 @@ Shipped files live in ``data/costmodels/<name>.json``; ``data/SOURCES.md`` says 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -126,7 +126,8 @@ def save(terms: StackTerms, path: str | Path) -> Path:
 
 @dataclass(frozen=True, kw_only=True)
 class StackedCostModel:
-    """A base cost model with a stack's terms (any base with ``iteration_s``; no compiled form)."""
+    """A base cost model with a stack's terms (any base with ``iteration_s``; a compiled form
+    when the base has one, :mod:`.compiled`)."""
 
     base: Any
     terms: StackTerms
@@ -139,42 +140,18 @@ class StackedCostModel:
                 + t.overhead_s + t.overhead_s_per_seq * num_seqs)
 
 
-def _measured_fields() -> frozenset[str]:
-    from .measured import MeasuredCostModel
-    return frozenset(f.name for f in fields(MeasuredCostModel))
-
-
-#: The measured model's fields this module knows how to scale exactly (else it wraps).
-_SCALED_MEASURED = frozenset({
-    "model_name", "gpu_name", "tp", "pp", "label", "num_layers", "hidden_size", "gemm", "gemm_shapes",
-    "lm_head_shape", "pointwise_s", "pointwise_s_per_element", "attention_s", "attention_s_per_seq",
-    "attention_s_per_token", "attention_s_per_kv_token", "attention_s_per_pair", "allreduce_log2_bytes",
-    "allreduce_curve_s", "activation_bytes_per_token", "overhead_s", "overhead_s_per_seq",
-    "linear_flops_per_token", "attention_flops_per_pair"})
-
-
 def apply(cost: Any, terms: StackTerms) -> Any:
     """``cost`` (a stack-free base model) with ``terms`` added.
 
-    A :class:`~kvlab.costmodel.measured.MeasuredCostModel` stays one (every GPU term scaled, the
-    overheads set), so the compiled engine loop still prices it; any other model is wrapped in a
-    :class:`StackedCostModel`.
+    A :class:`~kvlab.costmodel.measured.MeasuredCostModel` without overheads stays one (its own
+    ``gpu_time_scale`` and overhead fields set); any other model is wrapped in a
+    :class:`StackedCostModel`. Both have a compiled form (:mod:`.compiled`).
     """
     from .measured import MeasuredCostModel
 
     label = f"{getattr(cost, 'label', type(cost).__name__)} + {terms.describe()}"
-    if type(cost) is MeasuredCostModel and _measured_fields() == _SCALED_MEASURED \
-            and cost.overhead_s == 0.0 and cost.overhead_s_per_seq == 0.0:
-        s = float(terms.gpu_time_scale)
-        g = cost.gemm
-        return replace(
-            cost, label=label,
-            gemm=replace(g, launch_s=g.launch_s * s, bytes_per_s=g.bytes_per_s / s, flops_per_s=g.flops_per_s / s),
-            pointwise_s=cost.pointwise_s * s, pointwise_s_per_element=cost.pointwise_s_per_element * s,
-            attention_s=cost.attention_s * s, attention_s_per_seq=cost.attention_s_per_seq * s,
-            attention_s_per_token=cost.attention_s_per_token * s,
-            attention_s_per_kv_token=cost.attention_s_per_kv_token * s,
-            attention_s_per_pair=cost.attention_s_per_pair * s,
-            allreduce_curve_s=tuple(x * s for x in cost.allreduce_curve_s),
-            overhead_s=float(terms.overhead_s), overhead_s_per_seq=float(terms.overhead_s_per_seq))
+    if type(cost) is MeasuredCostModel and cost.overhead_s == 0.0 and cost.overhead_s_per_seq == 0.0 \
+            and cost.gpu_time_scale == 1.0:
+        return replace(cost, label=label, gpu_time_scale=float(terms.gpu_time_scale),
+                       overhead_s=float(terms.overhead_s), overhead_s_per_seq=float(terms.overhead_s_per_seq))
     return StackedCostModel(base=cost, terms=terms, label=label)

@@ -6,6 +6,8 @@ Each check fits on part of a measured table and predicts the rest:
   (model, TP, tokens) rows, the layer's linear time (its four GEMMs) predicted on the others;
 * :func:`leave_one_model_out`: each GPU's curve fitted without one model, that model predicted;
 * :func:`attention_holdout`: the attention terms fitted on a share of Vidur's attention rows;
+* :func:`leave_one_gpu_out`: each profiled GPU's linear layers predicted from another GPU's curve
+  carried by spec ratios (how :func:`.measured.build` prices a GPU without measurements);
 * :func:`sarathi_holdout`: each Sarathi-Serve figure-2 batch predicted with the stack overheads
   fitted on the other figure-2 batches (leave one out); table 2 and figure 9 are never fitted.
 
@@ -19,7 +21,7 @@ MAPE is the mean of ``|predicted / measured - 1|``; the worst case is its maximu
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 import numpy as np
@@ -29,7 +31,8 @@ from .. import _validate as v
 from .._paths import DATA_DIR
 from . import data as _data
 from . import fit as _fit
-from .measured import GemmCurve, build, constants as shipped_constants
+from ..specs import gpu as _gpu
+from .measured import GemmCurve, spec_distance, build, constants as shipped_constants
 
 #: Targets on held-out data (issue 11): MAPE at most this much.
 TARGETS = {"linear": 0.10, "sarathi decode": 0.15, "sarathi prefill": 0.15, "left-out model": 0.15}
@@ -90,6 +93,41 @@ def leave_one_model_out(linear: pd.DataFrame) -> pd.DataFrame:
         out.append(held[["gpu", "model", "tp", "num_tokens"]].assign(
             measured_s=held["linear_s"].to_numpy(), predicted_s=_layer_linear_s(curve, held)))
     return pd.concat(out, ignore_index=True)
+
+
+def carried_curve(curve: GemmCurve, source_gpu: str, target_gpu: str) -> GemmCurve:
+    """``curve`` (fitted on ``source_gpu``) carried to ``target_gpu`` by spec ratios: bandwidth by
+    the HBM ratio, throughput by the dense BF16 peak ratio, with the target's physical floors."""
+    src, dst = _gpu(source_gpu), _gpu(target_gpu)
+    bw = dst.hbm_bandwidth_bytes_per_s / src.hbm_bandwidth_bytes_per_s
+    fl = dst.gemm_flops_per_s("bf16") / src.gemm_flops_per_s("bf16")
+    return replace(curve, bytes_per_s=curve.bytes_per_s * bw, flops_per_s=curve.flops_per_s * fl,
+                   peak_bytes_per_s=dst.hbm_bandwidth_bytes_per_s, peak_flops_per_s=dst.gemm_flops_per_s("bf16"))
+
+
+def leave_one_gpu_out(linear: pd.DataFrame) -> pd.DataFrame:
+    """Each profiled GPU's layer linear time predicted from every other profiled GPU by spec ratios.
+
+    One row per (target, source) pair: the source's GEMM curve (fitted on its rows only) carried to
+    the target (:func:`carried_curve`), scored on every row of the target: ``rows``, ``mape``,
+    ``median_abs_err``, ``worst`` (signed) and ``nearest`` (the source :func:`.measured.build`
+    would use: the smallest spec distance).
+    """
+    fams = sorted(linear["gpu"].unique())
+    curves = {f: _fit.fit_gemm(_fit.gemm_rows(linear[linear["gpu"] == f])) for f in fams}
+    out = []
+    for target in fams:
+        held = linear[linear["gpu"] == target]
+        t_gpu = _fit.PROFILED_GPUS[target]
+        others = [f for f in fams if f != target]
+        nearest = min(others, key=lambda f: spec_distance(_gpu(t_gpu), _gpu(_fit.PROFILED_GPUS[f])))
+        for source in others:
+            curve = carried_curve(curves[source], _fit.PROFILED_GPUS[source], t_gpu)
+            rel = _layer_linear_s(curve, held) / held["linear_s"].to_numpy() - 1.0
+            out.append({"target": t_gpu, "from": _fit.PROFILED_GPUS[source], "nearest": source == nearest,
+                        "rows": len(held), "mape": float(np.mean(np.abs(rel))),
+                        "median_abs_err": float(np.median(np.abs(rel))), "worst": float(rel[np.argmax(np.abs(rel))])})
+    return pd.DataFrame(out)
 
 
 def attention_holdout(att: pd.DataFrame, *, test_frac: float = 0.3, seed: int = 0) -> pd.DataFrame:

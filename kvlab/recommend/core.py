@@ -844,8 +844,9 @@ def render_text(rec: Recommendation) -> str:
     """The terminal report, every line at most :data:`WIDTH` columns."""
     ld, s, fit = rec.load, rec.setup, rec.context
     rate, offered = ld["rate_per_s"], ld.get("offered_rate_per_s")
-    gpu_note = "" if s.get("gpu_measured", True) or not s["cost_model"].startswith("roofline") \
-        else f"; GPU not measured: spec-sheet estimate for {s['gpu']}"
+    gpu_note = "" if s.get("gpu_measured", True) else \
+        f"; GPU not measured: spec-sheet estimate for {s['gpu']}" if s["cost_model"].startswith("roofline") else \
+        f"; GPU not measured: {s['gpu']} extrapolated from the nearest measured GPU by spec ratios"
     precision = "" if (s.get("weights"), s.get("kv_cache_dtype")) in ((None, None), ("bf16", "auto")) else \
         f" ({s['weights']} weights, {s['kv_cache_dtype']} KV)"
     lines = [*_wrap(f"{s['model']}{precision} on {s['tp']} x {s['gpu']}; {s['system']} ({s['version_family']}); "

@@ -170,7 +170,7 @@ def _replay_with(record: RunRecord, terms: StackTerms) -> Replay:
     from ..costmodel.stacks import apply
 
     s = record.setup
-    cost = apply(cost_model(s.model, s.gpu, tp=s.tp, source=terms.base), terms)
+    cost = apply(cost_model(s.model, s.gpu, tp=s.tp, source=terms.base, ep=s.expert_parallel), terms)
     return replay(record, cost_model=cost)
 
 

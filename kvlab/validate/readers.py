@@ -86,13 +86,15 @@ def read_llmservingsim(folder: str | Path = SHARED_SERVING) -> list[RunRecord]:
         assumed = ["times from the engine's queue (queued_ts), as the source gives them"]
         if blocks is None:
             assumed.append("KV blocks not recorded: pool derived from gpu_memory_utilization=0.9")
+        ep = int(row["tp"]) * dp if str(row["expert_parallel"]).strip().lower() == "true" else 1
         if dp > 1:
-            assumed.append(f"DP{dp}: requests dealt round-robin to {dp} independent replicas "
-                           "(vLLM balances by load); expert parallelism not modelled (each replica priced whole)")
+            assumed.append(f"DP{dp}: requests dealt round-robin to {dp} independent replicas (vLLM balances by load)"
+                           + (f"; EP{ep}: each GPU's experts serve all ranks' tokens, every rank taken to carry "
+                              "the replayed one's load" if ep > 1 else ""))
         mml = None if pd.isna(row["max_model_len"]) else int(row["max_model_len"])
         setup = SetUp(name=name, dataset=LLMSERVINGSIM, server="vLLM", server_version=str(row["vllm_version"]),
                       engine="vllm-v1", model=_MODELS.get(str(row["model"]), str(row["model"])), gpu=str(row["gpu"]),
-                      tp=int(row["tp"]), dp=dp, scheduler="chunked", max_num_seqs=int(row["max_num_seqs"]),
+                      tp=int(row["tp"]), dp=dp, expert_parallel=ep, scheduler="chunked", max_num_seqs=int(row["max_num_seqs"]),
                       max_num_batched_tokens=int(row["max_num_batched_tokens"]), max_model_len=mml,
                       block_size=16 if pd.isna(row["block_size"]) else int(row["block_size"]), pool_pages=blocks,
                       gpu_memory_utilization=(0.9 if pd.isna(row["gpu_memory_utilization"])

@@ -43,6 +43,9 @@ class SetUp:
         Catalogue names (:mod:`kvlab.specs`).
     tp, dp : int
         Tensor-parallel GPUs per replica and data-parallel replicas (requests split evenly).
+    expert_parallel : int
+        GPUs a mixture of experts' experts are spread over (vLLM's ``--enable-expert-parallel``:
+        ``tp x dp``); 1 without expert parallelism.
     scheduler : {"chunked", "prefill_first"}
         V1 chunked prefill, or V0 whole prefills (:func:`kvlab.simulate`'s ``scheduler``).
     max_num_seqs, max_num_batched_tokens, max_model_len, block_size : int
@@ -68,6 +71,7 @@ class SetUp:
     gpu: str
     tp: int = 1
     dp: int = 1
+    expert_parallel: int = 1
     scheduler: str = "chunked"
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 2048
@@ -83,7 +87,7 @@ class SetUp:
         if self.scheduler not in SCHEDULERS:
             raise ValueError(f"run {self.name}: scheduler must be one of {', '.join(SCHEDULERS)}, "
                              f"got {self.scheduler!r}")
-        for f in ("tp", "dp", "max_num_seqs", "max_num_batched_tokens", "block_size"):
+        for f in ("tp", "dp", "expert_parallel", "max_num_seqs", "max_num_batched_tokens", "block_size"):
             val = getattr(self, f)
             if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
                 raise ValueError(f"run {self.name}: {f} must be a positive integer, got {val!r}")

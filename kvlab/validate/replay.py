@@ -60,6 +60,21 @@ def _replicas(n: int, dp: int) -> list[np.ndarray]:
     return [np.arange(r, n, dp) for r in range(dp)]
 
 
+def expert_parallel_cost(record: RunRecord, cost_model: Any, stack: str | None) -> tuple[Any, str] | None:
+    """The cost-model object and stack name of an expert-parallel run (``simulate``'s ``cost_model``
+    and ``stack`` arguments cannot carry the EP degree), or None for any other run or an object."""
+    from ..costmodel import cost_model as build
+    from ..costmodel.stacks import is_cost_model_file
+
+    s = record.setup
+    if s.expert_parallel == 1 or not (cost_model is None or isinstance(cost_model, str)):
+        return None
+    named = cost_model if isinstance(cost_model, str) and is_cost_model_file(cost_model) else stack
+    source = None if cost_model is None or named is cost_model else cost_model
+    cost = build(s.model, s.gpu, tp=s.tp, source=source, stack=named or "none", ep=s.expert_parallel)
+    return cost, named or "none"
+
+
 def replay(record: RunRecord, *, cost_model: Any = None, stack: str | None = None) -> Replay:
     """Serve ``record``'s requests in its own set-up (see the module note) and return the replay.
 
@@ -69,6 +84,9 @@ def replay(record: RunRecord, *, cost_model: Any = None, stack: str | None = Non
     from ..sim import simulate
 
     s = record.setup
+    ep_cost = expert_parallel_cost(record, cost_model, stack)
+    if ep_cost is not None:
+        cost_model, stack = ep_cost[0], None
     work = record.workload()
     pred = pd.DataFrame(index=work.index, columns=["ttft_s", "tpot_s", "e2e_s", "num_preemptions", "replica"],
                         dtype=np.float64)
@@ -98,7 +116,7 @@ def replay(record: RunRecord, *, cost_model: Any = None, stack: str | None = Non
         stacks.add(res.params["stack"])
         pools.add(res.params["pool_pages"])
     return Replay(record=record, predicted=pred, iterations=tuple(iters), cost_model="; ".join(sorted(labels)),
-                  stack="; ".join(sorted(stacks)), pool_pages=int(min(pools)),
+                  stack=ep_cost[1] if ep_cost is not None else "; ".join(sorted(stacks)), pool_pages=int(min(pools)),
                   makespan_s=max(ends) - float(work["arrival_s"].min()))
 
 

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..costmodel import unsupported
+from ..costmodel import measured_gpus, unsupported
+from ..costmodel.measured import reference_gpu
 from ..specs import gpu as _gpu, model as _model
 from .calibrate import leave_one_out
 from .readers import SHARED_SERVING, read_shared
@@ -90,12 +91,17 @@ def why(row: pd.Series | dict, record: RunRecord) -> str:
     not_measured = unsupported(m, g, tp=s.tp)
     if not_measured:
         reasons.append(f"GPU time from the spec-sheet roofline ({not_measured})")
+    elif g.name not in measured_gpus():
+        reasons.append(f"{g.name} has no measurements: its curves are {reference_gpu(g)}'s carried by spec ratios "
+                       "(notebook 08's leave-one-GPU-out table: 6-10% on the linear layers)")
     if s.tp > 1 and g.interconnect_bytes_per_s <= g.host_link_bytes_per_s:
         reasons.append(f"TP{s.tp} all-reduce over PCIe (no NVLink) without a measured all-reduce curve for that link")
     if s.dp > 1:
         reasons.append(f"DP{s.dp} replicas modelled as independent round-robin shares (vLLM balances by load)")
     if m.is_moe:
-        reasons.append("mixture of experts: tokens per expert and expert parallelism not priced")
+        reasons.append("mixture of experts: routing taken as uniform over the experts"
+                       + (f", and every EP{s.expert_parallel} rank as loaded as the replayed one"
+                          if s.expert_parallel > 1 else ""))
     meas_growth = float(row["ttft_growth_meas"])
     if 1.5 < meas_growth and not row["overload_meas"]:
         reasons.append(f"near saturation (measured late/early median TTFT {meas_growth:.2g}x, "

@@ -9,7 +9,7 @@ host (NumPy arrays). It applies when
   waiting queue FCFS (not ``orders_queue``) and preempts the newest running request
   (``preempts_newest``); the policy is asked on arrays here, once for every request and again for
   each request preempted after it generated tokens, never from the compiled code;
-* the cost model has a compiled form (:func:`kvlab.costmodel.kernel.constants`);
+* the cost model has a compiled form (:func:`kvlab.costmodel.compiled.constants`);
 * Numba imports (it is a dependency of kvlab; an image without it, such as the GPU check's,
   keeps the array engine), and the environment does not set ``KVLAB_COMPILED=0`` (which the
   tests use to run the array engine on the same cases).
@@ -58,7 +58,7 @@ def why_not(policy: Policy, cost_model: CostModel, xp: ModuleType) -> str | None
     if traits:
         return f"policy {policy.name} {', '.join(traits)}: the array engine runs it"
     try:
-        from ...costmodel.kernel import constants
+        from ...costmodel.compiled import constants
     except ImportError:
         return "Numba is not installed"
     if constants(cost_model) is None:
@@ -110,7 +110,7 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
                  max_new_tokens: int, policy: Policy, pool: PoolConfig, scheduler: SchedulerConfig, swap: SwapConfig,
                  cost_model: CostModel) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Simulate with the compiled loop (when :func:`why_not` is ``None``); the fast engine's tables."""
-    from ...costmodel.kernel import constants
+    from ...costmodel.compiled import constants
     from . import kernel as kn
 
     n = len(prompt_tokens)

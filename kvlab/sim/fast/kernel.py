@@ -6,7 +6,7 @@ arrays, so that Numba compiles it to machine code. The policy and the cost model
 called from inside: the policy's rules arrive as per-request answers (reservation pages,
 admission pages, whether the request fits an empty pool), valid for the request's generated
 tokens when they were asked; the cost model arrives as constants for
-:func:`kvlab.costmodel.kernel.iteration_s`.
+:func:`kvlab.costmodel.compiled.iteration_s`.
 
 The loop stops and returns an event code when Python must act, with every scalar of its state
 saved in ``S`` and ``F`` so that the next call resumes where it stopped (always between two
@@ -24,15 +24,14 @@ policies to the array engine.
 """
 from __future__ import annotations
 
-from ... import _numba_cache  # noqa: F401  (first: it gives Numba a writable cache folder)
-import numba
+from ..._numba_cache import njit  # first: it gives Numba a writable cache folder, keyed on the sources
 import numpy as np
 
 from ..._intmath import ceil_div
-from ...costmodel.kernel import iteration_s
+from ...costmodel.compiled import iteration_s
 from .state import ABORT_REASONS, ABORTED, CAPPED, PREEMPTED, RUNNING, STOPPED, SWAPPED
 
-_ceil_div = numba.njit(cache=True, nogil=True, inline="always")(ceil_div)  # kvlab's one ceiling division, compiled
+_ceil_div = njit(nogil=True, inline="always")(ceil_div)  # kvlab's one ceiling division, compiled
 
 # ---- scalar state: S (int64) and F (float64) slots
 K, ARRIVED, COMMITTED, USED_PAGES, CPU_USED, IDLE, NROWS, WQ_HEAD, WQ_LEN, SW_HEAD, SW_LEN, NRUN, NSTALE = range(13)
@@ -58,7 +57,7 @@ R_K, R_BATCH, R_PREFILL, R_DECODE, R_RUNNING, R_WAITING, R_SWAPPED, R_PREEMPTED,
 NUM_ROW_INTS = 13
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _pages(tokens, bs, shift):  # pragma: no cover (compiled)
     """Pages holding ``tokens >= 0`` tokens: a shift when ``bs == 1 << shift`` (no division), else ceil division."""
     if shift >= 0:
@@ -66,13 +65,13 @@ def _pages(tokens, bs, shift):  # pragma: no cover (compiled)
     return _ceil_div(tokens, bs)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _promised(res_r, used_r):  # pragma: no cover (compiled)
     """Pages a request promises: the larger of its reservation and its used pages."""
     return max(res_r, used_r)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _allocated(need, res_r, used_r):  # pragma: no cover (compiled)
     """(promised pages added, used pages added) when a request holding ``res_r`` reserved and
     ``used_r`` used pages needs ``need`` pages (scalars: array arguments would cost reference counts)."""
@@ -81,14 +80,14 @@ def _allocated(need, res_r, used_r):  # pragma: no cover (compiled)
     return _promised(res_r, need) - _promised(res_r, used_r), need - used_r
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _abort(r, code, k, start, Q, fin_iter, fin_s):  # pragma: no cover (compiled)
     Q[r, STATUS] = ABORTED
     Q[r, ABORT] = code
     fin_iter[r], fin_s[r] = k, start
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@njit(nogil=True, inline="always")
 def _preempt(v, k, start, mode, bs, shift, cpu_free, sched_ids, sched_chunk, nsched, Q, fin_iter, fin_s, facts_gen,
              stale, nstale):  # pragma: no cover (compiled)
     """Preempt running request ``v`` (already out of the running list).
@@ -125,7 +124,7 @@ def _preempt(v, k, start, mode, bs, shift, cpu_free, sched_ids, sched_chunk, nsc
     return back, nsched, freed_commit, freed_used, 0, nstale, 2
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def simulate_kernel(S, F, C, page_copy_s, cost_kind, cost_params, Q, T, order, arrival,
                     res_pages, adm_pages, fits, facts_gen, adm_iter, ft_iter, fin_iter, adm_s, ft_s, fin_s,
                     wq, sw, run, sched_ids, sched_chunk, snap, stale, R, RT):  # pragma: no cover (compiled)

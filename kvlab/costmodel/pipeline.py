@@ -35,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from . import _validate as v
-from .backend import array_namespace
-from .costmodel import roofline
-from .specs import GPUSpec, ModelSpec, gpu as _gpu, model as _model
+from .. import _validate as v
+from ..backend import array_namespace
+from .roofline import roofline
+from ..specs import GPUSpec, ModelSpec, gpu as _gpu, model as _model
 
 #: Stage links: ``"in-node"`` (the GPU interconnect) or ``"internode"`` (the GPU's share of its
 #: node's network, :attr:`kvlab.specs.GPUSpec.internode_bytes_per_s`), with a latency per send

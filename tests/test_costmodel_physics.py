@@ -1,0 +1,261 @@
+"""The measured cost model's physics: no term under its floor on any catalogued GPU, mixtures of
+experts priced from the GEMM curves at tokens per expert, the compiled form tied to the Python one
+field by field, the Numba cache keyed on the sources, and the leave-one-GPU-out table."""
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import fields, replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from kvlab import _numba_cache
+from kvlab import costmodel as cm
+from kvlab.costmodel import compiled, data, stacks, validate
+from kvlab.specs import gpus as gpu_table, model as spec
+
+from test_costmodel_measured import gemm_floor_s, needs_shared, zero_constants
+
+measured_mod = importlib.import_module("kvlab.costmodel.measured")
+GPUS = list(gpu_table()["name"])
+CASES = [("Llama-3-8B", 1), ("Llama-2-70B", 4), ("Qwen2.5-14B", 2)]
+
+
+def layer_weights(name: str, tp: int) -> float:
+    """A dense layer's weight elements per GPU from the model's config (QKV, out, MLP), by hand."""
+    m = spec(name)
+    q, kv = m.num_q_heads * m.head_dim / tp, m.kv_heads_per_gpu(tp) * m.head_dim
+    ff = m.intermediate_size / tp
+    return m.hidden_size * (q + 2 * kv) + q * m.hidden_size + (3 if m.gated_mlp else 2) * ff * m.hidden_size
+
+
+@settings(max_examples=60, deadline=None)
+@given(gpu=st.sampled_from(GPUS), case=st.sampled_from(CASES), decodes=st.integers(0, 256),
+       context=st.integers(1, 16_000), chunk=st.integers(0, 2048), cached=st.integers(0, 8000))
+def test_no_iteration_is_faster_than_its_bytes_or_flops(gpu, case, decodes, context, chunk, cached):
+    """A random batch (decodes at one context plus one prefill chunk) on any catalogued GPU costs at
+    least its weight and KV bytes over the spec HBM bandwidth and its FLOPs over the dense peak."""
+    name, tp = case
+    if decodes + chunk == 0:
+        decodes = 1
+    c = cm.measured(name, gpu, tp=tp)
+    m, g = spec(name), c
+    t = decodes + chunk
+    pairs = decodes * context + chunk * cached + chunk * (chunk + 1) // 2
+    kv = decodes * context + (cached + chunk if chunk else 0)
+    s = decodes + (1 if chunk else 0)
+    kv_bytes = m.kv_bytes_per_token(tp=tp) * kv
+    weights = 2 * (m.num_layers * layer_weights(name, tp) + m.vocab_size / tp * m.hidden_size)
+    flops = 2 * m.num_layers * layer_weights(name, tp) * t + m.num_layers * m.attention_flops_per_pair_per_layer / tp * pairs
+    got = c.iteration_s(t, pairs, kv, s)
+    assert got >= (weights + kv_bytes) / g.peak_bytes_per_s * (1 - 1e-12)
+    assert got >= flops / g.peak_flops_per_s * (1 - 1e-12)
+    # each term alone, too: attention and the all-reduce
+    assert c.attention_layer_s(t, pairs, kv, s) >= m.kv_bytes_per_token_per_layer(tp=tp) * kv / g.peak_bytes_per_s
+    if tp > 1:
+        ring = 2 * (tp - 1) / tp * t * m.hidden_size * 2
+        assert c.allreduce_s(t) >= ring / c.interconnect_bytes_per_s * (1 - 1e-12)
+
+
+def test_h100_attention_reads_kv_below_hbm_bandwidth():
+    """Issue 20: H100's decode attention read KV at 138% of HBM; now under 100% and >= the floor."""
+    c = cm.measured("Llama-3-8B", "H100-SXM")
+    m = spec("Llama-3-8B")
+    b, ctx = 32, 8192
+    per_layer = c.attention_layer_s(b, b * ctx, b * ctx, b)
+    rate = m.kv_bytes_per_token_per_layer() * b * ctx / per_layer
+    assert rate <= 3.35e12
+    floor = (m.weight_bytes_per_gpu() - m.vocab_size * m.hidden_size * 2 + m.kv_bytes_per_token() * b * ctx) / 3.35e12
+    assert c.iteration_s(b, b * ctx, b * ctx, b) >= floor
+
+
+def test_h200_differs_from_h100_where_the_specs_differ():
+    h100, h200 = cm.measured("Llama-3-8B", "H100-SXM"), cm.measured("Llama-3-8B", "H200")
+    assert h200.peak_bytes_per_s == 4.8e12 and h100.peak_bytes_per_s == 3.35e12
+    assert h200.peak_flops_per_s == h100.peak_flops_per_s
+    decode = (64, 64 * 2000, 64 * 2000, 64)
+    assert h200.iteration_s(*decode) < 0.85 * h100.iteration_s(*decode)
+
+
+def test_moe_is_priced_from_the_gemm_curve_at_tokens_per_expert():
+    """Mixtral-8x7B (8 experts, 2 per token) on a compute-only curve: one token runs 2 experts'
+    GEMMs, 4,096 tokens run every expert on 1,024 tokens each (expected experts touched by hand)."""
+    consts = zero_constants(gemm={"flops_per_s": 1e14})
+    c = measured_mod.build("Mixtral-8x7B", "A100-80GB-SXM", constants=consts, stack="s")
+    m = spec("Mixtral-8x7B")
+    h, ff, d = m.hidden_size, m.moe_intermediate_size or m.intermediate_size, m.head_dim
+    q, kv = m.num_q_heads * d, m.num_kv_heads * d
+
+    def gemm(t, n, k):  # the curve (100 TFLOP/s, no byte term, no launch) or the floor, whichever is slower
+        return max(2 * t * n * k / 1e14, gemm_floor_s(t, n, k))
+
+    for t in (1, 7, 4096):
+        touched = 8 * (1 - (1 - 2 / 8) ** t)
+        per = 2 * t / touched
+        want = gemm(t, q + 2 * kv, h) + gemm(t, h, q) + gemm(t, 8, h) + touched * (gemm(per, 2 * ff, h) + gemm(per, h, ff))
+        assert c.layer_linear_s(t) == pytest.approx(want, rel=1e-12)
+    # one token reads 2 experts' weights, not 8: memory-bound, about a quarter of the dense read
+    assert c.layer_linear_s(1) < 0.4 * (gemm(1, q + 2 * kv, h) + gemm(1, h, q) + 8 * (gemm(1, 2 * ff, h) + gemm(1, h, ff)))
+    # no silent roofline: the default and the measured source give the measured model
+    for source in (None, "measured"):
+        moe = cm.cost_model("Mixtral-8x7B", "H100-SXM", tp=2, source=source)
+        assert isinstance(moe, cm.MeasuredCostModel) and moe.num_experts == 8
+    q3 = cm.cost_model("Qwen3-30B-A3B", "RTXPRO6000")
+    assert isinstance(q3, cm.MeasuredCostModel) and "extrapolated from" in q3.label
+
+
+# ----------------------------------------------------------------- compiled form, field by field
+MODELS = [cm.measured("Llama-2-70B", "H100-SXM", tp=4), cm.measured("Mixtral-8x7B", "H100-SXM", tp=2),
+          cm.measured("Llama-2-7B", "A40"), cm.roofline("Llama-2-70B", "H100-SXM", tp=4)]
+POINTS = [(1, 900, 900, 1), (37, 37 * 3000, 37 * 3000, 37), (2048, 2048 * 2049 // 2, 2048, 1),
+          (600, 512 * 400 + 88 * 1500, 512 * 400 + 88 * 1500, 88), (9000, 4 * 10 ** 7, 10 ** 6, 256)]
+#: Fields that do not enter iteration_s (names, and the measured model's FLOP accounting).
+UNPRICED = {cm.CostModel: {"model_name", "gpu_name", "tp", "pp", "label"},
+            cm.MeasuredCostModel: {"model_name", "gpu_name", "pp", "label", "linear_flops_per_token",
+                                   "attention_flops_per_pair"}}
+
+
+def compiled_equals_python(cost, kernel=compiled.iteration_s, to_constants=compiled.constants) -> bool:
+    kind, c = to_constants(cost)
+    return all(kernel(kind, c, *p) == pytest.approx(float(cost.iteration_s(*p)), rel=1e-12, abs=0) for p in POINTS)
+
+
+def perturbed(cost, name: str):
+    """``cost`` with the (dotted) field ``name`` moved by 37% (an integer count by one)."""
+    head, _, rest = name.partition(".")
+    val = getattr(cost, head)
+    if rest:
+        if isinstance(val, tuple):
+            i = int(rest)
+            return replace(cost, **{head: tuple(x * 1.37 if j == i else x for j, x in enumerate(val))})
+        return replace(cost, **{head: perturbed(val, rest)})
+    if isinstance(val, tuple):
+        return replace(cost, **{head: tuple(tuple(x * 1.37 for x in pair) for pair in val)})
+    new = val + 1 if isinstance(val, int) else (val * 1.37 if val else 1e-6)
+    return replace(cost, **{head: new})
+
+
+def described(cost) -> list[str]:
+    if type(cost) is cm.CostModel:
+        return list(compiled.ROOFLINE_FIELDS)
+    return [*compiled.MEASURED_FIELDS, *compiled.MEASURED_SHAPES]
+
+
+@pytest.mark.parametrize("cost", MODELS, ids=lambda c: f"{type(c).__name__}-{c.model_name}-{c.gpu_name}")
+def test_every_field_perturbed_compiled_equals_python(cost):
+    """Every field of the description moved on its own: compiled and Python still agree; the
+    fields outside it are the unpriced ones, and moving those leaves the Python price as it was."""
+    names = described(cost)
+    top = {n.split(".")[0] for n in names}
+    unpriced = {f.name for f in fields(cost)} - top
+    assert unpriced == UNPRICED[type(cost)]
+    for name in unpriced - {"model_name", "gpu_name", "label"}:
+        p = perturbed(cost, name)
+        assert all(p.iteration_s(*x) == cost.iteration_s(*x) for x in POINTS), name
+    for name in names:
+        if name in ("num_experts", "experts_per_token", "expert_shapes") and not getattr(cost, "num_experts", 0):
+            continue
+        if name == "tp" and not cost.allreduces_per_layer:
+            continue
+        p = perturbed(cost, name)
+        assert compiled_equals_python(p), name
+    assert compiled_equals_python(cost)
+
+
+def test_stacks_and_pipelines_have_a_compiled_form():
+    base = cm.roofline("Llama-2-7B", "A100-80GB-SXM")
+    terms = stacks.StackTerms(name="t", overhead_s=0.003, overhead_s_per_seq=2e-4, gpu_time_scale=1.2)
+    stacked = stacks.apply(base, terms)
+    assert type(stacked) is stacks.StackedCostModel and compiled_equals_python(stacked)
+    pipe = cm.cost_model("Llama-2-70B", "A100-80GB-SXM", tp=2, pp=2)
+    assert compiled_equals_python(pipe)
+    peers = pipe.with_peers(np.random.default_rng(0).uniform(0.005, 0.05, 300), idle_rounds=20)
+    assert compiled_equals_python(peers)
+    from kvlab.costmodel.pipeline import pipeline_cost
+    assert compiled_equals_python(pipeline_cost("Llama-2-70B", "A100-80GB-SXM", tp=2, pp=2, stage_cost=stacked))
+
+
+def test_a_formula_changed_on_one_side_only_fails_the_check(tmp_path, monkeypatch):
+    """A copy of the compiled module with one term changed (the all-reduce latency counted twice)
+    disagrees with the Python model: the perturbation check catches a one-sided edit."""
+    src = compiled.__file__
+    text = open(src, encoding="utf-8").read()
+    edited = text.replace("allreduce = c[o + M.allreduce_latency_s] + c[o + M.allreduce_s_per_byte] * b",
+                          "allreduce = 2.0 * c[o + M.allreduce_latency_s] + c[o + M.allreduce_s_per_byte] * b")
+    assert edited != text
+    pkg = tmp_path / "kvlab_copy"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "compiled_edit.py").write_text(edited.replace("from .._numba_cache import njit", "from numba import njit")
+                                          .replace("from .measured", "from kvlab.costmodel.measured")
+                                          .replace("from .pipeline", "from kvlab.costmodel.pipeline")
+                                          .replace("from .roofline", "from kvlab.costmodel.roofline")
+                                          .replace("from .stacks", "from kvlab.costmodel.stacks"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module("kvlab_copy.compiled_edit")
+    try:
+        cost = cm.measured("Llama-2-70B", "A100-80GB-PCIe", tp=4)  # NCCL at every size (no full NVLink)
+        assert compiled_equals_python(cost)
+        assert not compiled_equals_python(cost, mod.iteration_s, mod.constants)
+    finally:
+        sys.modules.pop("kvlab_copy.compiled_edit", None)
+        sys.modules.pop("kvlab_copy", None)
+
+
+def test_numba_cache_key_follows_the_sources(tmp_path):
+    """The cache stamp is a hash of the compiled modules' sources: editing any one changes it."""
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    a.write_text("x = 1\n")
+    b.write_text("y = 2\n")
+    before = _numba_cache.sources_hash((str(a), str(b)))
+    assert _numba_cache.sources_hash((str(a), str(b))) == before
+    b.write_text("y = 3\n")
+    assert _numba_cache.sources_hash((str(a), str(b))) != before
+    stamp = compiled.iteration_s._cache._cache_file._source_stamp
+    assert stamp[0] == "kvlab-sources" and compiled.__file__ in _numba_cache._SOURCES
+
+
+@needs_shared
+def test_leave_one_gpu_out_table():
+    """Each profiled GPU predicted from the others by spec ratios; one row recomputed by hand."""
+    linear = data.vidur_linear()
+    t = validate.leave_one_gpu_out(linear)
+    assert set(zip(t["target"], t["from"])) >= {("H100-SXM", "A100-80GB-SXM"), ("H100-SXM", "A40"),
+                                                 ("A100-80GB-SXM", "H100-SXM"), ("A40", "A100-80GB-SXM")}
+    assert t.groupby("target")["nearest"].sum().eq(1).all()
+    from kvlab.costmodel import fit
+    a100 = fit.fit_gemm(fit.gemm_rows(linear[linear["gpu"] == "a100"]))
+    held = linear[linear["gpu"] == "h100"]
+    curve = replace(a100, bytes_per_s=a100.bytes_per_s * 3350 / 2039, flops_per_s=a100.flops_per_s * 989 / 312,
+                    peak_bytes_per_s=3.35e12, peak_flops_per_s=989e12)
+    shapes = data.gemm_shapes(held).values()
+    pred = sum(curve.time_s(held["num_tokens"].to_numpy(dtype=float), n, k) for n, k in shapes)
+    want = float(np.mean(np.abs(pred / held["linear_s"].to_numpy() - 1)))
+    row = t[(t["target"] == "H100-SXM") & (t["from"] == "A100-80GB-SXM")].iloc[0]
+    assert row["mape"] == pytest.approx(want, rel=1e-9)
+    assert row["nearest"] and row["mape"] < 0.15
+
+
+def test_expert_parallel_halves_the_experts_a_gpu_reads():
+    """EP2 (Mixtral-8x7B, 8 experts, 2 per token): a GPU holds 4 experts and serves both ranks'
+    tokens, 2 T x 2 / 8 = T / 2 per expert, plus a dispatch and a combine of half its T x 2
+    hidden states over the link (by hand, compute-only curve)."""
+    consts = zero_constants(gemm={"flops_per_s": 1e14})
+    one = measured_mod.build("Mixtral-8x7B", "A100-80GB-SXM", constants=consts, stack="s")
+    two = measured_mod.build("Mixtral-8x7B", "A100-80GB-SXM", constants=consts, stack="s", ep=2)
+    m = spec("Mixtral-8x7B")
+    h, ff = m.hidden_size, m.moe_intermediate_size or m.intermediate_size
+    dense = one.layer_linear_s(64) - sum(8 * (1 - (1 - 2 / 8) ** 64) * max(
+        2 * (2 * 64 / (8 * (1 - (1 - 2 / 8) ** 64))) * n * k / 1e14,
+        gemm_floor_s(2 * 64 / (8 * (1 - (1 - 2 / 8) ** 64)), n, k)) for n, k in ((2 * ff, h), (h, ff)))
+    touched = 4 * (1 - (1 - 2 / 8) ** 128)
+    per = 64 * 2 / touched
+    experts = sum(touched * max(2 * per * n * k / 1e14, gemm_floor_s(per, n, k)) for n, k in ((2 * ff, h), (h, ff)))
+    a2a = 2 * (1e-5 + 0.5 * 64 * 2 * h * 2 / 300e9)  # send/recv latency; A100-80GB-SXM's 300 GB/s link
+    assert two.layer_linear_s(64) == pytest.approx(dense + experts + a2a, rel=1e-12)
+    assert two.layer_linear_s(1) < one.layer_linear_s(1)  # one token: its 2 experts, half as likely here
+    assert compiled_equals_python(cm.measured("Mixtral-8x7B", "H100-SXM", tp=1, ep=2))
+    with pytest.raises(ValueError, match="ep=3 needs a mixture of experts whose experts it divides"):
+        cm.measured("Mixtral-8x7B", "H100-SXM", ep=3)
