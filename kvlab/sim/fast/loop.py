@@ -80,11 +80,14 @@ _LIMIT = 1 << 62  # products of the compiled rules stay below it, or the questio
 
 
 @_jit
-def _pages(tokens, C):  # pragma: no cover (compiled)
-    """Pages holding ``tokens >= 0`` tokens: a shift when the block size is a power of two, else ceil division."""
-    if C[SHIFT] >= 0:
-        return (tokens + C[BLOCK_SIZE] - 1) >> C[SHIFT]
-    return _ceil_div(tokens, C[BLOCK_SIZE])
+def _pages_of(tokens, bs, shift):  # pragma: no cover (compiled)
+    """Pages holding ``tokens >= 0`` tokens: a shift when ``bs == 1 << shift`` (no division), else ceil division.
+
+    Helpers inlined in the per-request loops take scalars: an array argument costs reference counts.
+    """
+    if shift >= 0:
+        return (tokens + bs - 1) >> shift
+    return _ceil_div(tokens, bs)
 
 
 @_jit
@@ -94,13 +97,15 @@ def _promised(res_r, used_r):  # pragma: no cover (compiled)
 
 
 @_jit
-def _remaining(r, Q):  # pragma: no cover (compiled)
-    return Q[r, PROMPT] + Q[r, GEN] - Q[r, COMP]
+def _remaining_of(prompt, gen, comp):  # pragma: no cover (compiled)
+    """Tokens to compute before the request's next output token."""
+    return prompt + gen - comp
 
 
 @_jit
-def _is_decoding(r, Q):  # pragma: no cover (compiled)
-    return Q[r, GEN] > 0 and _remaining(r, Q) == 1
+def _is_decoding_of(prompt, gen, comp):  # pragma: no cover (compiled)
+    """Has produced a token and has its whole context cached."""
+    return gen > 0 and prompt + gen - comp == 1
 
 
 @_jit
@@ -187,7 +192,7 @@ def _remove(r, S, lst, count):  # pragma: no cover (compiled)
 @_jit
 def _allocate(r, chunk, S, C, Q, sched_ids, sched_chunk):  # pragma: no cover (compiled)
     """Pages for ``r``'s chunk (beyond its reservation they are promised too); ``r`` joins the iteration."""
-    need = _pages(Q[r, COMP] + chunk, C)
+    need = _pages_of(Q[r, COMP] + chunk, C[BLOCK_SIZE], C[SHIFT])
     if need > Q[r, USED]:
         S[COMMITTED] += _promised(Q[r, RES], need) - _promised(Q[r, RES], Q[r, USED])
         S[USED_PAGES] += need - Q[r, USED]
@@ -211,7 +216,7 @@ def _preempt(v, S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, wq, sw, stal
             sched_chunk[i] = sched_chunk[i + 1]
     S[NPREEMPTED] += 1
     Q[v, NPRE] += 1
-    kv_pages = _pages(Q[v, COMP], C)
+    kv_pages = _pages_of(Q[v, COMP], C[BLOCK_SIZE], C[SHIFT])
     _release(v, S, Q)
     if C[MODE] == MODE_REJECT:
         _abort(v, PREEMPTED_REJECTED, S, F, Q, T, E)
@@ -351,7 +356,7 @@ def _admit_waiting(whole, S, F, C, Q, Fct, T, E, wq, run, sched_ids, sched_chunk
     """Admit from the front of the waiting queue until one does not fit (head-of-line blocking)."""
     while S[WQ_LEN] > 0 and S[NRUN] < C[MAX_SEQS] and S[BUDGET] > 0:
         r = wq[S[WQ_HEAD]]  # (0 for the heap)
-        rem = _remaining(r, Q)
+        rem = _remaining_of(Q[r, PROMPT], Q[r, GEN], Q[r, COMP])
         code = EXCEEDS_POOL if not Fct[r, F_FITS] else EXCEEDS_TOKEN_BUDGET if whole and rem > C[MNBT] else 0
         if code:
             _pop_waiting(S, C, Fct, wq)
@@ -390,7 +395,7 @@ def _resume_swapped(S, F, C, Q, Fct, T, E, sw, run, sched_ids, sched_chunk):  # 
             _abort(r, EXCEEDS_POOL, S, F, Q, T, E)
             continue
         _start_running(r, True, S, F, Q, Fct, T, E, run)
-        _allocate(r, min(_remaining(r, Q), S[BUDGET]), S, C, Q, sched_ids, sched_chunk)
+        _allocate(r, min(_remaining_of(Q[r, PROMPT], Q[r, GEN], Q[r, COMP]), S[BUDGET]), S, C, Q, sched_ids, sched_chunk)
     return CONTINUE
 
 
@@ -398,7 +403,7 @@ def _resume_swapped(S, F, C, Q, Fct, T, E, sw, run, sched_ids, sched_chunk):  # 
 def _preempt_until_fits(r, chunk, S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, wq, sw, stale,
                         limbo):  # pragma: no cover (compiled)
     """Make room for ``r``'s chunk: 1 it fits, 0 ``r`` was preempted or aborted, -1 ask for a victim."""
-    need = _pages(Q[r, COMP] + chunk, C)
+    need = _pages_of(Q[r, COMP] + chunk, C[BLOCK_SIZE], C[SHIFT])
     beyond = need - _promised(Q[r, RES], Q[r, USED])
     if beyond <= 0:
         return 1
@@ -423,30 +428,54 @@ def _preempt_until_fits(r, chunk, S, F, C, Q, Fct, T, E, run, sched_ids, sched_c
 
 
 @_jit
+def _snapshot(S, Q, run, snap):  # pragma: no cover (compiled)
+    """The running requests in the order they are scheduled: decodes in ``snap[:half]``, the others after."""
+    half, num_dec, num_other = snap.shape[0] // 2, 0, 0
+    for j in range(S[NRUN]):
+        r = run[j]
+        if _is_decoding_of(Q[r, PROMPT], Q[r, GEN], Q[r, COMP]):
+            snap[num_dec] = r
+            num_dec += 1
+        else:
+            snap[half + num_other] = r
+            num_other += 1
+    S[NUM_DEC], S[NUM_OTHER], S[CURSOR] = num_dec, num_other, 0
+
+
+@_jit
 def _schedule_running(S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, snap, wq, sw, stale,
                       limbo):  # pragma: no cover (compiled)
-    """Running requests take ``min(remaining, budget left)`` tokens: decodes first, each in admission order."""
-    half = snap.shape[0] // 2
-    if S[CURSOR] < 0:  # decodes in snap[:half], the others in snap[half:]
-        S[NUM_DEC] = S[NUM_OTHER] = S[CURSOR] = 0
-        for j in range(S[NRUN]):
-            r = run[j]
-            if _is_decoding(r, Q):
-                snap[S[NUM_DEC]] = r
-                S[NUM_DEC] += 1
-            else:
-                snap[half + S[NUM_OTHER]] = r
-                S[NUM_OTHER] += 1
-    while S[CURSOR] < S[NUM_DEC] + S[NUM_OTHER]:
-        i = S[CURSOR]
-        r = snap[i] if i < S[NUM_DEC] else snap[half + i - S[NUM_DEC]]
+    """Running requests take ``min(remaining, budget left)`` tokens: decodes first, each in admission order.
+
+    A chunk within the request's promised pages is scheduled on local counters (the common case);
+    one that needs more goes through :func:`_preempt_until_fits` on the state in ``S``.
+    """
+    if S[CURSOR] < 0:
+        _snapshot(S, Q, run, snap)
+    half, num_dec, total = snap.shape[0] // 2, S[NUM_DEC], S[NUM_DEC] + S[NUM_OTHER]
+    i, budget, nsched, num_used = S[CURSOR], S[BUDGET], S[NSCHED], S[USED_PAGES]
+    while i < total:
+        r = snap[i] if i < num_dec else snap[half + i - num_dec]
         if S[CUR_R] != r:  # a new request (not one resumed after asking for a victim)
             if Q[r, STATUS] != RUNNING:  # preempted as a victim earlier in this loop
-                S[CURSOR] += 1
+                i += 1
                 continue
-            if S[BUDGET] == 0:
+            if budget == 0:
                 break
-            S[CUR_R], S[CUR_CHUNK] = r, min(_remaining(r, Q), S[BUDGET])
+            chunk = min(_remaining_of(Q[r, PROMPT], Q[r, GEN], Q[r, COMP]), budget)
+            need = _pages_of(Q[r, COMP] + chunk, C[BLOCK_SIZE], C[SHIFT])
+            if need <= _promised(Q[r, RES], Q[r, USED]):  # no page beyond its promise: nothing to preempt
+                if need > Q[r, USED]:
+                    num_used += need - Q[r, USED]
+                    Q[r, USED] = need
+                    Q[r, MAX_USED] = max(Q[r, MAX_USED], need)
+                sched_ids[nsched], sched_chunk[nsched] = r, chunk
+                nsched += 1
+                budget -= chunk
+                i += 1
+                continue
+            S[CUR_R], S[CUR_CHUNK] = r, chunk
+        S[CURSOR], S[BUDGET], S[NSCHED], S[USED_PAGES] = i, budget, nsched, num_used
         fits = _preempt_until_fits(r, S[CUR_CHUNK], S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, wq, sw,
                                    stale, limbo)
         if fits < 0:
@@ -454,7 +483,8 @@ def _schedule_running(S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, snap, 
         if fits:
             _allocate(r, S[CUR_CHUNK], S, C, Q, sched_ids, sched_chunk)
         S[CUR_R] = -1
-        S[CURSOR] += 1
+        i, budget, nsched, num_used = S[CURSOR] + 1, S[BUDGET], S[NSCHED], S[USED_PAGES]
+    S[CURSOR], S[BUDGET], S[NSCHED], S[USED_PAGES] = i, budget, nsched, num_used
     return CONTINUE
 
 
@@ -472,27 +502,6 @@ def _cost_s(S, F, cost_kind, cost_params, num_tokens, pairs, kv):  # pragma: no 
 
 
 @_jit
-def _compute(r, chunk, k, end, Q, T, E):  # pragma: no cover (compiled)
-    """``r`` caches ``chunk`` more tokens in iteration ``k`` ending at ``end`` (s); True when it finished."""
-    Q[r, COMP] += chunk
-    if Q[r, COMP] < Q[r, PROMPT] + Q[r, GEN]:
-        return False
-    Q[r, GEN] += 1
-    if Q[r, GEN] == 1:
-        E[r, FT_ITER], T[r, FT_S] = k, end
-    else:
-        gap = end - T[r, LAST_S]
-        if np.isnan(T[r, MAX_TBT]) or gap > T[r, MAX_TBT]:
-            T[r, MAX_TBT] = gap
-    T[r, LAST_S] = end
-    if Q[r, GEN] < Q[r, TARGET]:
-        return False
-    Q[r, STATUS] = CAPPED if Q[r, OUTPUT] > Q[r, TARGET] else STOPPED
-    E[r, FIN_ITER], T[r, FIN_S] = k, end
-    return True
-
-
-@_jit
 def _execute(S, F, C, page_copy_s, cost_kind, cost_params, Q, T, E, run, sched_ids, sched_chunk,
              R, RT):  # pragma: no cover (compiled)
     """Price the iteration, compute its chunks, finish requests, write its row."""
@@ -505,7 +514,7 @@ def _execute(S, F, C, page_copy_s, cost_kind, cost_params, Q, T, E, run, sched_i
         num_tokens += c
         pairs += c * Q[r, COMP] + c * (c + 1) // 2
         kv += Q[r, COMP] + c
-        decode_tokens += _is_decoding(r, Q)
+        decode_tokens += _is_decoding_of(Q[r, PROMPT], Q[r, GEN], Q[r, COMP])
     duration = S[SWAP_PAGES] * page_copy_s
     if num_tokens > 0:
         cost = _cost_s(S, F, cost_kind, cost_params, num_tokens, pairs, kv)
@@ -516,11 +525,23 @@ def _execute(S, F, C, page_copy_s, cost_kind, cost_params, Q, T, E, run, sched_i
     end = start + duration
     pages_used, pages_reserved = S[USED_PAGES], S[COMMITTED]
     finished = 0
-    for i in range(nsched):
+    for i in range(nsched):  # each caches its chunk; a complete context gives its next token (inline: hot)
         r = sched_ids[i]
-        if _compute(r, sched_chunk[i], k, end, Q, T, E):
-            _release(r, S, Q)
-            finished += 1
+        Q[r, COMP] += sched_chunk[i]
+        if Q[r, COMP] < Q[r, PROMPT] + Q[r, GEN]:
+            continue
+        Q[r, GEN] += 1
+        if Q[r, GEN] == 1:
+            E[r, FT_ITER], T[r, FT_S] = k, end
+        elif np.isnan(T[r, MAX_TBT]) or end - T[r, LAST_S] > T[r, MAX_TBT]:
+            T[r, MAX_TBT] = end - T[r, LAST_S]
+        T[r, LAST_S] = end
+        if Q[r, GEN] < Q[r, TARGET]:
+            continue
+        Q[r, STATUS] = CAPPED if Q[r, OUTPUT] > Q[r, TARGET] else STOPPED
+        E[r, FIN_ITER], T[r, FIN_S] = k, end
+        _release(r, S, Q)
+        finished += 1
     if finished > 0:
         j = 0
         for i in range(S[NRUN]):
@@ -542,7 +563,10 @@ def _execute(S, F, C, page_copy_s, cost_kind, cost_params, Q, T, E, run, sched_i
     return STALE if S[NSTALE] > 0 else CONTINUE
 
 
-@numba.njit(cache=True, nogil=True)
+# Without reference counting (``_nrt=False``, a Numba option since 0.4x): the loop allocates nothing, and
+# counting its arrays' references at every inlined phase cost more than the rest of an iteration
+# (atomic increments, ~1 us per iteration; the loop ran 3-5x slower with them).
+@numba.njit(cache=True, nogil=True, _nrt=False)
 def run_loop(S, F, C, page_copy_s, cost_kind, cost_params, Q, Fct, T, E, order, arrival, wq, sw, run, sched_ids,
              sched_chunk, snap, stale, limbo, R, RT):  # pragma: no cover (compiled)
     """Run iterations until an event; return its code (see the module note). Arrays are mutated in place.
