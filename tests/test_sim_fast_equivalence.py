@@ -187,13 +187,13 @@ def test_device_and_numpy_runs_are_identical(device_xp):
 
 
 @pytest.mark.parametrize("policy, kw", [
-    ("vllm", {"pool_pages": 120, "arrivals": "poisson", "qps": 30.0}),  # pool pressure: lazy runs hand back
+    ("vllm", {"pool_pages": 120, "arrivals": "poisson", "qps": 30.0}),  # pool pressure: preemptions, facts asked again
     ("vllm", {"pool_pages": 60, "max_num_seqs": 24, "preemption_mode": "swap", "cpu_pool_pages": 40}),
     ("orca_pow2", {"pool_pages": 300, "arrivals": "poisson", "qps": 60.0, "max_num_batched_tokens": 256}),
     ("sglang", {"pool_pages": 60, "max_new_tokens": 256}),
 ])
 def test_fast_equals_reference_on_longer_runs(policy, kw, fast_loop):
-    """Hundreds of requests from the seed-figures profile: long lazy runs and stretches, many page phases."""
+    """Hundreds of requests from the seed-figures profile: long runs, many page phases, hand-backs."""
     from kvlab.lengths import profile
 
     w = profile("seed-figures").sample(300, seed=1)

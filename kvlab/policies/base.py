@@ -32,8 +32,7 @@ what it overrides, so they cannot drift from the code):
 
 * ``admits_on_own_pages``: :meth:`~Policy.can_admit` is the default, so admission depends only
   on the request's own admission pages, an answer that stays "no" while the unpromised pages
-  only shrink. The fast engine then admits whole prefixes of the queue at once and runs
-  iterations lazily.
+  only shrink. The compiled loop then decides admission itself from per-request facts.
 * ``keeps_state``: :meth:`~Policy.end_schedule` is overridden, so it must be called after every
   iteration.
 * ``preempts_newest``: :meth:`~Policy.choose_victim` is the default (the most recently admitted

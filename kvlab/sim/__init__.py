@@ -130,8 +130,8 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
     record_iterations : bool
         Keep the per-iteration table.
     engine : {"fast", "reference"}
-        ``fast`` (:mod:`kvlab.sim.fast`: arrays on the ``kvlab.backend`` array module, decode-only
-        stretches in one step) or ``reference`` (:mod:`kvlab.sim.reference`, one object per
+        ``fast`` (:mod:`kvlab.sim.fast`: the reference's rules compiled by Numba, asking Python
+        any rule it has no compiled form of) or ``reference`` (:mod:`kvlab.sim.reference`, one object per
         request); both give the same integers and times.
     cost_model : {"measured", "roofline"}, cost model object or None
         The iteration-time model (:func:`kvlab.costmodel.resolve`): ``None`` (default) is the
