@@ -177,3 +177,22 @@ def test_rows_out_of_arrival_order_are_served_in_arrival_order(fast_loop):
     fast_ttft = fast_run.requests["ttft_s"].to_numpy()
     np.testing.assert_allclose(fast_ttft, ref.requests["ttft_s"].to_numpy(), rtol=1e-12)
     assert (fast_ttft < 0.02).all()
+
+
+def test_sglang_fractions_too_large_for_int64_are_asked(monkeypatch):
+    """SGLang with a ratio step of denominator ~5e8 and raises over 251-token caps: the compiled
+    decay's products would overflow int64, so the loop hands those iterations to Python (more state
+    questions than preempting iterations) and still gives the reference's tables."""
+    from kvlab.sim.fast import loop
+
+    events = []
+    answer = fast.compiled._Asker.answer
+    monkeypatch.setattr(fast.compiled._Asker, "answer",
+                        lambda self, event, S, F: (events.append(event), answer(self, event, S, F))[1])
+    w = profile("seed-figures").sample(150, seed=9)
+    kw = dict(SETUP, pool_pages=60, max_new_tokens=251, seed=1, decay_steps=999_983, init_ratio=0.05)
+    ref = simulate_fast(w, "sglang", engine="reference", **kw)
+    mine = simulate_fast(w, "sglang", **kw)
+    assert_same(ref, mine)
+    preempting = int((mine.iterations["num_preempted"] > 0).sum())
+    assert preempting > 0 and events.count(loop.ASK_END_SCHEDULE) > preempting

@@ -120,6 +120,8 @@ class _Asker:
     def answer(self, event: int, S: np.ndarray, F: np.ndarray) -> None:
         """Put the answer to the loop's question ``event`` in ``S`` / ``F``."""
         lp, pol = self.lp, self.policy
+        if event != lp.ASK_COST:  # the policy sees the state its compiled form has kept
+            pol.load_compiled_state((int(S[lp.STATE0]), int(S[lp.STATE1])))
         if event == lp.ASK_ADMIT:
             running = None if pol.admits_on_own_pages else self.running(int(S[lp.NRUN]))
             S[lp.ANSWER] = bool(pol.can_admit(self.one(int(S[lp.ASK_R])), free_pages=int(S[lp.ASK_FREE]),
@@ -127,7 +129,6 @@ class _Asker:
         elif event == lp.ASK_VICTIM:
             S[lp.ANSWER] = int(pol.choose_victim(self.running(int(S[lp.NRUN]))))
         elif event == lp.ASK_END_SCHEDULE:
-            pol.load_compiled_state((int(S[lp.STATE0]), int(S[lp.STATE1])))
             pol.end_schedule(num_preempted=int(S[lp.NPREEMPTED]), running=self.running(int(S[lp.NRUN])))
             S[lp.STATE0], S[lp.STATE1] = pol.compiled_state()
         else:  # ASK_COST
