@@ -490,20 +490,17 @@ def _schedule_running(S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, snap, 
 
 # ------------------------------------------------------------------ running an iteration
 @_jit
-def _cost_s(S, F, cost_kind, cost_params, num_tokens, pairs, kv):  # pragma: no cover (compiled)
-    """The iteration's compute time (seconds), or -1.0 when the question is for Python."""
+def _cost_s(S, F, num_tokens, pairs, kv):  # pragma: no cover (compiled)
+    """The iteration's compute time (seconds) once answered, else -1.0 with the question in ``S``."""
     if S[HAS_ANSWER]:
         S[HAS_ANSWER] = 0
         return F[ANSWER_S]
-    if cost_kind == COST_ASK:
-        S[ASK_TOKENS], S[ASK_PAIRS], S[ASK_KV] = num_tokens, pairs, kv
-        return -1.0
-    return iteration_s(cost_kind, cost_params, num_tokens, pairs, kv, S[NSCHED])
+    S[ASK_TOKENS], S[ASK_PAIRS], S[ASK_KV] = num_tokens, pairs, kv
+    return -1.0
 
 
 @_jit
-def _execute(S, F, C, page_copy_s, cost_kind, cost_params, Q, T, E, run, sched_ids, sched_chunk,
-             R, RT):  # pragma: no cover (compiled)
+def _execute(S, F, C, page_copy_s, Q, T, E, run, sched_ids, sched_chunk, R, RT):  # pragma: no cover (compiled)
     """Price the iteration, compute its chunks, finish requests, write its row."""
     nsched = S[NSCHED]
     if nsched == 0 and S[NABORTED] == 0 and (S[IDLE] or S[NPREEMPTED] == 0):
@@ -517,7 +514,7 @@ def _execute(S, F, C, page_copy_s, cost_kind, cost_params, Q, T, E, run, sched_i
         decode_tokens += _is_decoding_of(Q[r, PROMPT], Q[r, GEN], Q[r, COMP])
     duration = S[SWAP_PAGES] * page_copy_s
     if num_tokens > 0:
-        cost = _cost_s(S, F, cost_kind, cost_params, num_tokens, pairs, kv)
+        cost = _cost_s(S, F, num_tokens, pairs, kv)
         if cost < 0.0:
             return ASK_COST
         duration += cost
@@ -563,17 +560,15 @@ def _execute(S, F, C, page_copy_s, cost_kind, cost_params, Q, T, E, run, sched_i
     return STALE if S[NSTALE] > 0 else CONTINUE
 
 
-# Without reference counting (``_nrt=False``, a Numba option since 0.4x): the loop allocates nothing, and
-# counting its arrays' references at every inlined phase cost more than the rest of an iteration
-# (atomic increments, ~1 us per iteration; the loop ran 3-5x slower with them).
+# The phases run without reference counting (``_nrt=False``, a Numba option since 0.4x): they allocate
+# nothing, and counting their arrays' references at every inlined phase cost more than the rest of an
+# iteration (atomic increments: the loop ran 3-5x slower with them). The cost model's compiled
+# ``iteration_s`` may allocate (``np.interp``), so :func:`run_loop`, with reference counting, prices
+# each iteration between two calls of :func:`_iterate`.
 @numba.njit(cache=True, nogil=True, _nrt=False)
-def run_loop(S, F, C, page_copy_s, cost_kind, cost_params, Q, Fct, T, E, order, arrival, wq, sw, run, sched_ids,
-             sched_chunk, snap, stale, limbo, R, RT):  # pragma: no cover (compiled)
-    """Run iterations until an event; return its code (see the module note). Arrays are mutated in place.
-
-    ``order`` lists request ids in arrival order (ties by row) and ``arrival`` their arrival times
-    in that same order (seconds, non-decreasing).
-    """
+def _iterate(S, F, C, page_copy_s, Q, Fct, T, E, order, arrival, wq, sw, run, sched_ids, sched_chunk, snap, stale,
+             limbo, R, RT):  # pragma: no cover (compiled)
+    """Run the phases until a question or event; return its code."""
     while True:
         stage = S[STAGE]
         if stage == BETWEEN:
@@ -595,6 +590,24 @@ def run_loop(S, F, C, page_copy_s, cost_kind, cost_params, Q, Fct, T, E, order, 
             ev = _end_schedule(S, C)
             S[STAGE] = stage if ev != CONTINUE else EXECUTE
         else:
-            ev = _execute(S, F, C, page_copy_s, cost_kind, cost_params, Q, T, E, run, sched_ids, sched_chunk, R, RT)
+            ev = _execute(S, F, C, page_copy_s, Q, T, E, run, sched_ids, sched_chunk, R, RT)
         if ev != CONTINUE:
             return ev
+
+
+@numba.njit(cache=True, nogil=True)
+def run_loop(S, F, C, page_copy_s, cost_kind, cost_params, Q, Fct, T, E, order, arrival, wq, sw, run, sched_ids,
+             sched_chunk, snap, stale, limbo, R, RT):  # pragma: no cover (compiled)
+    """Run iterations until an event; return its code (see the module note). Arrays are mutated in place.
+
+    ``order`` lists request ids in arrival order (ties by row) and ``arrival`` their arrival times
+    in that same order (seconds, non-decreasing). A cost model with a compiled form
+    (``cost_kind != COST_ASK``) is priced here; any other question goes back to Python.
+    """
+    while True:
+        ev = _iterate(S, F, C, page_copy_s, Q, Fct, T, E, order, arrival, wq, sw, run, sched_ids, sched_chunk, snap,
+                      stale, limbo, R, RT)
+        if ev != ASK_COST or cost_kind == COST_ASK:
+            return ev
+        F[ANSWER_S] = iteration_s(cost_kind, cost_params, S[ASK_TOKENS], S[ASK_PAIRS], S[ASK_KV], S[NSCHED])
+        S[HAS_ANSWER] = 1
