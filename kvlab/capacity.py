@@ -60,6 +60,7 @@ from .lengths import Profile, workload_sample
 from .costmodel.pipeline import PipelineCostModel
 from .reservation import pool_pages as _pool_pages
 from .sim import SimResult, simulate
+from .sim.config import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MAX_NUM_SEQS
 from .trace_window import trace_window
 
 
@@ -173,10 +174,10 @@ class ServingConfig:
     pp: int = 1
     scheduler: str = "chunked"
     max_num_batched_tokens: int | None = None
-    max_num_seqs: int = 128
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
     policy: str = "vllm"
     policy_params: Mapping[str, Any] = field(default_factory=dict)
-    max_new_tokens: int = 8192
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     block_size: int = 16
     pool_pages: int | None = None
     preemption_mode: str = "recompute"

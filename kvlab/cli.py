@@ -204,8 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "internode_gbps; fp8_dense_tflops optional); priced by the spec-sheet (roofline) "
                           "cost model")
     rec.add_argument("--system", metavar="SYSTEM[==VERSION]",
-                     help="the server you run: vllm, sglang, tgi, tensorrt-llm (newest release family) or "
-                          "e.g. vllm==0.8 (the family holding that version), or reservation (the brief's recipe): "
+                     help="the server you run: a system of kvlab's server profiles (kvlab.recommend.servers; an "
+                          "unknown name lists them), its newest release family, or e.g. vllm==0.8 (the family "
+                          "holding that version), or reservation (the brief's recipe): "
                           "search its settings and print its flags (default: compare the systems at their "
                           "defaults)")
     rec.add_argument("--weights", choices=["bf16", "fp8", "int4"], default="bf16",

@@ -9,7 +9,8 @@ datetime and timedelta columns are converted, never read as nanoseconds) and boo
 ``df.attrs`` carries load notes: ``source``, ``format``, ``dropped_rows``, ``failed_requests``,
 ``detected_cap_tokens`` and ``notes`` (a list of sentences).
 
-Formats (layouts in ``docs/trace_formats.md``), detected from their columns or chosen by name:
+Formats (each reader's docstring gives its layout; a vLLM ``/metrics`` scrape is read by
+:func:`kvlab.prometheus.from_prometheus`), detected from their columns or chosen by name:
 
 =============  =================================================================
 ``azure``      Azure LLM inference trace CSV: TIMESTAMP, ContextTokens, GeneratedTokens
@@ -551,5 +552,3 @@ def from_vllm_outputs(outputs: Iterable[Any]) -> pd.DataFrame:
     return _finish("vllm outputs", "vllm-outputs", pd.Series(prompt), pd.Series(output), arrival_s=times,
                    censored=np.asarray(cens), style="index", on_bad="raise",
                    names=("prompt_token_ids", "outputs[0].token_ids"), max_new_tokens=None)
-
-from .prometheus import from_prometheus  # noqa: E402,F401  (kvlab.traces.from_prometheus: a trace from /metrics)

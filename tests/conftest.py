@@ -31,18 +31,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
 
 
-@pytest.fixture(params=["compiled", "array"])
+@pytest.fixture(params=["compiled", "asks"])
 def fast_loop(request, monkeypatch):
-    """Run a test under each loop of the fast engine: the compiled loop where it applies (the
-    default), and the array engine (``KVLAB_COMPILED=0``, what CuPy and other policies run)."""
-    monkeypatch.setenv("KVLAB_COMPILED", "1" if request.param == "compiled" else "0")
+    """Run a test both ways through the compiled loop: with the compiled forms of the policy's rules
+    and the cost model (the default), and asking Python every question (``KVLAB_COMPILED_FORMS=0``,
+    the path of a policy or cost model with no compiled form)."""
+    monkeypatch.setenv("KVLAB_COMPILED_FORMS", "1" if request.param == "compiled" else "0")
     return request.param
-
-
-@pytest.fixture
-def array_loop(monkeypatch):
-    """The fast engine's array loop only (tests that spy on its stretches, lazy runs and loops)."""
-    monkeypatch.setenv("KVLAB_COMPILED", "0")
 
 
 @pytest.fixture

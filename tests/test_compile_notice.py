@@ -21,8 +21,8 @@ def test_announced_only_when_nothing_is_loaded_or_cached(capsys):
 
 
 def test_the_installed_numba_has_the_cache_index_the_notice_reads():
-    from kvlab.sim.fast import kernel
+    from kvlab.sim.fast import loop
 
     # the notice reads Numba's private cache index; a Numba without it would silence the notice
-    index = kernel.simulate_kernel._cache._cache_file._load_index()
+    index = loop.run_loop._cache._cache_file._load_index()
     assert isinstance(index, dict)

@@ -3,8 +3,9 @@
 Hypothesis draws workloads and configurations the hand-picked equivalence cases do not: rows out of
 arrival order, tied arrivals, every registered policy with its own parameters, block sizes that are
 not powers of two, recompute / swap / reject, pools of a few pages, context caps that cut outputs or
-refuse prompts, chunked and prefill-first scheduling. Both loops of the fast engine (the compiled
-loop and ``KVLAB_COMPILED=0``) must give the reference engine's request table: the same integers,
+refuse prompts, chunked and prefill-first scheduling. Both paths through the compiled loop (its
+compiled forms of the policies' rules and the cost model, and ``KVLAB_COMPILED_FORMS=0``, which
+asks Python every question) must give the reference engine's request table: the same integers,
 the same times to 1e-9, and the same refusal where the reference refuses.
 
 The normal run draws a fixed budget of cases per fast path (``KVLAB_FUZZ_EXAMPLES``, default 600,
@@ -27,7 +28,7 @@ from kvlab.sim import simulate
 
 COST = dataclasses.replace(roofline("Llama-2-7B", "A100-80GB-SXM"), iteration_overhead_s=0.002)
 #: Fast paths by the environment that selects them (the compiled loop is the default where it applies).
-FAST_PATHS = {"compiled": {"KVLAB_COMPILED": "1"}, "array": {"KVLAB_COMPILED": "0"}}
+FAST_PATHS = {"compiled": {"KVLAB_COMPILED_FORMS": "1"}, "asks": {"KVLAB_COMPILED_FORMS": "0"}}
 #: Policy parameters drawn per policy (the registry's other policies take none).
 POLICY_PARAMS = {
     "vllm": lambda: st.fixed_dictionaries({"watermark_frac": st.sampled_from([0.0, 0.01, 0.2])}),

@@ -73,7 +73,7 @@ def test_imports_go_only_downward():
 
 
 def test_the_check_sees_deferred_and_relative_imports(tmp_path):
-    # A hand-written module laid out like kvlab/sim/fast/engine.py: a relative import two
+    # A hand-written module laid out like kvlab/sim/fast/compiled.py: a relative import two
     # packages up, one package up inside a function, and an absolute one.
     folder = tmp_path / "kvlab" / "sim" / "fast"
     folder.mkdir(parents=True)

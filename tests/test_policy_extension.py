@@ -1,5 +1,5 @@
-"""A serving system kvlab does not ship, written in this file: the fast engine runs it on its
-fast paths (lazy runs, prefix admission, stretches) and equals the reference engine."""
+"""A serving system kvlab does not ship, written in this file: the compiled loop runs it (asking
+Python the rules it writes itself) and equals the reference engine."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,7 +10,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import kvlab.sim.fast as fast
 from kvlab.costmodel import roofline
 from kvlab.lengths import profile
 from kvlab.policies import Policy, Requests, policy_names
@@ -91,21 +90,18 @@ def test_new_policy_equals_reference_on_random_cases(cls, fast_loop):
 
 
 @pytest.mark.parametrize("scheduler", ["chunked", "prefill_first"])
-def test_new_policy_takes_the_lazy_path_and_matches_vllm(scheduler, monkeypatch, array_loop):
+def test_new_policy_runs_compiled_without_asking_and_matches_vllm(scheduler, monkeypatch):
     """The vLLM rule retold in this file (watermark 1/20 of the pool) gives vLLM's results with
-    ``watermark_frac=0.05`` on 300 requests at load, and most iterations run lazily (a spy)."""
-    lazy_iterations = []
-    run = fast.LazyRun.run
+    ``watermark_frac=0.05`` on 300 requests at load, and the compiled loop never asks Python a rule
+    (a spy: only facts, asked again after preemptions)."""
+    from kvlab.sim.fast import compiled
 
-    def spy(self):
-        lazy_iterations.append(run(self))
-        return lazy_iterations[-1]
-
-    monkeypatch.setattr(fast.LazyRun, "run", spy)
+    asked = []
+    monkeypatch.setattr(compiled._Asker, "answer", lambda self, event, S, F: asked.append(event))
     w = profile("seed-figures").sample(300, seed=3)
     kw = dict(SETUP, scheduler=scheduler, pool_pages=400, arrivals="poisson", qps=20.0, seed=1)
     mine = simulate(w, HalfHeadroom(), engine="fast", **kw)
-    assert sum(lazy_iterations) > 0.5 * len(mine.iterations)
+    assert asked == []
     assert_same(simulate(w, "vllm", engine="fast", watermark_frac=0.05, **kw), mine)
     assert mine.params["policy"] == "test_half_headroom"
 

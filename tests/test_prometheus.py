@@ -1,4 +1,4 @@
-"""kvlab.traces.from_prometheus: histograms of a known distribution give back its percentiles, and
+"""kvlab.prometheus.from_prometheus: histograms of a known distribution give back its percentiles, and
 every malformed scrape (issue 25: exemplars, timestamps, escapes, gzip, UTF-16, bad counts, fits
 the data cannot support) is read right or refused naming the file, metric and bucket."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from kvlab._validate import MAX_TRACE_TOKENS
 from kvlab.cli import main
 from kvlab.lengths.fit import FittedLength
 from kvlab.prometheus import _bounded_ppf, fit_histogram, histogram, is_exposition, parse_exposition
-from kvlab.traces import from_prometheus
+from kvlab.prometheus import from_prometheus
 
 # vLLM's token buckets: build_1_2_5_buckets up to the model's length
 BUCKETS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000]

@@ -21,7 +21,7 @@ import pandas as pd, kvlab
 w = pd.DataFrame({"prompt_tokens": [10, 20], "output_tokens": [2, 16], "arrival_s": [0.29, 0.03]})
 fast = kvlab.simulate(w, "vllm", model="Llama-3-8B", gpu="H100-SXM").requests.ttft_s.tolist()
 ref = kvlab.simulate(w, "vllm", model="Llama-3-8B", gpu="H100-SXM", engine="reference").requests.ttft_s.tolist()
-import kvlab.sim.fast.kernel  # the compiled loop itself was importable
+import kvlab.sim.fast.loop  # the compiled loop itself was importable
 print("FILE", kvlab.__file__)
 print("SAME", fast == ref)
 """

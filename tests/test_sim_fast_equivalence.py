@@ -83,23 +83,26 @@ def test_fast_equals_reference_on_random_cases(block, fast_loop):
         assert_same(run(w, policy, "reference", **kw), run(w, policy, "fast", **kw))
 
 
-def test_random_cases_exercise_every_path(monkeypatch, array_loop):
-    """The cases above reach lazy runs, decode-only stretches, preemption, swapping, aborts and the loops."""
-    seen = {"stretch": 0, "loop": 0, "admit_loop": 0, "lazy": 0}
+def test_random_cases_exercise_every_path(monkeypatch):
+    """The cases above reach preemption, swapping and aborts, and, asking every question
+    (``KVLAB_COMPILED_FORMS=0``), every hand-back of the compiled loop: admission, victims,
+    per-iteration state, latencies and facts asked again after a preemption (a spy)."""
+    from kvlab.sim.fast import compiled, loop
 
-    def counting(name, fn):
-        def wrapped(self, *args, **kwargs):
-            out = fn(self, *args, **kwargs)
-            seen[name] += 1 if out is None or out else 0
-            return out
-        return wrapped
+    monkeypatch.setenv("KVLAB_COMPILED_FORMS", "0")
+    seen = {loop.ASK_ADMIT: 0, loop.ASK_VICTIM: 0, loop.ASK_END_SCHEDULE: 0, loop.ASK_COST: 0, "stale": 0}
+    answer, ask_facts = compiled._Asker.answer, compiled._Asker.ask_facts
 
-    monkeypatch.setattr(fast.FastEngine, "_stretch", counting("stretch", fast.FastEngine._stretch))
-    monkeypatch.setattr(fast.LazyRun, "run", counting("lazy", fast.LazyRun.run))
-    monkeypatch.setattr(fast.FastEngine, "_schedule_running_loop",
-                        counting("loop", fast.FastEngine._schedule_running_loop))
-    monkeypatch.setattr(fast.FastEngine, "_admit_waiting_loop",
-                        counting("admit_loop", fast.FastEngine._admit_waiting_loop))
+    def counting_answer(self, event, S, F):
+        seen[event] = seen.get(event, 0) + 1
+        return answer(self, event, S, F)
+
+    def counting_facts(self, ids):
+        seen["stale"] += len(ids) < self.Q.shape[0]
+        return ask_facts(self, ids)
+
+    monkeypatch.setattr(compiled._Asker, "answer", counting_answer)
+    monkeypatch.setattr(compiled._Asker, "ask_facts", counting_facts)
     outcomes = []
     step = next(s for s in itertools.count(3) if math.gcd(s, len(POLICIES)) == 1)  # reaches every policy
     for seed in range(0, NUM_CASES, step):
@@ -119,24 +122,27 @@ def test_decode_run_is_hand_worked(policy, scheduler, fast_loop):
     Decode i caches context 4 + i, so it holds ceil((4 + i) / 4) pages: 2 from context 5, 3 from 9,
     4 from 13 (the whole pool); iteration i starts at the sum of the first i latencies.
 
-    Under both loops of the fast engine. In the array loop, SGLang (no lazy runs) takes iteration 0
-    in the general step and 1..9 as one stretch; vLLM's lazy run does all ten under either
-    scheduler (no general step); the compiled loop (vLLM) takes no array step at all, and SGLang,
-    whose policy keeps state, stays on the array loop."""
+    Both ways through the compiled loop: with the compiled forms, neither policy hands a question
+    back to Python (a spy); asking every question, SGLang's state is asked after each of the ten
+    iterations and every iteration's latency is asked (nothing else: one request never waits on
+    another's admission)."""
+    from kvlab.sim.fast import compiled, loop
+
     w = pd.DataFrame({"prompt_tokens": [4], "output_tokens": [10]})
     calls = []
-    orig = fast.FastEngine._step
+    answer = compiled._Asker.answer
 
-    def step(self):
-        calls.append(self.k)
-        orig(self)
+    def spy(self, event, S, F):
+        calls.append(event)
+        return answer(self, event, S, F)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(fast.FastEngine, "_step", step)
+        mp.setattr(compiled._Asker, "answer", spy)
         res = simulate(w, policy, model="Llama-2-7B", gpu="A100-80GB-SXM", block_size=4, pool_pages=4,
                        cost_model=COST, record_iterations=True, engine="fast", scheduler=scheduler,
                        **({"watermark_frac": 0.0} if policy == "vllm" else {}))
-    assert calls == ([0] if policy == "sglang" else [])  # SGLang keeps state: the array loop in both settings
+    asked = [loop.ASK_END_SCHEDULE, loop.ASK_COST] * 10 if policy == "sglang" else [loop.ASK_COST] * 10
+    assert calls == (asked if fast_loop == "asks" else [])
     it = res.iterations
     assert it["iteration"].tolist() == list(range(10))
     assert it["pages_used"].tolist() == [1, 2, 2, 2, 2, 3, 3, 3, 3, 4]
@@ -181,13 +187,13 @@ def test_device_and_numpy_runs_are_identical(device_xp):
 
 
 @pytest.mark.parametrize("policy, kw", [
-    ("vllm", {"pool_pages": 120, "arrivals": "poisson", "qps": 30.0}),  # pool pressure: lazy runs hand back
+    ("vllm", {"pool_pages": 120, "arrivals": "poisson", "qps": 30.0}),  # pool pressure: preemptions, facts asked again
     ("vllm", {"pool_pages": 60, "max_num_seqs": 24, "preemption_mode": "swap", "cpu_pool_pages": 40}),
     ("orca_pow2", {"pool_pages": 300, "arrivals": "poisson", "qps": 60.0, "max_num_batched_tokens": 256}),
     ("sglang", {"pool_pages": 60, "max_new_tokens": 256}),
 ])
 def test_fast_equals_reference_on_longer_runs(policy, kw, fast_loop):
-    """Hundreds of requests from the seed-figures profile: long lazy runs and stretches, many page phases."""
+    """Hundreds of requests from the seed-figures profile: long runs, many page phases, hand-backs."""
     from kvlab.lengths import profile
 
     w = profile("seed-figures").sample(300, seed=1)

@@ -7,7 +7,7 @@ module's ``@register``-ed policy is known without further edits.
 import importlib
 import pkgutil
 
-from .base import Policy, Requests, create_policy, policy_class, policy_names, register
+from .base import CompiledForm, Policy, Requests, create_policy, policy_class, policy_names, register
 
 _MODULES = {name: importlib.import_module(f"{__name__}.{name}")
             for name in sorted(m.name for m in pkgutil.iter_modules(__path__))
@@ -15,5 +15,5 @@ _MODULES = {name: importlib.import_module(f"{__name__}.{name}")
 QUEUE_ORDERS = _MODULES["predicted"].QUEUE_ORDERS
 realized_length_predictive = _MODULES["predicted"].realized_length_predictive
 
-__all__ = ["Policy", "Requests", "QUEUE_ORDERS", "create_policy", "policy_class", "policy_names",
+__all__ = ["CompiledForm", "Policy", "Requests", "QUEUE_ORDERS", "create_policy", "policy_class", "policy_names",
            "realized_length_predictive", "register"]

@@ -20,13 +20,19 @@ engine on arrays of many requests, the reference engine on one request at a time
   (default FCFS);
 * :meth:`Policy.end_schedule`: per-iteration state updates (SGLang's ``new_token_ratio``).
 
+The simulator's compiled loop evaluates some rules itself and asks Python for the rest (one
+call per question, so every policy runs there and stays correct). :meth:`Policy.compiled_form`
+says which of ``can_admit`` and ``end_schedule`` the loop may evaluate in compiled form
+(:class:`CompiledForm`); the default is derived from the traits below, and a policy with its own
+rules may name a compiled rule of the loop that says the same (SGLang's ``future_charge`` and
+``ratio_decay``), with its state as integers (:meth:`Policy.compiled_state`).
+
 Traits the engines read instead of asking which policy they hold (set for each subclass from
 what it overrides, so they cannot drift from the code):
 
 * ``admits_on_own_pages``: :meth:`~Policy.can_admit` is the default, so admission depends only
   on the request's own admission pages, an answer that stays "no" while the unpromised pages
-  only shrink. The fast engine then admits whole prefixes of the queue at once and runs
-  iterations lazily.
+  only shrink. The compiled loop then decides admission itself from per-request facts.
 * ``keeps_state``: :meth:`~Policy.end_schedule` is overridden, so it must be called after every
   iteration.
 * ``preempts_newest``: :meth:`~Policy.choose_victim` is the default (the most recently admitted
@@ -184,6 +190,45 @@ class Policy(ABC):
     def queue_rank(self, reqs: Requests) -> Any:
         """Position of each request in an ordered waiting queue: distinct integers, lowest first."""
         return reqs.index
+
+    # ------------------------------------------------------------------ the compiled loop's view
+    def compiled_form(self) -> CompiledForm:
+        """The rules the compiled loop may evaluate itself (default: from the traits; the rest is asked)."""
+        return CompiledForm(admission="own_pages" if self.admits_on_own_pages else "ask",
+                            end_schedule="ask" if self.keeps_state else "none")
+
+    def compiled_state(self) -> tuple[int, int]:
+        """The state a compiled form reads and updates, as two ints (default none: ``(0, 1)``)."""
+        return 0, 1
+
+    def load_compiled_state(self, state: tuple[int, int]) -> None:  # noqa: B027 (a default: no state)
+        """Take back the state :meth:`compiled_state` gave, as the compiled loop left it."""
+
+
+@dataclass(frozen=True)
+class CompiledForm:
+    """Which of a policy's rules the compiled loop (``kvlab.sim.fast.loop``) may evaluate itself.
+
+    Attributes
+    ----------
+    admission : {"own_pages", "future_charge", "ask"}
+        ``own_pages``: the default :meth:`Policy.can_admit` (admission pages fit the unpromised
+        pages). ``future_charge``: SGLang's rule, ``reservation_tokens + ceil(ratio x (future(r)
+        + sum of future over the running)) <= unpromised pages x block_size`` with ``future =
+        min(max_new_tokens - generated, clip_tokens)`` and ``ratio`` the state's fraction.
+        ``ask``: the loop asks :meth:`Policy.can_admit`.
+    end_schedule : {"none", "ratio_decay", "ask"}
+        ``none``: no per-iteration state. ``ratio_decay``: after an iteration that preempted
+        nothing (or leaves nothing running), ``ratio = max(floor, ratio - step)``; otherwise the
+        loop asks :meth:`Policy.end_schedule`. ``ask``: it asks after every iteration.
+    constants : tuple of int
+        ``future_charge`` / ``ratio_decay``: ``(clip_tokens, floor numerator, floor denominator,
+        step numerator, step denominator)``.
+    """
+
+    admission: str = "ask"
+    end_schedule: str = "ask"
+    constants: tuple[int, ...] = ()
 
 
 P = TypeVar("P", bound=type[Policy])

@@ -6,7 +6,7 @@ from typing import Any
 
 from .. import _validate as v
 from .._intmath import ceil_div
-from .base import Policy, Requests, register
+from .base import CompiledForm, Policy, Requests, register
 
 
 @register
@@ -76,3 +76,17 @@ class SGLangPolicy(Policy):
             self.ratio = min(Fraction(1), raised)
         else:
             self.ratio = max(self.min_ratio, self.ratio - num_iterations * self.decay_per_step)
+
+    def compiled_form(self) -> CompiledForm:
+        own = type(self).can_admit is SGLangPolicy.can_admit and type(self).end_schedule is SGLangPolicy.end_schedule
+        if not own:  # a subclass with its own rules is asked
+            return super().compiled_form()
+        return CompiledForm(admission="future_charge", end_schedule="ratio_decay", constants=(
+            self.clip_tokens, self.min_ratio.numerator, self.min_ratio.denominator, self.decay_per_step.numerator,
+            self.decay_per_step.denominator))
+
+    def compiled_state(self) -> tuple[int, int]:
+        return self.ratio.numerator, self.ratio.denominator
+
+    def load_compiled_state(self, state: tuple[int, int]) -> None:
+        self.ratio = Fraction(int(state[0]), int(state[1]))

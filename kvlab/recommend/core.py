@@ -533,7 +533,7 @@ def recommend(trace: pd.DataFrame, *, model: Any, gpu: Any, system: str | None =
     ----------
     trace : DataFrame
         ``prompt_tokens``, ``output_tokens``, optional ``arrival_s`` (seconds) and ``censored``
-        (``kvlab.traces.load``, ``kvlab.traces.from_prometheus`` or a profile sample).
+        (``kvlab.traces.load``, ``kvlab.prometheus.from_prometheus`` or a profile sample).
     model, gpu : str or spec
         Names in ``kvlab.specs``, or a :class:`kvlab.specs.ModelSpec` / :class:`kvlab.specs.GPUSpec`
         (``kvlab.specs.resolve_model`` reads a Hugging Face id or a config.json into one); ``model``

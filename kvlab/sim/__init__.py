@@ -21,7 +21,8 @@ from ..swap import DEFAULT_COPY_LATENCY_S, swap_model
 from ..reservation import pool_pages as _pool_pages
 from ..specs import GIB, GPUSpec, ModelSpec, gpu as _gpu, model as _model
 from .context import apply_context as _apply_context, merge as _merge_context
-from .config import PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind, SwapConfig
+from .config import (DEFAULT_MAX_NEW_TOKENS, DEFAULT_MAX_NUM_SEQS, PoolConfig, PreemptionMode, SchedulerConfig,
+                     SchedulerKind, SwapConfig)
 from .metrics import iteration_table, request_table, summarize
 from .fast import run_fast
 from .reference import ReferenceEngine
@@ -72,9 +73,9 @@ def _workload_columns(workload: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, n
 
 
 def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: str | ModelSpec, gpu: str | GPUSpec,
-             max_new_tokens: int = 2048, block_size: int = 16, pool_pages: int | None = None,
+             max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, block_size: int = 16, pool_pages: int | None = None,
              gpu_memory_utilization: float = 0.9, tp: int = 1, scheduler: str = "chunked",
-             max_num_seqs: int = 256, max_num_batched_tokens: int | None = None,
+             max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, max_num_batched_tokens: int | None = None,
              preemption_mode: str = "recompute", arrivals: str = "auto", qps: float | None = None,
              burst_cv: float = 1.0, cpu_pool_pages: int | None = None, copy_latency_s: float = DEFAULT_COPY_LATENCY_S,
              seed: int = 0, record_iterations: bool = False, engine: str = "fast",
@@ -95,7 +96,7 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
     model, gpu : str or spec
         Model and GPU (``kvlab.specs``), for the pool size and the cost model.
     max_new_tokens : int
-        The server's output cap (tokens).
+        The server's output cap (tokens); default 8,192 (``kvlab.sim.config.DEFAULT_MAX_NEW_TOKENS``).
     block_size : int
         Tokens per KV page.
     pool_pages : int, optional
@@ -108,7 +109,7 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
         Stall-free chunked prefill (Sarathi-Serve, vLLM V1) or whole prefills that stall decodes
         (vLLM V0).
     max_num_seqs : int
-        Running requests at most.
+        Running requests at most; default 128 (``kvlab.sim.config.DEFAULT_MAX_NUM_SEQS``).
     max_num_batched_tokens : int, optional
         Tokens per iteration; default 2048 (chunked) or 8192 (prefill_first). At least one page.
     preemption_mode : {"recompute", "swap", "reject"}
@@ -129,8 +130,8 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
     record_iterations : bool
         Keep the per-iteration table.
     engine : {"fast", "reference"}
-        ``fast`` (:mod:`kvlab.sim.fast`: arrays on the ``kvlab.backend`` array module, decode-only
-        stretches in one step) or ``reference`` (:mod:`kvlab.sim.reference`, one object per
+        ``fast`` (:mod:`kvlab.sim.fast`: the reference's rules compiled by Numba, asking Python
+        any rule it has no compiled form of) or ``reference`` (:mod:`kvlab.sim.reference`, one object per
         request); both give the same integers and times.
     cost_model : {"measured", "roofline"}, cost model object or None
         The iteration-time model (:func:`kvlab.costmodel.resolve`): ``None`` (default) is the

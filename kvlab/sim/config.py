@@ -5,6 +5,12 @@ import enum
 from dataclasses import dataclass, field
 
 
+#: The server's defaults, stated once: :func:`kvlab.simulate`, :class:`SchedulerConfig` and
+#: :class:`kvlab.capacity.ServingConfig` read them here (running requests at most; output cap, tokens).
+DEFAULT_MAX_NUM_SEQS = 128
+DEFAULT_MAX_NEW_TOKENS = 8192
+
+
 class SchedulerKind(str, enum.Enum):
     """How prefills and decodes share an iteration."""
 
@@ -26,7 +32,7 @@ class SchedulerConfig:
 
     kind: SchedulerKind = field(default=SchedulerKind.CHUNKED,
                                 metadata={"help": "chunked (Sarathi-Serve, vLLM V1) or prefill_first (vLLM V0)"})
-    max_num_seqs: int = field(default=256, metadata={"help": "running requests at most (requests)"})
+    max_num_seqs: int = field(default=DEFAULT_MAX_NUM_SEQS, metadata={"help": "running requests at most (requests)"})
     max_num_batched_tokens: int = field(default=2048, metadata={"help": "tokens computed per iteration (tokens)"})
     preemption_mode: PreemptionMode = field(default=PreemptionMode.RECOMPUTE,
                                             metadata={"help": "recompute, swap or reject"})

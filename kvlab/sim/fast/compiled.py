@@ -1,26 +1,18 @@
-"""The compiled path of the fast engine: when it applies, and the Python side of its loop.
+"""The Python side of the compiled loop: its arrays, and the answers to what it asks.
 
-The loop itself (:mod:`.kernel`) is the reference engine's rules compiled by Numba; it runs on the
-host (NumPy arrays). It applies when
+The loop (:mod:`.loop`) is the reference engine's rules compiled by Numba; it runs on the host
+(NumPy arrays) for every policy and cost model. What it cannot decide it hands back here
+(:class:`_Asker`): the policy's facts about requests (asked on the backend's array module ``xp``,
+for every request at the start and again for each request preempted after it generated tokens),
+and, for a rule with no compiled form, ``can_admit``, ``choose_victim``, ``end_schedule`` or the
+cost model's ``iteration_s``, asked exactly as the reference engine asks them. :func:`why_not`
+names what is asked per question instead of compiled (``None`` when nothing is).
 
-* the array module is NumPy (CuPy and the strict stand-in keep the array engine);
-* the policy's traits say its answers about a request depend only on that request
-  (``admits_on_own_pages``), it keeps no per-iteration state (not ``keeps_state``), keeps the
-  waiting queue FCFS (not ``orders_queue``) and preempts the newest running request
-  (``preempts_newest``); the policy is asked on arrays here, once for every request and again for
-  each request preempted after it generated tokens, never from the compiled code;
-* the cost model has a compiled form (:func:`kvlab.costmodel.compiled.constants`);
-* Numba imports (it is a dependency of kvlab; an image without it, such as the GPU check's,
-  keeps the array engine), and the environment does not set ``KVLAB_COMPILED=0`` (which the
-  tests use to run the array engine on the same cases).
-
-Otherwise :func:`why_not` says why and :func:`kvlab.sim.fast.run_fast` runs the array engine.
-
-Numba compiles the loop the first time a process runs it and caches the machine code next to
-the source (``__pycache__``); later processes load it from there. When no cached code is there
-(a fresh install, or the source changed) the compile is announced on stderr before it starts,
-and its measured time after it ends (:func:`_compile_notice`): it takes tens of seconds, and a
-silent pause that long reads as a hang.
+``KVLAB_COMPILED_FORMS=0`` ignores every compiled form, so that every question is asked (the
+tests run both ways). Numba compiles the loop the first time a process runs it and caches the
+machine code (:mod:`kvlab._numba_cache`); when no cached code is there the compile is announced
+on stderr before it starts and its measured time after it ends (:func:`_compile_notice`): it
+takes tens of seconds, and a silent pause that long reads as a hang.
 """
 from __future__ import annotations
 
@@ -33,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..._intmath import ceil_div
+from ...backend import to_numpy
 from ...costmodel import CostModel
 from ...policies import Policy, Requests
 from ..config import PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind, SwapConfig
@@ -45,45 +38,103 @@ ROWS_PER_REQUEST = 16
 MIN_ROWS = 1 << 12
 
 
-def why_not(policy: Policy, cost_model: CostModel, xp: ModuleType) -> str | None:
-    """Why the compiled loop cannot run this simulation, or ``None`` when it can."""
-    if os.environ.get("KVLAB_COMPILED", "1") == "0":
-        return "KVLAB_COMPILED=0"
-    if xp is not np:
-        return f"array module {xp.__name__} (the compiled loop runs on NumPy)"
-    traits = [what for what, holds in (
-        ("admission reads the running requests", not policy.admits_on_own_pages),
-        ("keeps per-iteration state", policy.keeps_state), ("orders the waiting queue", policy.orders_queue),
-        ("chooses its own victims", not policy.preempts_newest)) if holds]
-    if traits:
-        return f"policy {policy.name} {', '.join(traits)}: the array engine runs it"
-    try:
-        from ...costmodel.compiled import constants
-    except ImportError:
-        return "Numba is not installed"
+def _forms_on() -> bool:
+    return os.environ.get("KVLAB_COMPILED_FORMS", "1") != "0"
+
+
+def why_not(policy: Policy, cost_model: CostModel) -> str | None:
+    """What the compiled loop asks Python per question for this simulation, or ``None`` when nothing."""
+    from ...costmodel.compiled import constants
+
+    if not _forms_on():
+        return "KVLAB_COMPILED_FORMS=0: every rule is asked"
+    form = policy.compiled_form()
+    asked = [what for what, holds in (
+        ("can_admit", form.admission == "ask"), ("end_schedule", form.end_schedule == "ask"),
+        ("choose_victim", not policy.preempts_newest)) if holds]
     if constants(cost_model) is None:
-        return f"cost model {type(cost_model).__name__} has no compiled form"
-    return None
+        asked.append(f"iteration_s of {type(cost_model).__name__}")
+    return f"no compiled form: {', '.join(asked)} asked per question" if asked else None
 
 
-class _Facts:
-    """The policy's answers per request, asked on arrays: reservation pages, admission pages, fits."""
+def _config(policy: Policy, cost_model: CostModel, pool: PoolConfig, scheduler: SchedulerConfig,
+            swap: SwapConfig) -> tuple[np.ndarray, int, np.ndarray]:
+    """The loop's configuration vector, cost-model kind and constants."""
+    from ...costmodel.compiled import constants
+    from . import loop as lp
 
-    def __init__(self, policy: Policy, prompt: np.ndarray, output: np.ndarray, block_size: int) -> None:
-        self.policy, self.prompt, self.output, self.bs = policy, prompt, output, block_size
-        n = prompt.shape[0]
-        self.res_pages = np.zeros(n, dtype=np.int64)
-        self.adm_pages = np.zeros(n, dtype=np.int64)
-        self.fits = np.zeros(n, dtype=np.bool_)
-        self.gen = np.zeros(n, dtype=np.int64)  # generated tokens the answers are for
+    forms = _forms_on()
+    form = policy.compiled_form()
+    admission = {"own_pages": lp.OWN_PAGES, "future_charge": lp.FUTURE_CHARGE}.get(form.admission, lp.ASK)
+    state = {"none": lp.NO_STATE, "ratio_decay": lp.RATIO_DECAY}.get(form.end_schedule, lp.ASK)
+    victim = lp.NEWEST if policy.preempts_newest and forms else lp.ASK
+    if not forms:
+        admission, state = lp.ASK, (lp.NO_STATE if state == lp.NO_STATE else lp.ASK)
+    bs = pool.block_size
+    shift = bs.bit_length() - 1 if bs & (bs - 1) == 0 else -1
+    mode = {PreemptionMode.RECOMPUTE: lp.MODE_RECOMPUTE, PreemptionMode.SWAP: lp.MODE_SWAP,
+            PreemptionMode.REJECT: lp.MODE_REJECT}[scheduler.preemption_mode]
+    consts = tuple(form.constants) + (0, 1, 1, 0, 1)[len(form.constants):]
+    C = np.array([bs, pool.num_pages, scheduler.max_num_batched_tokens, scheduler.max_num_seqs,
+                  scheduler.kind == SchedulerKind.PREFILL_FIRST, policy.on_demand, mode, swap.cpu_pool_pages, shift,
+                  admission, victim, state, policy.orders_queue, policy.max_new_tokens, *consts[:5]], dtype=np.int64)
+    compiled_cost = constants(cost_model) if forms else None
+    kind, params = compiled_cost if compiled_cost is not None else (lp.COST_ASK, np.zeros(1))
+    return C, kind, params
 
-    def ask(self, ids: np.ndarray, gen: np.ndarray) -> None:
-        """Ask the policy about requests ``ids`` with ``gen`` generated tokens."""
-        reqs = Requests(ids, self.prompt[ids], self.output[ids], gen, np)
-        self.res_pages[ids] = ceil_div(self.policy.reservation_tokens(reqs), self.bs)
-        self.adm_pages[ids] = self.policy.admission_pages(reqs)
-        self.fits[ids] = self.policy.fits_empty_pool(reqs)
-        self.gen[ids] = gen
+
+class _Asker:
+    """Answers the loop's questions: the policy's facts and rules, the cost model's latency."""
+
+    def __init__(self, policy: Policy, cost_model: CostModel, Q: np.ndarray, run: np.ndarray, xp: ModuleType) -> None:
+        from . import loop as lp
+
+        self.policy, self.cost, self.Q, self.run, self.xp, self.lp = policy, cost_model, Q, run, xp, lp
+        self.facts = np.zeros((Q.shape[0], lp.NUM_FACTS), dtype=np.int64)
+
+    def ask_facts(self, ids: np.ndarray) -> None:
+        """The policy's answers about requests ``ids`` at their generated tokens (asked on ``xp``)."""
+        lp, xp, pol, Q = self.lp, self.xp, self.policy, self.Q
+        reqs = Requests(*(xp.asarray(a) for a in (ids, Q[ids, lp.PROMPT], Q[ids, lp.OUTPUT], Q[ids, lp.GEN])), xp)
+        tokens = pol.reservation_tokens(reqs)
+        block = self.facts[ids]
+        block[:, lp.F_RES_TOKENS] = to_numpy(xp.asarray(tokens) + xp.zeros(len(ids), dtype=xp.int64))
+        block[:, lp.F_RES_PAGES] = ceil_div(block[:, lp.F_RES_TOKENS], pol.block_size)
+        block[:, lp.F_ADM_PAGES] = to_numpy(xp.asarray(pol.admission_pages(reqs)) + xp.zeros(len(ids), dtype=xp.int64))
+        block[:, lp.F_FITS] = to_numpy(xp.asarray(pol.fits_empty_pool(reqs)) | xp.zeros(len(ids), dtype=bool))
+        block[:, lp.F_GEN] = Q[ids, lp.GEN]
+        if pol.orders_queue:
+            block[:, lp.F_RANK] = to_numpy(xp.asarray(pol.queue_rank(reqs)) + xp.zeros(len(ids), dtype=xp.int64))
+        self.facts[ids] = block
+
+    def one(self, r: int) -> Requests:
+        """One request as the reference engine shows it (Python ints)."""
+        q = self.Q[r]
+        return Requests.one(r, int(q[self.lp.PROMPT]), int(q[self.lp.OUTPUT]), int(q[self.lp.GEN]))
+
+    def running(self, nrun: int) -> Requests:
+        """The running requests in admission order (NumPy arrays, as the reference's ``_batch``)."""
+        ids = self.run[:nrun].copy()
+        return Requests(ids, self.Q[ids, self.lp.PROMPT], self.Q[ids, self.lp.OUTPUT], self.Q[ids, self.lp.GEN], np)
+
+    def answer(self, event: int, S: np.ndarray, F: np.ndarray) -> None:
+        """Put the answer to the loop's question ``event`` in ``S`` / ``F``."""
+        lp, pol = self.lp, self.policy
+        if event != lp.ASK_COST:  # the policy sees the state its compiled form has kept
+            pol.load_compiled_state((int(S[lp.STATE0]), int(S[lp.STATE1])))
+        if event == lp.ASK_ADMIT:
+            running = None if pol.admits_on_own_pages else self.running(int(S[lp.NRUN]))
+            S[lp.ANSWER] = bool(pol.can_admit(self.one(int(S[lp.ASK_R])), free_pages=int(S[lp.ASK_FREE]),
+                                              running=running))
+        elif event == lp.ASK_VICTIM:
+            S[lp.ANSWER] = int(pol.choose_victim(self.running(int(S[lp.NRUN]))))
+        elif event == lp.ASK_END_SCHEDULE:
+            pol.end_schedule(num_preempted=int(S[lp.NPREEMPTED]), running=self.running(int(S[lp.NRUN])))
+            S[lp.STATE0], S[lp.STATE1] = pol.compiled_state()
+        else:  # ASK_COST
+            F[lp.ANSWER_S] = float(self.cost.iteration_s(int(S[lp.ASK_TOKENS]), int(S[lp.ASK_PAIRS]),
+                                                         int(S[lp.ASK_KV]), int(S[lp.NSCHED])))
+        S[lp.HAS_ANSWER] = 1
 
 
 def _needs_compile(kernel: object) -> bool:
@@ -106,71 +157,76 @@ def _compile_notice(kernel: object) -> float | None:
     return time.perf_counter()
 
 
+def _request_state(prompt: np.ndarray, output: np.ndarray, max_new_tokens: int) -> tuple[np.ndarray, ...]:
+    """Per-request arrays: Q (ints), T (times, s), E (iterations)."""
+    from . import loop as lp
+
+    n = prompt.shape[0]
+    Q = np.zeros((n, lp.NUM_REQUEST_INTS), dtype=np.int64)
+    Q[:, lp.PROMPT], Q[:, lp.OUTPUT], Q[:, lp.TARGET] = prompt, output, np.minimum(output, max_new_tokens)
+    Q[:, lp.STATUS] = WAITING
+    return Q, np.full((n, 5), np.nan), np.full((n, 3), -1, dtype=np.int64)
+
+
+def _tables(Q: np.ndarray, T: np.ndarray, E: np.ndarray, R: np.ndarray, RT: np.ndarray, num_rows: int,
+            arrival_s: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
+    from . import loop as lp
+
+    state = {name: E[:, col] for name, col in (("admitted_iter", lp.ADM_ITER), ("first_token_iter", lp.FT_ITER),
+                                                ("finish_iter", lp.FIN_ITER))}
+    state.update({name: T[:, col] for name, col in (
+        ("admitted_s", lp.ADM_S), ("first_token_s", lp.FT_S), ("finish_s", lp.FIN_S), ("last_token_s", lp.LAST_S),
+        ("max_tbt_s", lp.MAX_TBT))})
+    state.update({name: Q[:, col] for name, col in (
+        ("prompt", lp.PROMPT), ("output", lp.OUTPUT), ("gen", lp.GEN), ("num_preemptions", lp.NPRE),
+        ("num_swaps", lp.NSWAP), ("max_res", lp.MAX_RES), ("max_used", lp.MAX_USED), ("status", lp.STATUS),
+        ("abort_code", lp.ABORT))})
+    return request_columns({name: np.ascontiguousarray(state[name]) for name in STATE_COLUMNS}, arrival_s), \
+        iteration_frame(R[:, :num_rows], RT[:, :num_rows])
+
+
 def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arrival_s: np.ndarray,
                  max_new_tokens: int, policy: Policy, pool: PoolConfig, scheduler: SchedulerConfig, swap: SwapConfig,
-                 cost_model: CostModel) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Simulate with the compiled loop (when :func:`why_not` is ``None``); the fast engine's tables."""
-    from ...costmodel.compiled import constants
-    from . import kernel as kn
+                 cost_model: CostModel, xp: ModuleType = np) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Simulate with the compiled loop; the reference engine's tables (the policy asked on ``xp``)."""
+    from . import loop as lp
 
-    n = len(prompt_tokens)
-    i64 = np.int64
-    prompt = np.ascontiguousarray(prompt_tokens, dtype=i64)
-    output = np.ascontiguousarray(output_tokens, dtype=i64)
-    arrival_h = np.asarray(arrival_s, dtype=np.float64)
-    # Request ids are unsigned in the loop: indexing with them then needs no negative-index wrap.
-    u64 = np.uint64
-    order = np.argsort(arrival_h, kind="stable").astype(u64)  # arrival order, ties by row
-    arrival_sorted = np.ascontiguousarray(arrival_h[order])  # the loop reads arrivals in that order
-    facts = _Facts(policy, prompt, output, pool.block_size)
-    facts.ask(np.arange(n, dtype=i64), np.zeros(n, dtype=i64))
-    cost_kind, cost_params = constants(cost_model)
-    mode = {PreemptionMode.RECOMPUTE: kn.MODE_RECOMPUTE, PreemptionMode.SWAP: kn.MODE_SWAP,
-            PreemptionMode.REJECT: kn.MODE_REJECT}[scheduler.preemption_mode]
-    C = np.array([pool.block_size, pool.num_pages, scheduler.max_num_batched_tokens, scheduler.max_num_seqs,
-                  scheduler.kind == SchedulerKind.PREFILL_FIRST, policy.on_demand, mode, swap.cpu_pool_pages], dtype=i64)
-    Q = np.zeros((n, kn.NUM_REQUEST_INTS), dtype=i64)  # per-request ints, one row each
-    Q[:, kn.PROMPT], Q[:, kn.OUTPUT], Q[:, kn.TARGET] = prompt, output, np.minimum(output, max_new_tokens)
-    Q[:, kn.STATUS] = WAITING
-    T = np.full((n, 2), np.nan)  # last token, largest token gap (s)
-    once = {name: np.full(n, -1, dtype=i64) for name in ("admitted_iter", "first_token_iter", "finish_iter")}
-    once.update({name: np.full(n, np.nan) for name in ("admitted_s", "first_token_s", "finish_s")})
-    S, F = np.zeros(kn.NUM_INT_STATE, dtype=i64), np.zeros(1)
+    prompt, output = (np.ascontiguousarray(a, dtype=np.int64) for a in (prompt_tokens, output_tokens))
+    n, arrival_h = prompt.shape[0], np.asarray(arrival_s, dtype=np.float64)
+    order = np.argsort(arrival_h, kind="stable").astype(np.int64)  # arrival order, ties by row
+    Q, T, E = _request_state(prompt, output, max_new_tokens)
     cap = max(min(scheduler.max_num_seqs, n), 1)  # running (and scheduled) requests at most
-    queues = [np.zeros(max(n, 1), dtype=u64) for _ in range(2)]  # waiting, swapped (ring buffers)
-    scratch = [np.zeros(cap * m, dtype=t) for m, t in ((1, u64), (1, u64), (1, i64), (2, u64))]  # running,
-    #                                                                   scheduled ids and chunks, snapshot
-    stale = np.zeros(cap, dtype=i64)
-    rows = MIN_ROWS + ROWS_PER_REQUEST * n
-    R, RT = np.zeros((kn.NUM_ROW_INTS, rows), dtype=i64), np.zeros((2, rows))
-    compile_start = _compile_notice(kn.simulate_kernel)
+    run = np.zeros(cap, dtype=np.int64)
+    asker = _Asker(policy, cost_model, Q, run, xp)
+    asker.ask_facts(np.arange(n, dtype=np.int64))
+    C, cost_kind, cost_params = _config(policy, cost_model, pool, scheduler, swap)
+    S, F = np.zeros(lp.NUM_INT_STATE, dtype=np.int64), np.zeros(lp.NUM_FLOAT_STATE)
+    S[lp.STATE0], S[lp.STATE1] = policy.compiled_state()
+    queues = [np.zeros(max(n, 1), dtype=np.int64) for _ in range(2)]  # waiting (ring or heap), swapped (ring)
+    scratch = [np.zeros(cap * m, dtype=np.int64) for m in (1, 1, 2, 1, 1)]  # scheduled ids, chunks, snapshot,
+    rows = MIN_ROWS + ROWS_PER_REQUEST * n                                   # stale, limbo
+    R, RT = np.zeros((lp.NUM_ROW_INTS, rows), dtype=np.int64), np.zeros((2, rows))
+    arrival_sorted = np.ascontiguousarray(arrival_h[order])  # the loop reads arrivals in that order
+    compile_start = _compile_notice(lp.run_loop)
     while True:
-        if S[kn.NROWS] == R.shape[1]:  # full: double it
+        if S[lp.NROWS] == R.shape[1]:  # full: double it
             R, RT = (np.concatenate([a, np.zeros_like(a)], axis=1) for a in (R, RT))
-        while True:
-            event = kn.simulate_kernel(
-                S, F, C, swap.page_copy_s, cost_kind, cost_params, Q, T, order, arrival_sorted, facts.res_pages,
-                facts.adm_pages, facts.fits, facts.gen, *once.values(), *queues, *scratch, stale, R, RT)
-            if compile_start is not None:
-                print(f"kvlab: compiled the simulator's loop in {time.perf_counter() - compile_start:.0f} s",
-                      file=sys.stderr, flush=True)
-                compile_start = None
-            if event != kn.STALE:
-                break
-            ids = stale[:S[kn.NSTALE]].copy()  # int64
-            facts.ask(ids, Q[ids, kn.GEN])
-        if event == kn.NO_PROGRESS:
-            raise no_progress(int(S[kn.K]), float(F[kn.NOW]), running=scratch[0][:S[kn.NRUN]],
-                              waiting=int(S[kn.WQ_LEN]), swapped=int(S[kn.SW_LEN]),
-                              free_pages=pool.num_pages - int(S[kn.USED_PAGES]),
-                              unpromised_pages=pool.num_pages - int(S[kn.COMMITTED]))
-        if event == kn.DONE:
+        event = lp.run_loop(S, F, C, swap.page_copy_s, cost_kind, cost_params, Q, asker.facts, T, E, order,
+                            arrival_sorted, *queues, run, *scratch, R, RT)
+        if compile_start is not None:
+            print(f"kvlab: compiled the simulator's loop in {time.perf_counter() - compile_start:.0f} s",
+                  file=sys.stderr, flush=True)
+            compile_start = None
+        if event == lp.DONE:
             break
-    num = S[kn.NROWS]
-    state = {**once, "last_token_s": T[:, kn.LAST_S], "max_tbt_s": T[:, kn.MAX_TBT]}
-    state.update({name: Q[:, col] for name, col in (
-        ("prompt", kn.PROMPT), ("output", kn.OUTPUT), ("gen", kn.GEN), ("num_preemptions", kn.NPRE),
-        ("num_swaps", kn.NSWAP), ("max_res", kn.MAX_RES), ("max_used", kn.MAX_USED), ("status", kn.STATUS),
-        ("abort_code", kn.ABORT))})
-    return request_columns({name: np.ascontiguousarray(state[name]) for name in STATE_COLUMNS}, arrival_h), \
-        iteration_frame(R[:, :num], RT[:, :num])
+        if event == lp.NO_PROGRESS:
+            raise no_progress(int(S[lp.K]), float(F[lp.START]), running=run[:S[lp.NRUN]], waiting=int(S[lp.WQ_LEN]),
+                              swapped=int(S[lp.SW_LEN]), free_pages=pool.num_pages - int(S[lp.USED_PAGES]),
+                              unpromised_pages=pool.num_pages - int(S[lp.COMMITTED]))
+        if event == lp.STALE:
+            asker.ask_facts(scratch[3][:S[lp.NSTALE]].copy())
+            S[lp.NSTALE] = 0
+        elif event != lp.ROWS_FULL:
+            asker.answer(event, S, F)
+    policy.load_compiled_state((int(S[lp.STATE0]), int(S[lp.STATE1])))
+    return _tables(Q, T, E, R, RT, int(S[lp.NROWS]), arrival_h)

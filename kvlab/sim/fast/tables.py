@@ -1,7 +1,7 @@
-"""The fast engines' result tables, built from host arrays (the reference's tables, column for column)."""
+"""The compiled loop's result tables, built from host arrays (the reference's tables, column for column)."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
@@ -39,14 +39,6 @@ def _dtype(name: str) -> type:
     return np.float64 if name in ("start_s", "duration_s") else np.int64
 
 
-def iteration_table(blocks: Sequence[Sequence[np.ndarray]]) -> pd.DataFrame:
-    """The iteration table from blocks of columns (each block: one array per :data:`ITERATION_COLUMNS` name)."""
-    if not blocks:
-        return pd.DataFrame({name: np.zeros(0, dtype=_dtype(name)) for name in ITERATION_COLUMNS})
-    return pd.DataFrame({name: np.concatenate([b[i] for b in blocks]).astype(_dtype(name), copy=False)
-                         for i, name in enumerate(ITERATION_COLUMNS)})
-
-
 def iteration_frame(ints: np.ndarray, times: np.ndarray) -> pd.DataFrame:
     """The iteration table around row-per-column arrays, without copying them.
 
@@ -58,8 +50,3 @@ def iteration_frame(ints: np.ndarray, times: np.ndarray) -> pd.DataFrame:
     for i, name in enumerate(("start_s", "duration_s")):
         frame.insert(ITERATION_COLUMNS.index(name), name, times[i])
     return frame
-
-
-def rows_block(rows: Sequence[tuple]) -> list[np.ndarray]:
-    """One block of columns from row tuples in :data:`ITERATION_COLUMNS` order."""
-    return [np.asarray(col, dtype=_dtype(name)) for name, col in zip(ITERATION_COLUMNS, zip(*rows))]
