@@ -1,0 +1,79 @@
+"""The batched engine (kvlab.sim.batched) against the reference engine, on every simulation of a random sweep.
+
+Run also with KVLAB_BACKEND=strict (CI), where the batch's arrays follow CuPy's rules.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kvlab.backend import get_xp
+from kvlab.sim import finish, prepare, simulate
+from kvlab.sim.batched import BatchedEngine, run_batched, why_not
+
+IN_SCOPE = ["vllm", "reserve_max", "tgi", "orca_oracle", "orca_pow2", "orca_max"]
+
+
+def _random_sweep(seed: int, num: int) -> list[tuple[pd.DataFrame, dict]]:
+    """Seeded random configurations within scope: policies, pools, block sizes (non-powers of two
+    included), budgets, caps, rates; workloads of different lengths (a ragged batch)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(num):
+        n = int(rng.integers(3, 50))
+        w = pd.DataFrame({"prompt_tokens": rng.integers(1, 400, n), "output_tokens": rng.integers(1, 300, n)})
+        c = dict(policy=str(rng.choice(IN_SCOPE)), max_new_tokens=int(rng.choice([50, 128, 200, 512])),
+                 block_size=int(rng.choice([1, 3, 7, 16, 24])), pool_pages=int(rng.integers(15, 400)),
+                 preemption_mode=str(rng.choice(["recompute", "reject"])),
+                 max_num_seqs=int(rng.choice([3, 16, 256])), max_num_batched_tokens=int(rng.choice([48, 100, 2048])),
+                 arrivals="poisson", qps=float(rng.choice([5.0, 50.0, 500.0])), seed=i,
+                 model="Llama-3-8B", gpu="H100-SXM", cost_model="roofline")
+        if c["policy"] == "tgi":
+            c["cap_tokens"] = int(rng.choice([16, 100, 1024]))
+        out.append((w, c))
+    return out
+
+
+def test_every_simulation_of_a_random_sweep_equals_the_reference() -> None:
+    sweep = _random_sweep(7, 40)
+    runs = [prepare(w, **c) for w, c in sweep]
+    assert all(why_not(r) is None for r in runs)
+    engine = BatchedEngine(runs, get_xp())
+    tables = engine.run()
+    # both paths ran: the common array step, and the per-request fallback (preemptions, aborts)
+    assert 0 < engine.num_fallback_rows < sum(len(t[1]) for t in tables)
+    outcomes = set()
+    for (w, c), run, (req, it) in zip(sweep, runs, tables):
+        ref = simulate(w, engine="reference", record_iterations=True, **c)
+        got = finish(run, req, it, record_iterations=True)
+        pd.testing.assert_frame_equal(got.requests, ref.requests, check_exact=True)  # TTFT, finishes, preemptions
+        pd.testing.assert_frame_equal(got.iterations, ref.iterations, check_exact=True)
+        assert got.summary == pytest.approx(ref.summary, nan_ok=True, rel=0, abs=0)
+        outcomes |= set(ref.requests["outcome"]) | {"preempted" if ref.requests["num_preemptions"].any() else ""}
+    # the sweep reaches preemption, aborts and both finish kinds, so the comparison covers them
+    assert {"preempted", "finished_aborted", "finished_stopped", "finished_length_capped"} <= outcomes
+
+
+def test_run_batched_groups_runs_by_cost_model() -> None:
+    sweep = _random_sweep(3, 4)
+    sweep[1][1]["gpu"] = "A100-80GB-SXM"  # another roofline: a batch of its own
+    runs = [prepare(w, **c) for w, c in sweep]
+    for (w, c), run, (req, it) in zip(sweep, runs, run_batched(runs, get_xp())):
+        pd.testing.assert_frame_equal(finish(run, req, it).requests, simulate(w, engine="reference", **c).requests,
+                                      check_exact=True)
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    ({"scheduler": "prefill_first"}, "scheduler prefill_first"),
+    ({"preemption_mode": "swap"}, "swap preemption"),
+    ({"policy": "sglang"}, "keeps per-iteration state"),
+    ({"cost_model": "measured"}, "other bits on arrays"),
+])
+def test_runs_outside_the_scope_are_refused_with_the_reason(change: dict, reason: str) -> None:
+    w = pd.DataFrame({"prompt_tokens": [5, 9], "output_tokens": [3, 4]})
+    base = {"model": "Llama-3-8B", "gpu": "H100-SXM", "cost_model": "roofline"}
+    run = prepare(w, **{**base, **change})
+    assert reason in why_not(run)
+    with pytest.raises(ValueError, match="outside the batched engine's scope"):
+        BatchedEngine([run], get_xp())
