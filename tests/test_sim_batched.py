@@ -77,3 +77,35 @@ def test_runs_outside_the_scope_are_refused_with_the_reason(change: dict, reason
     assert reason in why_not(run)
     with pytest.raises(ValueError, match="outside the batched engine's scope"):
         BatchedEngine([run], get_xp())
+
+
+def test_sweep_table_is_the_same_batched_or_not_and_says_what_ran() -> None:
+    from kvlab import sweep
+
+    grid = [{"policy": ["vllm", "tgi"], "pool_pages": [60, 400], "block_size": [5, 16]},
+            {"policy": ["sglang"], "pool_pages": [60]},                      # outside scope: per process
+            {"policy": ["reserve_max"], "preemption_mode": ["swap"]}]        # outside scope: per process
+    fixed = {"model": "Llama-3-8B", "gpu": "H100-SXM", "cost_model": "roofline", "max_new_tokens": 256,
+             "arrivals": "poisson", "qps": 50.0}
+    kw = {"num_requests": 30, "fixed": fixed, "seeds": [0, 1], "progress": False}
+    batched = sweep("seed-figures", grid, batch="always", **kw)
+    one_by_one = sweep("seed-figures", grid, batch="never", **kw)
+    pd.testing.assert_frame_equal(batched, one_by_one, check_exact=True)
+    assert batched.attrs["run_by"].startswith("16 of 20 simulations batched")
+    assert "2 x policy sglang admission reads the running requests, keeps per-iteration state" in batched.attrs["run_by"]
+    assert "2 x swap preemption" in batched.attrs["run_by"]
+    assert one_by_one.attrs["run_by"].startswith("0 of 20 simulations batched")
+
+
+def test_the_chooser_batches_on_a_device_module_from_enough_runs_and_never_on_numpy() -> None:
+    from kvlab.sim.batched.choose import MIN_GPU_BATCH, choose
+
+    w = pd.DataFrame({"prompt_tokens": [5, 9], "output_tokens": [3, 4]})
+    runs = [prepare(w, model="Llama-3-8B", gpu="H100-SXM", cost_model="roofline", seed=s) for s in range(MIN_GPU_BATCH)]
+    assert choose(runs, np).batched == ()
+    strict = get_xp("strict")
+    assert choose(runs, strict).batched == tuple(range(MIN_GPU_BATCH))
+    assert choose(runs[:-1], strict).batched == ()
+    assert choose(runs[:3], np, "always").batched == (0, 1, 2)
+    with pytest.raises(ValueError, match="batch 'sometimes' is unknown"):
+        choose(runs, np, "sometimes")

@@ -69,7 +69,7 @@ def _probe(cost: Any) -> str | None:
     t, p, kv, n = (np.ascontiguousarray(x) for x in _PROBE)
     try:
         on_arrays = np.asarray(cost.iteration_s(t, p, kv, n), dtype=np.float64)
-    except Exception as exc:  # noqa: BLE001 - any failure means: not on arrays
+    except Exception as exc:
         return f"cost model {type(cost).__name__} does not take arrays ({type(exc).__name__})"
     if on_arrays.shape != t.shape:
         return f"cost model {type(cost).__name__} does not answer per element on arrays"
@@ -87,7 +87,7 @@ def same_cost(a: Any, b: Any) -> bool:
         return True
     try:
         return type(a) is type(b) and bool(a == b)
-    except Exception:  # noqa: BLE001 - models whose fields do not compare: not the same
+    except Exception:
         return False
 
 
@@ -115,20 +115,20 @@ class BatchedEngine:
             return out
 
         P = host(1, np.int64, lambda r, o: r.prompt[o])
-        O = host(1, np.int64, lambda r, o: r.output[o])
+        out = host(1, np.int64, lambda r, o: r.output[o])
         idx = host(0, np.int64, lambda r, o: o)
         res0, adm0, fits0 = (np.zeros((S, N), np.int64), np.zeros((S, N), np.int64), np.ones((S, N), bool))
         for s, (run, o) in enumerate(zip(runs, self.order)):  # the policy's answers about new requests
             pol, n = run.policy, len(o)
-            reqs = Requests(o, P[s, :n], O[s, :n], np.zeros(n, np.int64), np)
+            reqs = Requests(o, P[s, :n], out[s, :n], np.zeros(n, np.int64), np)
             res0[s, :n] = ceil_div(np.asarray(pol.reservation_tokens(reqs), dtype=np.int64), run.pool.block_size)
             adm0[s, :n] = pol.admission_pages(reqs)
             fits0[s, :n] = pol.fits_empty_pool(reqs)
         status = host(0, np.int64, lambda r, o: 0)
         status[host(True, bool, lambda r, o: False)] = PAD
         a = xp.asarray
-        self.P, self.O, self.IDX = a(P), a(O), a(idx)
-        self.T = a(np.minimum(O, np.array([r.max_new_tokens for r in runs])[:, None]))
+        self.P, self.O, self.IDX = a(P), a(out), a(idx)
+        self.T = a(np.minimum(out, np.array([r.max_new_tokens for r in runs])[:, None]))
         self.ARR = a(host(np.inf, np.float64, lambda r, o: r.arrival_s[o]))
         self.RES0, self.ADM0, self.FITS0 = a(res0), a(adm0), a(fits0)
         self.s = {"ST": a(status)}
