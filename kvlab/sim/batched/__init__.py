@@ -37,6 +37,6 @@ batch takes as many steps as its longest member has iterations.
 """
 from __future__ import annotations
 
-from .engine import BatchedEngine, run_batched, why_not
+from .engine import BatchedEngine, BatchStats, run_batched, stats, why_not
 
-__all__ = ["BatchedEngine", "run_batched", "why_not"]
+__all__ = ["BatchStats", "BatchedEngine", "run_batched", "stats", "why_not"]

@@ -1,6 +1,7 @@
 """The batched engine's array program (the rules and scope are in the package docstring)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -11,7 +12,7 @@ from ..._intmath import ceil_div
 from ...backend import to_numpy
 from ...policies import Requests
 from ..config import PreemptionMode, SchedulerKind
-from ..fast.state import ABORTED, CAPPED, PREEMPTED, RUNNING, STOPPED, no_progress
+from ..fast.state import CAPPED, PREEMPTED, RUNNING, STOPPED, no_progress
 from ..fast.tables import iteration_frame, request_columns
 from ..request import RequestStatus
 from .fallback import ROW_COLUMNS, RowStep, host_rows
@@ -23,6 +24,36 @@ if TYPE_CHECKING:
 PAD = 7
 #: Steps whose iteration rows are kept on the device before they are copied to the host.
 FLUSH_STEPS = 256
+
+
+@dataclass
+class BatchStats:
+    """What the batched engine did since the last :meth:`reset` (shown by benchmarks).
+
+    Attributes
+    ----------
+    simulations, steps : int
+        Simulations run and array steps taken (a batch takes as many steps as its longest member).
+    iterations : int
+        Iterations of all simulations (``iterations / (steps x simulations)`` is the share of
+        a batch's rows that did work).
+    fallback_rows : int
+        Simulation-iterations scheduled request by request (:mod:`.fallback`).
+    """
+
+    simulations: int = 0
+    steps: int = 0
+    iterations: int = 0
+    fallback_rows: int = 0
+
+    def reset(self) -> BatchStats:
+        """Zero the counts; return this object."""
+        self.simulations = self.steps = self.iterations = self.fallback_rows = 0
+        return self
+
+
+#: The counts of every batch run in this process (:func:`run_batched` adds to them).
+stats = BatchStats()
 
 
 def why_not(run: PreparedRun) -> str | None:
@@ -365,9 +396,14 @@ def run_batched(runs: Sequence[PreparedRun], xp: ModuleType) -> list[tuple[pd.Da
             groups.append([i])
     out: list[Any] = [None] * len(runs)
     for g in groups:
-        for i, tables in zip(g, BatchedEngine([runs[i] for i in g], xp).run()):
+        engine = BatchedEngine([runs[i] for i in g], xp)
+        for i, tables in zip(g, engine.run()):
             out[i] = tables
+            stats.iterations += len(tables[1])
+        stats.simulations += len(g)
+        stats.steps += engine.num_steps
+        stats.fallback_rows += engine.num_fallback_rows
     return out
 
 
-__all__ = ["ABORTED", "BatchedEngine", "run_batched", "same_cost", "why_not"]
+__all__ = ["BatchStats", "BatchedEngine", "run_batched", "same_cost", "stats", "why_not"]
