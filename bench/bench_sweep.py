@@ -126,7 +126,7 @@ def batched_timing(args: argparse.Namespace) -> pd.DataFrame:
     backends = [b for b in args.backends if b == "numpy" or (b == "cupy" and cupy_usable())]
     for name in backends:
         os.environ[ENV_VAR] = name
-        sizes = [b for b in args.batch_sizes if b <= len(configs)]
+        sizes = [b for b in args.batch_sizes if b <= len(configs) and (name != "numpy" or b <= args.numpy_max_batch)]
         if name == "cupy":
             sizes = sorted(set(sizes) | {len(configs) * len(seeds)})
             kvlab.sweep(PROFILE, [{k: [x] for k, x in c.items()} for c in configs[:2]], seeds=[0], batch="always",
@@ -216,6 +216,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes for the process pool")
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32, 128],
                     help="simulations per batch timed for the batched engine (seed 0; CuPy adds the whole sweep)")
+    ap.add_argument("--numpy-max-batch", type=int, default=10**9, help="largest batch timed on NumPy")
     ap.add_argument("--backends", nargs="+", default=["numpy", "cupy"], help="backends to time (cupy: if usable)")
     ap.add_argument("--cupy-configs", type=int, default=200,
                     help="configurations timed on CuPy (seed 0, grid order; the first of the NumPy sweep)")
