@@ -43,6 +43,8 @@ the slowest of them (:meth:`kvlab.pipeline.PipelineCostModel.with_peers`).
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import logging
 import math
 import warnings
 from pathlib import Path
@@ -59,9 +61,14 @@ from .costmodel import describe as _describe_cost, resolve as _resolve_cost
 from .lengths import Profile, workload_sample
 from .pipeline import PipelineCostModel
 from .reservation import pool_pages as _pool_pages
-from .sim import SimResult, simulate
+from .backend import backend_name, get_xp
+from .sim import SimResult, finish, prepare, simulate
+from .sim.batched import run_batched
+from .sim.batched.choose import MIN_GPU_BATCH, MODES as BATCH_MODES, choose
 from .trace_window import trace_window
 
+
+_log = logging.getLogger(__name__)
 
 #: A sustained queue still holds a few requests at any instant: fewer waiting than this never
 #: counts as a growing queue (so trials of a few dozen requests are judged by the SLO alone).
@@ -668,7 +675,7 @@ def _capacity_job(args: tuple[Any, ServingConfig, SLO, dict[str, Any]]) -> Capac
 
 
 def capacities(workload: pd.DataFrame | str | Path | Profile, cases: Mapping[Any, tuple[ServingConfig, SLO]], *,
-               max_workers: int = 1, **capacity_kw: Any) -> dict[str, CapacityResult]:
+               max_workers: int = 1, batch: str = "auto", **capacity_kw: Any) -> dict[str, CapacityResult]:
     """:func:`capacity` of several (config, SLO) cases on one workload, searches run in parallel.
 
     Parameters
@@ -677,11 +684,23 @@ def capacities(workload: pd.DataFrame | str | Path | Profile, cases: Mapping[Any
         Label -> (config, slo).
     max_workers : int
         Processes; each runs whole searches (the results do not depend on it).
+    batch : {"auto", "always", "never"}
+        Whether the searches advance in rounds, each round's trials (one per unfinished search)
+        run together by the batched engine (:mod:`kvlab.sim.batched`) where they are within its
+        scope: ``auto`` when the chooser expects that to be faster
+        (:func:`kvlab.sim.batched.choose.choose`: a GPU and enough cases; never on a CPU).
+        The results do not depend on it; each result's ``run_by`` says what ran, and the
+        choice is logged (logger ``kvlab.capacity``).
     **capacity_kw
         Passed to every :func:`capacity` call (``num_requests``, ``seed``, ``rel_tol``, ...).
     """
     max_workers = v.positive_int(max_workers, "max_workers")
+    v.choice(batch, "batch", BATCH_MODES)
     jobs = [(workload, cfg, slo, capacity_kw) for cfg, slo in cases.values()]
+    xp = get_xp()
+    if batch == "always" or (batch == "auto" and backend_name(xp) != "numpy" and len(jobs) >= MIN_GPU_BATCH):
+        return dict(zip(cases, _in_rounds(workload, list(cases.values()), capacity_kw, batch, xp)))
+    _log.info("capacities: %d searches per process (batch=%r on %s)", len(jobs), batch, backend_name(xp))
     if max_workers == 1 or len(jobs) == 1:
         found = [_capacity_job(j) for j in jobs]
     else:
@@ -689,6 +708,66 @@ def capacities(workload: pd.DataFrame | str | Path | Profile, cases: Mapping[Any
             found = list(pool.map(_capacity_job, jobs))
     return dict(zip(cases, found))
 
+
+def _in_rounds(workload: Any, cases: list[tuple[ServingConfig, SLO]], capacity_kw: Mapping[str, Any], batch: str,
+               xp: Any) -> list[CapacityResult]:
+    """The searches of ``cases`` in lockstep rounds: every unfinished search's next trial, one batch per round."""
+    plans, window_check = [], True
+    for cfg, slo in cases:
+        args = inspect.signature(capacity).bind(workload, cfg, slo, **capacity_kw)
+        args.apply_defaults()
+        kw = dict(args.arguments)
+        window_check = kw.pop("window_check")
+        for name in ("workload", "config", "slo"):
+            kw.pop(name)
+        plans.append(_plan(workload, cfg, slo, **kw))
+    found: list[CapacityResult | None] = [p.result([], 0.0, p.unreachable) if p.unreachable else None for p in plans]
+    searches = {i: p.search() for i, p in enumerate(plans) if not p.unreachable}
+    pending = {i: next(g) for i, g in searches.items()}
+    rows: list[list[dict[str, Any]]] = [[] for _ in plans]
+    num_rounds = num_trials = num_batched = 0
+    while pending:
+        items = list(pending.items())
+        round_rows, batched = _round(plans, items, batch, xp)
+        num_rounds, num_trials, num_batched = num_rounds + 1, num_trials + len(items), num_batched + batched
+        for (i, _), row in zip(items, round_rows):
+            rows[i].append(row)
+            try:
+                pending[i] = searches[i].send(row)
+            except StopIteration as stop:
+                del pending[i]
+                found[i] = plans[i].result(rows[i], *stop.value)
+    run_by = (f"{num_batched} of {num_trials} trials batched on {backend_name(xp)} in {num_rounds} rounds "
+              f"(batch={batch!r}), the rest per process")
+    _log.info("capacities: %s", run_by)
+    out = []
+    for p, r in zip(plans, found):
+        assert r is not None
+        if window_check and r.reason.startswith("converged"):
+            r = p.window_checked(r)
+        out.append(dataclasses.replace(r, run_by=run_by))
+    return out
+
+
+def _round(plans: list[_Plan], items: list[tuple[int, float]], batch: str, xp: Any) -> tuple[list[dict[str, Any]], int]:
+    """The trial rows of one round (search position, rate), and how many the batched engine ran."""
+    single = [(k, i, q) for k, (i, q) in enumerate(items) if plans[i].config.pp == 1]  # PP: two runs per trial
+    runs = []
+    for _, i, q in single:
+        p = plans[i]
+        work, kw = _serve_args(p.work, p.config, q, seed=p.seed, arrivals=p.arrivals, burst_cv=p.burst_cv)
+        runs.append(prepare(work, p.config.policy, **kw, cost_model=p.config.cost()))
+    choice = choose(runs, xp, "always" if batch == "always" else "auto")
+    out: list[dict[str, Any] | None] = [None] * len(items)
+    chosen = [single[j] for j in choice.batched]
+    for (k, i, q), j, (req, it) in zip(chosen, choice.batched, run_batched([runs[j] for j in choice.batched], xp)
+                                       if chosen else []):
+        p = plans[i]
+        out[k] = _trial_row(q, finish(runs[j], req, it), p.slo, p.warmup_frac, p.max_backlog_frac)
+    for k, (i, q) in enumerate(items):
+        if out[k] is None:
+            out[k] = _trial(plans[i].trial_args(q))
+    return [row for row in out if row is not None], len(chosen)
 
 
 def capacity_table(found: Mapping[Any, CapacityResult], *, key_names: Sequence[str] = ("case",)) -> pd.DataFrame:

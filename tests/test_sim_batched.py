@@ -109,3 +109,22 @@ def test_the_chooser_batches_on_a_device_module_from_enough_runs_and_never_on_nu
     assert choose(runs[:3], np, "always").batched == (0, 1, 2)
     with pytest.raises(ValueError, match="batch 'sometimes' is unknown"):
         choose(runs, np, "sometimes")
+
+
+def test_capacities_in_batched_rounds_find_what_searches_one_by_one_find() -> None:
+    from kvlab.capacity import SLO, ServingConfig, capacities
+
+    slo = SLO(tbt_p99_s=0.05)
+    cases = {(pol, pages): (ServingConfig(model="Llama-3-8B", gpu="H100-SXM", policy=pol, pool_pages=pages,
+                                          max_new_tokens=256, cost_model="roofline", max_num_seqs=32), slo)
+             for pol in ("vllm", "reserve_max") for pages in (80, 400)}
+    kw = {"num_requests": 40, "rel_tol": 0.2, "qps_start": 4.0, "window_check": False}
+    rounds = capacities("seed-figures", cases, batch="always", **kw)
+    alone = capacities("seed-figures", cases, batch="never", **kw)
+    for key in cases:
+        assert rounds[key].capacity_qps == alone[key].capacity_qps
+        assert rounds[key].reason == alone[key].reason
+        pd.testing.assert_frame_equal(rounds[key].trials, alone[key].trials, check_exact=True)
+        assert alone[key].run_by == "per process"
+        num_trials = sum(len(r.trials) for r in alone.values())
+        assert rounds[key].run_by.startswith(f"{num_trials} of {num_trials} trials batched")
