@@ -43,6 +43,7 @@ def test_every_simulation_of_a_random_sweep_equals_the_reference() -> None:
     tables = engine.run()
     # both paths ran: the common array step, and the per-request fallback (preemptions, aborts)
     assert 0 < engine.num_fallback_rows < sum(len(t[1]) for t in tables)
+    assert engine.ids.size < len(runs)  # finished simulations left the arrays (compaction ran)
     outcomes = set()
     for (w, c), run, (req, it) in zip(sweep, runs, tables):
         ref = simulate(w, engine="reference", record_iterations=True, **c)

@@ -24,6 +24,11 @@ if TYPE_CHECKING:
 PAD = 7
 #: Steps whose iteration rows are kept on the device before they are copied to the host.
 FLUSH_STEPS = 256
+#: Every this many steps, finished simulations leave the arrays when they are at least half of them.
+COMPACT_STEPS = 32
+#: The (S, n) and (S,) arrays that hold one row per simulation (compaction keeps the live rows).
+_ROW_ARRAYS = ("P", "O", "IDX", "T", "ARR", "RES0", "ADM0", "FITS0", "bs", "num_pages", "budget", "max_seqs",
+               "on_demand", "now", "k", "nxt", "admit_count", "preempt_count", "idle_before")
 
 
 @dataclass
@@ -183,8 +188,10 @@ class BatchedEngine:
         self.preempt_count = xp.zeros(S, dtype=xp.int64)
         self.idle_before = xp.zeros(S, dtype=bool)
         self.col = xp.arange(N, dtype=xp.int64)[None, :]
+        self.ids = np.arange(S)  # the run each row of the arrays holds (rows leave when compacted)
+        self._final: dict[int, dict[str, np.ndarray]] = {}  # state of runs compacted out
         self._rows: list[tuple[Any, Any, Any]] = []
-        self._host_rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._host_rows: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self.num_steps = 0
         self.num_fallback_rows = 0
 
@@ -202,6 +209,13 @@ class BatchedEngine:
         live = (ST < int(RequestStatus.FINISHED_STOPPED)).any(axis=1)
         if not bool(live.any()):
             return False
+        if self.num_steps % COMPACT_STEPS == 0 and self.num_steps:
+            keep = to_numpy(live)
+            if 2 * int(keep.sum()) <= keep.size:
+                self._compact(keep)
+                st = self.s
+                ST = st["ST"]
+                live = (ST < int(RequestStatus.FINISHED_STOPPED)).any(axis=1)
         arrived = (self.ARR <= self.now[:, None]).sum(axis=1)
         running = ST == RUNNING
         nrun = running.sum(axis=1)
@@ -258,8 +272,8 @@ class BatchedEngine:
         self.admit_count = self.admit_count + num_adm
         self.nxt = self.nxt + num_adm
         chunk = xp.where(f, chunk_r + chunk_a, 0)
-        num_preempted = xp.zeros(self.S, dtype=xp.int64)
-        num_aborted = xp.zeros(self.S, dtype=xp.int64)
+        num_preempted = xp.zeros(self.ids.size, dtype=xp.int64)
+        num_aborted = xp.zeros(self.ids.size, dtype=xp.int64)
         if bool(slow.any()):
             chunk, num_preempted, num_aborted = self._fallback(slow, arrived, chunk, num_preempted, num_aborted)
         self._execute(live, chunk, num_preempted, num_aborted, arrived)
@@ -283,10 +297,11 @@ class BatchedEngine:
         for i, s in enumerate(rows.tolist()):
             row = {name: h[name][i] for name in h}
             counters = {name: int(scal[name][i]) for name in ("admit_count", "preempt_count", "nxt")}
-            step = RowStep(row, policy=self.runs[s].policy, counters=counters, arrived=int(scal["arrived"][i]),
+            run = int(self.ids[s])
+            step = RowStep(row, policy=self.runs[run].policy, counters=counters, arrived=int(scal["arrived"][i]),
                            k=int(scal["k"][i]), now_s=float(scal["now"][i]), block_size=int(scal["bs"][i]),
                            num_pages=int(scal["num_pages"][i]), budget_tokens=int(scal["budget"][i]),
-                           max_num_seqs=int(scal["max_seqs"][i]), reject=self.reject[s])
+                           max_num_seqs=int(scal["max_seqs"][i]), reject=self.reject[run])
             step.run()
             chunks[i], pre[i], ab[i] = step.chunk, step.num_preempted, step.num_aborted
             for name in ("admit_count", "preempt_count", "nxt"):
@@ -354,22 +369,42 @@ class BatchedEngine:
         self.k = self.k + live
         self.num_steps += 1
 
+    def _compact(self, keep: np.ndarray) -> None:
+        """Keep only the rows in ``keep`` (host mask); the others' state goes to the host."""
+        self._flush()
+        gone = np.flatnonzero(~keep)
+        if gone.size:
+            host = host_rows(self.s, gone, to_numpy)
+            for j, run in enumerate(self.ids[gone].tolist()):
+                self._final[run] = {name: a[j] for name, a in host.items()}
+        rows = self.xp.asarray(np.flatnonzero(keep))
+        for name in _ROW_ARRAYS:
+            setattr(self, name, getattr(self, name)[rows])
+        self.s = {name: a[rows] for name, a in self.s.items()}
+        self.ids = self.ids[keep]
+
     # ------------------------------------------------------------------ results
     def _flush(self) -> None:
         if self._rows:
             xp = self.xp
             ints, times, live = (to_numpy(xp.stack([r[i] for r in self._rows])) for i in range(3))
-            self._host_rows.append((ints, times, live))
+            self._host_rows.append((ints, times, live, self.ids.copy()))
             self._rows = []
 
     def _tables(self, s: int) -> tuple[pd.DataFrame, pd.DataFrame]:
         run, o = self.runs[s], self.order[s]
         n = len(o)
-        ints = np.concatenate([b[0][b[2][:, s], :, s] for b in self._host_rows]).T
-        times = np.concatenate([b[1][b[2][:, s], :, s] for b in self._host_rows]).T
-        h = {name: np.empty(n, dtype=np.asarray(to_numpy(a[s])).dtype) for name, a in self.s.items()}
-        for name, a in self.s.items():
-            h[name][o] = to_numpy(a[s])[:n]
+        blocks = [(b, int(np.flatnonzero(b[3] == s)[0])) for b in self._host_rows if (b[3] == s).any()]
+        ints = np.concatenate([b[0][b[2][:, j], :, j] for b, j in blocks]).T
+        times = np.concatenate([b[1][b[2][:, j], :, j] for b, j in blocks]).T
+        if s in self._final:
+            final = self._final[s]
+        else:
+            final = host_rows(self.s, np.flatnonzero(self.ids == s), to_numpy)
+            final = {name: a[0] for name, a in final.items()}
+        h = {name: np.empty(n, dtype=a.dtype) for name, a in final.items()}
+        for name, a in final.items():
+            h[name][o] = a[:n]
         state = {"prompt": run.prompt, "output": run.output, "admitted_iter": h["AI"], "first_token_iter": h["FI"],
                  "finish_iter": h["XI"], "admitted_s": h["AS"], "first_token_s": h["FS"], "finish_s": h["XS"],
                  "gen": h["G"], "num_preemptions": h["NP"], "num_swaps": np.zeros(n, np.int64), "max_res": h["MR"],
