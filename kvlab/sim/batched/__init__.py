@@ -47,13 +47,14 @@ shared with other jobs, load 7-8; 200 seed-figures requests per simulation, Pois
   per simulation at S = 32, 55 at 256 and 70 at 1,024 (memory-bound) against 4.6 us per
   iteration of the compiled loop (5.7 ms per simulation, tables included).
 * On a GPU, not against the compiled loop per process, and in principle not: (1) a step is
-  ~230 kernel launches and 3-4 host syncs, about 0.5-1 ms on CuPy whatever S, and a batch
+  ~230 kernel launches and 3-4 host syncs, about 0.5-1 ms on CuPy whatever S (estimated at
+  2-5 us a launch; not yet measured: no GPU was lent), and a batch
   takes as many steps as its longest member (8,144 here), so 1,000 simulations in one batch
   cost ~8 ms of steps each, more than one CPU core's compiled loop (5.7 ms), before the
   fallback steps (host Python and device copies); (2) each simulation still costs ~9 ms of
   host work the batch does not remove (``prepare`` 4.8 ms, tables and summary 4.5 ms), a
-  ceiling of ~110 simulations/s for the batched path against ~1,000/s for the compiled loop
-  on a 16-core machine's processes. What the batched engine does beat is the per-process path
+  ceiling of ~110 simulations/s for the batched path against ~1,000/s estimated for the
+  compiled loop on a 16-core machine's processes (15 ms per simulation per core, measured here). What the batched engine does beat is the per-process path
   on CuPy (the fast engine's array loop, one launch per operation per simulation-iteration),
   which is why :mod:`.choose` batches on a GPU; ``bench/gpu_check.sh batched_cupy`` measures
   CuPy against NumPy and the compiled loop on the 1,000-configuration sweep. A GPU design
