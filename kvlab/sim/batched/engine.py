@@ -327,8 +327,14 @@ class BatchedEngine:
         stuck = live & (num_seqs == 0) & (num_aborted == 0) & (self.idle_before | (num_preempted == 0))
         if bool(stuck.any()):
             s = int(np.flatnonzero(to_numpy(stuck))[0])
-            raise no_progress(int(self.k[s]), float(self.now[s]), running=[], waiting=-1, swapped=0,
-                              free_pages=-1, unpromised_pages=-1)
+            h = {name: to_numpy(a[s]) for name, a in (("ST", st["ST"]), ("R", st["R"]), ("U", st["U"]),
+                                                      ("IDX", self.IDX))}
+            pages = int(to_numpy(self.num_pages[s]))
+            raise no_progress(int(to_numpy(self.k[s])), float(to_numpy(self.now[s])),
+                              running=h["IDX"][h["ST"] == RUNNING].tolist(),
+                              waiting=int((h["ST"] == PREEMPTED).sum() + to_numpy(arrived[s]) - to_numpy(self.nxt[s])),
+                              swapped=0, free_pages=pages - int(h["U"].sum()),
+                              unpromised_pages=pages - int(np.maximum(h["R"], h["U"]).sum()))
         num_tokens = chunk.sum(axis=1)
         pairs = (chunk * C + chunk * (chunk + 1) // 2).sum(axis=1)
         kv = xp.where(sched, C + chunk, 0).sum(axis=1)
