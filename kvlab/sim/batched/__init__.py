@@ -40,11 +40,11 @@ Does it pay? (measured 2026-12-02, ``bench/bench_sweep.py --parts batched``, 2-c
 shared with other jobs, load 7-8; 200 seed-figures requests per simulation, Poisson 100/s)
 ----------------------------------------------------------------------------------------------
 * On a CPU, no. The compiled loop on 2 processes ran the 1,000-configuration in-scope sweep at
-  34.3 configurations/s; the batched engine on NumPy at 3.4 (S = 1, 0.10x), 14.6 (S = 8,
-  0.42x), 22.6 (S = 32, 0.66x), 7.8 (S = 128, 0.23x) and 9.4 (S = 200, 0.27x; a reserve_max member on a small pool
-  runs 8,144 iterations where the mean is 1,235, and a quarter of the batch's iterations
-  need the per-request fallback). A step is ~230 array operations: 190 us at S = 1, 22 us
-  per simulation at S = 32, 55 at 256 and 70 at 1,024 (memory-bound) against 4.6 us per
+  34.3 configurations/s; the batched engine on NumPy at 3.4 (S = 1, 0.10x), 14.6 (S = 8, 0.42x),
+  22.6 (S = 32, 0.66x), 7.8 (S = 128, 0.23x) and 9.4 (S = 200, 0.27x; a reserve_max member on a
+  small pool runs 8,144 iterations where the mean is 1,235, and a quarter of the batch's
+  iterations need the per-request fallback). A step is ~230 array operations: 190 us at S = 1,
+  22 us per simulation at S = 32, 55 at 256 and 70 at 1,024 (memory-bound) against 4.6 us per
   iteration of the compiled loop (5.7 ms per simulation, tables included).
 * On a GPU, not against the compiled loop per process, and in principle not: (1) a step is ~230
   kernel launches and 3-4 host syncs, about 0.5-1 ms on CuPy whatever S (estimated at 2-5 us a
@@ -54,12 +54,12 @@ shared with other jobs, load 7-8; 200 seed-figures requests per simulation, Pois
   (2) each simulation still costs ~9 ms of host work the batch does not remove (``prepare`` 4.8
   ms, tables and summary 4.5 ms), a ceiling of ~110 simulations/s for the batched path against
   ~1,000/s estimated for the compiled loop on a 16-core machine's processes (15 ms per
-  simulation per core, measured here). What the batched engine should beat (estimated too) is the
-  per-process path on CuPy (the fast engine's array loop, one launch per operation per simulation-iteration),
-  which is why :mod:`.choose` batches on a GPU; ``bench/gpu_check.sh batched_cupy`` measures
-  CuPy against NumPy and the compiled loop on the 1,000-configuration sweep. A GPU design that
-  could pay would drop lockstep: one GPU thread per simulation running the compiled loop, with
-  vectorised summaries; not built.
+  simulation per core, measured here). What the batched engine should beat (estimated too) is
+  the per-process path on CuPy (the fast engine's array loop, one launch per operation per
+  simulation-iteration), which is why :mod:`.choose` batches on a GPU; ``bench/gpu_check.sh
+  batched_cupy`` measures CuPy against NumPy and the compiled loop on the 1,000-configuration
+  sweep. A GPU design that could pay would drop lockstep: one GPU thread per simulation running
+  the compiled loop, with vectorised summaries; not built.
 """
 from __future__ import annotations
 
