@@ -518,7 +518,8 @@ def capacity(workload: pd.DataFrame | str | Path | Profile, config: ServingConfi
     Notes
     -----
     A search is sequential (each rate depends on the last verdict); run several searches at
-    once with :func:`capacities`, which costs no extra trial. Trying k rates per round
+    once with :func:`capacities`, which costs no extra trial (in processes, or in rounds whose
+    trials run as one batch of :mod:`kvlab.sim.batched`). Trying k rates per round
     (k-section) was tried and dropped: with k = 4 it ran 13 trials where bisection ran 7
     (bench/bench_capacity.py), so it pays only with k idle cores per search.
     """
