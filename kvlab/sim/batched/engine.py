@@ -12,7 +12,7 @@ from ..._intmath import ceil_div
 from ...backend import to_numpy
 from ...policies import Requests
 from ..config import PreemptionMode, SchedulerKind
-from ..fast.state import CAPPED, PREEMPTED, RUNNING, STOPPED, no_progress
+from ..fast.state import ABORT_REASONS, ABORTED, CAPPED, PREEMPTED, RUNNING, STOPPED, no_progress
 from ..fast.tables import iteration_frame, request_columns
 from ..request import RequestStatus
 from .fallback import ROW_COLUMNS, RowStep, host_rows
@@ -250,15 +250,20 @@ class BatchedEngine:
         unc2 = unc - grow
         W = (self.col >= self.nxt[:, None]) & (self.col < arrived[:, None])
         enters = (left2 > 0) & (nrun < self.max_seqs)
-        slow = slow | (live & enters & ((npw > 0) | (W & ~self.FITS0).any(axis=1)))
+        slow = slow | (live & enters & (npw > 0))
         fast = live & ~slow
-        Wp = xp.where(W, P, 0)
+        # The loop reaches a request when every one before it was admitted or aborted (one that
+        # cannot fit even an empty pool is aborted and takes nothing); it admits a reached one that fits.
+        fitW = W & self.FITS0
+        Wp = xp.where(fitW, P, 0)
         bp = left2[:, None] - (xp.cumsum(Wp, axis=1) - Wp)
-        Wr = xp.where(W, self.RES0, 0)
+        Wr = xp.where(fitW, self.RES0, 0)
         up = unc2[:, None] - (xp.cumsum(Wr, axis=1) - Wr)
-        m = nrun[:, None] + xp.cumsum(W, axis=1) - 1  # running requests before each one's admission
-        ok = (m < self.max_seqs[:, None]) & (bp > 0) & ((m == 0) | (self.ADM0 <= up))
-        adm = W & (xp.cumsum(W & ~ok, axis=1) == 0) & fast[:, None]
+        m = nrun[:, None] + xp.cumsum(fitW, axis=1) - fitW  # running requests before each one's turn
+        ok = (m < self.max_seqs[:, None]) & (bp > 0) & (~fitW | (m == 0) | (self.ADM0 <= up))
+        reached = W & (xp.cumsum(W & ~ok, axis=1) == 0) & fast[:, None]
+        adm = reached & fitW
+        gone = reached & ~self.FITS0
         chunk_a = xp.where(adm, xp.minimum(P, bp), 0)
         f = fast[:, None]
         st["R"] = xp.where(adm, self.RES0, xp.where(f & (pos > 0) & self.on_demand[:, None], need, R))
@@ -268,12 +273,16 @@ class BatchedEngine:
         first_admit = adm & (st["AI"] < 0)
         st["AI"] = xp.where(first_admit, self.k[:, None], st["AI"])
         st["AS"] = xp.where(first_admit, self.now[:, None], st["AS"])
+        st["ST"] = xp.where(gone, ABORTED, st["ST"])
+        st["AB"] = xp.where(gone, ABORT_REASONS.index("exceeds_pool"), st["AB"])
+        st["XI"] = xp.where(gone, self.k[:, None], st["XI"])
+        st["XS"] = xp.where(gone, self.now[:, None], st["XS"])
         num_adm = adm.sum(axis=1)
+        num_aborted = gone.sum(axis=1)
         self.admit_count = self.admit_count + num_adm
-        self.nxt = self.nxt + num_adm
+        self.nxt = self.nxt + num_adm + num_aborted
         chunk = xp.where(f, chunk_r + chunk_a, 0)
         num_preempted = xp.zeros(self.ids.size, dtype=xp.int64)
-        num_aborted = xp.zeros(self.ids.size, dtype=xp.int64)
         if bool(slow.any()):
             chunk, num_preempted, num_aborted = self._fallback(slow, arrived, chunk, num_preempted, num_aborted)
         self._execute(live, chunk, num_preempted, num_aborted, arrived)
