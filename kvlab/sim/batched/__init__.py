@@ -40,12 +40,14 @@ Does it pay? (measured 2026-12-02, ``bench/bench_sweep.py --parts batched``, 2-c
 shared with other jobs, load 7-8; 200 seed-figures requests per simulation, Poisson 100/s)
 ----------------------------------------------------------------------------------------------
 * On a CPU, no. The compiled loop on 2 processes ran the 1,000-configuration in-scope sweep at
-  34.3 configurations/s; the batched engine on NumPy at 3.4 (S = 1, 0.10x), 14.6 (S = 8, 0.42x),
-  22.6 (S = 32, 0.66x), 7.8 (S = 128, 0.23x) and 9.4 (S = 200, 0.27x; a reserve_max member on a
-  small pool runs 8,144 iterations where the mean is 1,235, and a quarter of the batch's
-  iterations need the per-request fallback). A step is ~230 array operations: 190 us at S = 1,
-  22 us per simulation at S = 32, 55 at 256 and 70 at 1,024 (memory-bound) against 4.6 us per
-  iteration of the compiled loop (5.7 ms per simulation, tables included).
+  29-34 configurations/s (two runs); the batched engine on NumPy at 0.06-0.10x that for S = 1,
+  0.32-0.42x for S = 8, 0.43-0.66x for S = 32, 0.21-0.23x for S = 128 and 0.27-0.31x for S =
+  200. A batch is as long as its longest member: a reserve_max member on a small pool runs 8,144
+  iterations where the mean is 1,235, so 15% of a 200-simulation batch's row-steps do work; the
+  per-request fallback takes 0.5% of its iterations (vLLM members thrashing; 14% of one such
+  member's own). A step is ~230 array operations: 190 us at S = 1, 22 us per simulation at S =
+  32, 55 at 256 and 70 at 1,024 (memory-bound), against 4.6 us per iteration of the compiled
+  loop (5.7 ms per simulation, tables included).
 * On a GPU, not against the compiled loop per process, and in principle not: (1) a step is ~230
   kernel launches and 3-4 host syncs, about 0.5-1 ms on CuPy whatever S (estimated at 2-5 us a
   launch; not yet measured: no GPU was lent), and a batch takes as many steps as its longest

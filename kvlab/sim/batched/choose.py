@@ -5,9 +5,10 @@ shows the :class:`Choice` (``kvlab.sweep`` logs it and puts it in the table's ``
 is the measurement in ``bench/bench_sweep.py`` (``--parts batched``):
 
 * on NumPy the per-process engine: no crossover was measured. On the 1,000-configuration
-  in-scope sweep (2 cores, 2026-12-02) the compiled loop on 2 processes ran 34.3
-  configurations/s and the batched engine 0.10x that at S = 1, 0.42x at 8, 0.66x at 32 and
-  0.23x at 128 (a batch is as long as its longest member); see :mod:`kvlab.sim.batched`;
+  in-scope sweep (2 shared cores, 2026-12-02, two runs) the compiled loop on 2 processes ran
+  29-34 configurations/s and the batched engine 0.06-0.10x that at S = 1, 0.32-0.42x at 8,
+  0.43-0.66x at 32 and 0.21-0.31x at 128 and 200 (a batch is as long as its longest member);
+  see :mod:`kvlab.sim.batched`;
 * on CuPy the batched engine when at least :data:`MIN_GPU_BATCH` runs are within its scope (a
   GPU step costs about the same for 1 or thousands of simulations: launch latency, not width);
   fewer go to the per-process engine (there: the fast engine's array loop on the GPU).
