@@ -6,11 +6,11 @@ One run measures, on the same grid:
 * a local process pool on NumPy (``executor="processes"``, every core), and its ratio to serial;
 * serial on CuPy when a usable GPU is present, and its ratio to NumPy serial;
 * whether the tables agree (they must be identical whatever the executor or backend);
-* lockstep batching, would advancing many configurations together in one array program pay?
-  Bounds for every policy (:func:`lockstep_analysis`: how often configurations' event
-  iterations coincide), and a measurement: :func:`lockstep_reserve_max`, a prototype that
-  runs a batch of ``reserve_max`` configurations in lockstep on NumPy or CuPy, checked against
-  kvlab's engine integer for integer, timed against kvlab one configuration at a time.
+* lockstep batching: bounds for every policy (:func:`kvlab.sim.batched.bounds.lockstep_analysis`:
+  how often configurations' event iterations coincide), and the batched engine
+  (:mod:`kvlab.sim.batched`, ``--parts batched``) against the compiled loop per process on the
+  same in-scope sweep (``BATCHED_GRID``, roofline): configurations per second each way at
+  several batch sizes S, the ratio, and the tables checked equal.
 
 Grid: 5 policies x 5 ``max_new_tokens`` x 4 pool sizes x 2 preemption modes x 5 seeds (each
 seed draws its own seed-figures requests and Poisson arrivals). Threads are pinned to one
@@ -21,14 +21,10 @@ times carry their load; CPU seconds do not), fast engine, 200 requests per confi
 2026-11-30: 1,000 configurations in 67 s serial (14.9 configurations/s, 65 CPU-seconds); a
 process pool of 2 only 1.15x faster in wall time, the cores being busy with other jobs. Bounds:
 in random batches the configurations' event iterations coincide enough for lockstep to take
-2.6x (8 configurations) to 5.5x (32) fewer steps. The prototype, which steps every iteration
-over [batch, requests] arrays, measured 0.14x kvlab for 1 configuration, 0.7x for 8, 1.1x for
-32 and 1.6x for 128 (a batch runs as long as its slowest member; array cost grows with width),
-while covering one policy without preemption. So on a CPU lockstep does not pay enough to be a
-second engine; processes and Dask scale instead. On a GPU, width is nearly free: the CuPy rows
-of the prototype (bench/gpu_check.sh) measure whether it pays there.
+2.6x (8 configurations) to 5.5x (32) fewer steps. The batched engine's measurement is in
+``kvlab/sim/batched/choose.py`` and the README (``--parts batched``).
 
-Run: ``python bench/bench_sweep.py [--parts sweep bounds prototype] [--seeds 5] [--out DIR]``;
+Run: ``python bench/bench_sweep.py [--parts sweep bounds batched] [--seeds 5] [--out DIR]``;
 with ``--out`` it writes ``sweep_<part>.csv`` and ``sweep_bench.md`` there.
 """
 from __future__ import annotations
@@ -48,9 +44,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 import kvlab  # noqa: E402
-from kvlab.arrivals import arrival_times  # noqa: E402
-from kvlab.costmodel import roofline  # noqa: E402
-from kvlab.backend import ENV_VAR, cupy_usable, get_xp  # noqa: E402
+from kvlab.backend import ENV_VAR, cupy_usable  # noqa: E402
+from kvlab.sim.batched import stats as batched_stats  # noqa: E402
+from kvlab.sim.batched.bounds import lockstep_analysis  # noqa: E402
 
 GRID = {"policy": ["vllm", "reserve_max", "tgi", "sglang", "orca_oracle"],
         "max_new_tokens": [128, 256, 512, 1024, 2048],
@@ -90,227 +86,71 @@ def _same(a: pd.DataFrame, b: pd.DataFrame) -> str:
         return f"DIFFER: {str(exc).splitlines()[0]}"
 
 
-def event_iterations(iterations: pd.DataFrame) -> np.ndarray:
-    """Iterations at which an engine that skips decode-only stretches must stop and step.
+#: The batched engine's comparison grid: every policy within its scope, both modes within it, the roofline
+#: (the measured model is outside it). 5 policies x 5 caps x 4 pools x 2 modes = 200 configurations per seed.
+BATCHED_GRID = {"policy": ["vllm", "reserve_max", "tgi", "orca_oracle", "orca_pow2"],
+                "max_new_tokens": [128, 256, 512, 1024, 2048], "pool_pages": [125, 250, 500, 1000],
+                "preemption_mode": ["recompute", "reject"]}
+BATCHED_FIXED = {**FIXED, "cost_model": "roofline"}
 
-    An iteration is an event when it prefills, preempts or swaps, or when the running batch,
-    the waiting queue or the swapped queue changed size since the previous iteration (a finish,
-    an admission, an arrival). Between events every running request just decodes one token per
-    iteration, which such an engine advances in one array step. A lower bound on its steps.
+
+def _batched_configs() -> list[dict]:
+    return [dict(zip(BATCHED_GRID, combo)) for combo in itertools.product(*BATCHED_GRID.values())]
+
+
+def batched_timing(args: argparse.Namespace) -> pd.DataFrame:
+    """The batched engine against the compiled loop per process, on the same sweep.
+
+    Per process: the whole ``BATCHED_GRID`` sweep (``--seeds`` seeds, 1,000 configurations by
+    default) with ``batch="never"`` on ``--workers`` processes (the compiled loop). Batched: the
+    first S configurations of seed 0 for each S of ``--batch-sizes`` as one ``batch="always"``
+    sweep (one batch: prepare, the array program, summaries), on NumPy and, when usable, CuPy
+    (there also the whole sweep in one batch). Each batched table must equal the per-process
+    table's rows, or this raises.
     """
-    def changed(col: str) -> np.ndarray:
-        return np.diff(iterations[col].to_numpy(), prepend=-1) != 0
-
-    event = ((iterations["prefill_tokens"].to_numpy() > 0) | (iterations["num_preempted"].to_numpy() > 0)
-             | (iterations["swap_pages_moved"].to_numpy() > 0) | changed("batch_size") | changed("num_waiting")
-             | changed("num_swapped"))
-    return iterations["iteration"].to_numpy()[event]
-
-
-def lockstep_analysis(iteration_tables: list[pd.DataFrame], batch_sizes: list[int], *, seed: int = 0) -> pd.DataFrame:
-    """How many array steps lockstep batching of configurations could save, per batch size.
-
-    Configurations advanced together in one array program share each step, but the program must
-    stop wherever any of them has work: at every iteration (an engine that steps each
-    iteration: ``max K`` steps for the batch instead of ``sum K``), or at the union of their
-    event iterations (an engine that skips decode stretches: ``|union E|`` instead of
-    ``sum |E|``). The ratio of one-by-one steps to batched steps is the most batching can gain
-    (each batched step also processes B times as many requests, which only lowers it). Batches
-    are formed two ways: consecutive configurations in grid order (the most alike: a best case)
-    and a seeded random order (a sweep batched without regard to likeness).
-    """
-    events = [event_iterations(t) for t in iteration_tables]
-    iters = np.array([len(t) for t in iteration_tables])
-    orders = {"grid": np.arange(len(events)), "random": np.random.default_rng(seed).permutation(len(events))}
-    rows = []
-    for name, order in orders.items():
-        for b in batch_sizes:
-            groups = [order[i:i + b] for i in range(0, len(order) - b + 1, b)]
-            step_share = [iters[g].sum() / iters[g].max() for g in groups]
-            event_share = [sum(len(events[i]) for i in g) / len(np.unique(np.concatenate([events[i] for i in g])))
-                           for g in groups]
-            rows.append({"batch_order": name, "configs_per_batch": b, "num_batches": len(groups),
-                         "iterations_per_config": float(iters.mean()),
-                         "event_steps_per_config": float(np.mean([len(e) for e in events])),
-                         "per_iteration_engine_max_gain": float(np.mean(step_share)),
-                         "skipping_engine_max_gain": float(np.mean(event_share))})
-    return pd.DataFrame(rows)
-
-
-def lockstep_reserve_max(xp, workloads: list[tuple[np.ndarray, np.ndarray, np.ndarray]], *,
-                         max_new_tokens: list[int], pool_pages: list[int], block_size: int,
-                         max_num_batched_tokens: int, max_num_seqs: int, cost) -> list[np.ndarray]:
-    """A measurement prototype: B configurations advanced together, one iteration per array step.
-
-    Restricted to what makes it short: ``reserve_max`` (TensorRT-LLM's reserve-to-max), chunked
-    scheduling, FCFS, every request fitting the pool (so no preemption and no abort ever
-    happens: the queue is admitted strictly in arrival order, and the waiting queue is a range
-    of the arrival-sorted requests). Arrays are [B, n] on ``xp``; each step runs one iteration
-    of every unfinished configuration with the reference engine's rules (see
-    :mod:`kvlab.sim.reference`): decodes, then partial prefills, then the longest admissible
-    prefix of the queue, each by a cumulative sum. It is not kvlab's engine and is checked
-    against it in :func:`lockstep_measurement`.
-
-    Parameters
-    ----------
-    workloads : list of (prompt_tokens, output_tokens, arrival_s)
-        One host array triple per configuration, all of the same length n.
-
-    Returns
-    -------
-    list of ndarray, each [B, n] in the workloads' row order
-        admitted_iter, first_token_iter, finish_iter, finish_s, first_token_s.
-    """
-    b_n = len(workloads)
-    order = [np.lexsort((np.arange(len(w[2])), w[2])) for w in workloads]     # arrival, then row
-    P = xp.asarray(np.stack([w[0][o] for w, o in zip(workloads, order)]))
-    out = np.stack([w[1][o] for w, o in zip(workloads, order)])
-    arr = xp.asarray(np.stack([w[2][o] for w, o in zip(workloads, order)]))
-    n = P.shape[1]
-    mnt = xp.asarray(np.asarray(max_new_tokens, dtype=np.int64))[:, None]
-    bs = int(block_size)
-    T = xp.minimum(xp.asarray(out), mnt)
-    R = -(-(P + mnt) // bs)                                   # reserve_max pages per request
-    num_pages = xp.asarray(np.asarray(pool_pages, dtype=np.int64))
-    if bool((R.max(axis=1) > num_pages).any()):
-        raise ValueError("a request exceeds a pool: the prototype does not model exceeds_pool aborts")
-    idx = xp.arange(n)[None, :]
-    C = xp.zeros((b_n, n), dtype=xp.int64)
-    G = xp.zeros_like(C)
-    S = xp.zeros_like(C)                                      # 0 waiting/pending, 1 running, 2 finished
-    A = xp.full((b_n, n), -1, dtype=xp.int64)
-    F, Fi = A.copy(), A.copy()
-    Fs = xp.full((b_n, n), np.nan)
-    Ft = Fs.copy()
-    now = xp.zeros(b_n)
-    k = xp.zeros(b_n, dtype=xp.int64)
-    nxt = xp.zeros(b_n, dtype=xp.int64)                     # next request to admit (FCFS, no preemption)
-    budget0 = int(max_num_batched_tokens)
-    while True:
-        running = S == 1
-        num_running = running.sum(axis=1)
-        active = (nxt < n) | (num_running > 0)
-        if not bool(active.any()):
-            break
-        arrived = (arr <= now[:, None]).sum(axis=1)
-        idle = active & (num_running == 0) & (nxt == arrived)
-        jump = xp.take_along_axis(arr, xp.minimum(nxt, n - 1)[:, None], axis=1)[:, 0]
-        now = xp.where(idle, jump, now)
-        arrived = (arr <= now[:, None]).sum(axis=1)
-        # running: decodes first, then partial prefills, each in admission (= index) order
-        remaining = P + G - C
-        decoding = running & (G > 0) & (remaining == 1)
-        prefilling = running & ~decoding
-        dec_rank = xp.cumsum(decoding, axis=1)
-        dec_chunk = (decoding & (dec_rank <= budget0)).astype(xp.int64)
-        left = budget0 - dec_chunk.sum(axis=1)
-        pre_rem = xp.where(prefilling, remaining, 0)
-        before = xp.cumsum(pre_rem, axis=1) - pre_rem
-        pre_chunk = xp.clip(left[:, None] - before, 0, pre_rem)
-        left2 = left - pre_chunk.sum(axis=1)
-        # admission: the longest FCFS prefix of the queue that passes every check
-        waiting = (idx >= nxt[:, None]) & (idx < arrived[:, None])
-        wp = xp.where(waiting, P, 0)
-        p_before = xp.cumsum(wp, axis=1) - wp
-        r_cum = xp.cumsum(xp.where(waiting, R, 0), axis=1)
-        m = xp.cumsum(waiting, axis=1) - 1
-        uncommitted = num_pages - xp.where(running, R, 0).sum(axis=1)
-        admit = (waiting & (num_running[:, None] + m < max_num_seqs) & (left2[:, None] - p_before > 0)
-                 & (r_cum <= uncommitted[:, None]) & active[:, None])
-        adm_chunk = xp.where(admit, xp.minimum(P, left2[:, None] - p_before), 0)
-        A = xp.where(admit, k[:, None], A)
-        S = xp.where(admit, 1, S)
-        nxt = nxt + admit.sum(axis=1)
-        chunk = dec_chunk + pre_chunk + adm_chunk
-        sched = chunk > 0
-        num_tokens = chunk.sum(axis=1)
-        pairs = (chunk * C + chunk * (chunk + 1) // 2).sum(axis=1)
-        kv = xp.where(sched, C + chunk, 0).sum(axis=1)
-        duration = cost.iteration_s(num_tokens, pairs, kv)
-        end = now + duration
-        C = C + chunk
-        produced = sched & (P + G == C)
-        G = G + produced
-        first = produced & (G == 1)
-        F = xp.where(first, k[:, None], F)
-        Ft = xp.where(first, end[:, None], Ft)
-        fin = produced & (G == T)
-        Fi = xp.where(fin, k[:, None], Fi)
-        Fs = xp.where(fin, end[:, None], Fs)
-        S = xp.where(fin, 2, S)
-        now = xp.where(active, end, now)
-        k = k + active
-    res = []
-    for a in (A, F, Fi, Fs, Ft):
-        h = a.get() if hasattr(a, "get") else np.asarray(a)
-        un = np.empty_like(h)
-        for b, o in enumerate(order):
-            un[b, o] = h[b]
-        res.append(un)
-    return res
-
-
-LOCKSTEP_GRID = {"max_new_tokens": [128, 256, 512, 1024], "pool_pages": [500, 1000, 2000, 4000], "seed": list(range(32))}
-#: Configurations per lockstep batch timed on each backend (a GPU's width is nearly free).
-LOCKSTEP_BATCHES = {"numpy": (1, 8, 32, 128), "cupy": (8, 32, 128, 512)}
-
-
-def lockstep_measurement(num_requests: int, backends: list[str]) -> pd.DataFrame:
-    """Time the lockstep prototype against kvlab's engine one configuration at a time.
-
-    512 ``reserve_max`` configurations (4 caps x 4 pools x 32 seeds, Poisson 100 requests/s),
-    batched in that order, kvlab.sweep's (:data:`LOCKSTEP_BATCHES` per backend): a batch of 32
-    is one configuration's 32 seeds, the most alike a batch gets.
-    Every configuration's admission, first-token and finish iterations must equal kvlab's
-    (``simulate`` with its default engine; the first four also against ``engine="reference"``)
-    and its finish times must be bit-identical, or this raises. kvlab's time per configuration
-    includes building its request table and summary, which the prototype skips.
-    """
-    rows_cfg = [dict(zip(LOCKSTEP_GRID, c)) for c in itertools.product(*LOCKSTEP_GRID.values())]
-    cost = roofline(FIXED["model"], FIXED["gpu"])
-    kw = {"model": FIXED["model"], "gpu": FIXED["gpu"], "arrivals": "poisson", "qps": 100.0}
-    samples = {s: kvlab.lengths.profile(PROFILE).sample(num_requests, seed=s) for s in LOCKSTEP_GRID["seed"]}
-    host = {s: (w["prompt_tokens"].to_numpy(), w["output_tokens"].to_numpy(),
-                arrival_times(num_requests, "poisson", qps=100.0, seed=s)) for s, w in samples.items()}
+    seeds = list(range(args.seeds))
+    configs = _batched_configs()
+    common = {"num_requests": args.num_requests, "fixed": BATCHED_FIXED, "progress": False}
+    print(f"batched engine vs compiled loop per process: {len(configs) * len(seeds):,} configurations x "
+          f"{args.num_requests} {PROFILE} requests, load average {os.getloadavg()[0]:.1f}")
     os.environ[ENV_VAR] = "numpy"
     t0 = time.perf_counter()
-    tables = [kvlab.simulate(samples[c["seed"]], "reserve_max", max_new_tokens=c["max_new_tokens"],
-                             pool_pages=c["pool_pages"], seed=c["seed"], **kw).requests for c in rows_cfg]
-    t_kvlab = (time.perf_counter() - t0) / len(rows_cfg)
-    for c, table in zip(rows_cfg[:4], tables):
-        ref = kvlab.simulate(samples[c["seed"]], "reserve_max", max_new_tokens=c["max_new_tokens"],
-                             pool_pages=c["pool_pages"], seed=c["seed"], engine="reference", **kw).requests
-        pd.testing.assert_frame_equal(table, ref, check_exact=True)
-
-    def run(xp, cfgs: list[dict]) -> list[np.ndarray]:
-        return lockstep_reserve_max(xp, [host[c["seed"]] for c in cfgs],
-                                    max_new_tokens=[c["max_new_tokens"] for c in cfgs],
-                                    pool_pages=[c["pool_pages"] for c in cfgs], block_size=16,
-                                    max_num_batched_tokens=2048, max_num_seqs=256, cost=cost)
-
-    columns = ("admitted_iter", "first_token_iter", "finish_iter", "finish_s", "first_token_s")
-    out = [{"backend": "numpy", "engine": "kvlab one by one", "configs_per_batch": 1, "s_per_batch": t_kvlab,
-            "ms_per_config": t_kvlab * 1e3, "vs_kvlab": 1.0}]
+    base = kvlab.sweep(PROFILE, BATCHED_GRID, seeds=seeds, batch="never", executor="processes",
+                       max_workers=args.workers, **common)
+    t_proc = time.perf_counter() - t0
+    rate_proc = len(base) / t_proc
+    rows = [{"engine": f"compiled loop, {args.workers} processes", "backend": "numpy", "configs": len(base),
+             "wall_s": t_proc, "configs_per_s": rate_proc, "vs_per_process": 1.0, "steps": np.nan,
+             "lockstep_use": np.nan, "fallback_share": np.nan, "table": "baseline"}]
+    print(f"{rows[-1]['engine']:32s} {len(base):5d} configs {t_proc:8.2f} s {rate_proc:8.1f} configs/s")
+    backends = [b for b in args.backends if b == "numpy" or (b == "cupy" and cupy_usable())]
     for name in backends:
-        if name not in LOCKSTEP_BATCHES or (name == "cupy" and not cupy_usable()):
-            continue
-        xp = get_xp(name)
+        os.environ[ENV_VAR] = name
+        sizes = [b for b in args.batch_sizes if b <= len(configs) and (name != "numpy" or b <= args.numpy_max_batch)]
         if name == "cupy":
-            run(xp, rows_cfg[:2])  # compile the kernels outside the timing
-        for b in LOCKSTEP_BATCHES[name]:
-            cfgs = rows_cfg[:b]
+            sizes = sorted(set(sizes) | {len(configs) * len(seeds)})
+            kvlab.sweep(PROFILE, [{k: [x] for k, x in c.items()} for c in configs[:2]], seeds=[0], batch="always",
+                        **common)  # CuPy's kernels compile outside the timing
+        for size in sizes:
+            if size <= len(configs):
+                grid, run_seeds, want = [{k: [x] for k, x in c.items()} for c in configs[:size]], [0], \
+                    base[base["seed"] == 0].head(size).reset_index(drop=True)
+            else:
+                grid, run_seeds, want = BATCHED_GRID, seeds, base
+            stats = batched_stats.reset()
             t0 = time.perf_counter()
-            result = run(xp, cfgs)
+            got = kvlab.sweep(PROFILE, grid, seeds=run_seeds, batch="always", **common)
             dt = time.perf_counter() - t0
-            for i, table in enumerate(tables[:b]):
-                for col, got in zip(columns, result):
-                    want = table[col].to_numpy()
-                    if not np.array_equal(got[i], want, equal_nan=True):
-                        raise AssertionError(f"lockstep prototype on {name} differs from kvlab in {col}, "
-                                             f"configuration {cfgs[i]}")
-            out.append({"backend": name, "engine": "lockstep prototype", "configs_per_batch": b, "s_per_batch": dt,
-                        "ms_per_config": dt / b * 1e3, "vs_kvlab": t_kvlab / (dt / b)})
-    return pd.DataFrame(out)
+            rows.append({"engine": f"batched, S={size}", "backend": name, "configs": size, "wall_s": dt,
+                         "configs_per_s": size / dt, "vs_per_process": size / dt / rate_proc,
+                         "steps": stats.steps, "lockstep_use": stats.iterations / max(stats.steps * size, 1),
+                         "fallback_share": stats.fallback_rows / max(stats.iterations, 1),
+                         "table": _same(got, want)})
+            r = rows[-1]
+            print(f"{r['engine']:22s} {name:9s} {size:5d} configs {dt:8.2f} s {r['configs_per_s']:8.2f} configs/s "
+                  f"{r['vs_per_process']:7.3f}x per-process  {r['steps']} steps, lockstep use "
+                  f"{r['lockstep_use']:.2f}, fallback {r['fallback_share']:.3f} of iterations  table {r['table']}")
+    return pd.DataFrame(rows)
 
 
 def sweep_timing(args: argparse.Namespace) -> pd.DataFrame:
@@ -369,11 +209,14 @@ def lockstep_bounds(args: argparse.Namespace, engine: str) -> pd.DataFrame:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--parts", nargs="+", default=["sweep", "bounds", "prototype"],
-                    choices=["sweep", "bounds", "prototype"], help="what to measure")
+    ap.add_argument("--parts", nargs="+", default=["sweep", "bounds", "batched"],
+                    choices=["sweep", "bounds", "batched"], help="what to measure")
     ap.add_argument("--seeds", type=int, default=5, help="seeds per configuration (5: 1,000 configurations)")
     ap.add_argument("--num-requests", type=int, default=200, help="requests per configuration")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes for the process pool")
+    ap.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 32, 128],
+                    help="simulations per batch timed for the batched engine (seed 0; CuPy adds the whole sweep)")
+    ap.add_argument("--numpy-max-batch", type=int, default=10**9, help="largest batch timed on NumPy")
     ap.add_argument("--backends", nargs="+", default=["numpy", "cupy"], help="backends to time (cupy: if usable)")
     ap.add_argument("--cupy-configs", type=int, default=200,
                     help="configurations timed on CuPy (seed 0, grid order; the first of the NumPy sweep)")
@@ -389,12 +232,11 @@ def main() -> None:
     engine = kvlab.sweep(PROFILE, {"max_new_tokens": [128]}, fixed=FIXED, num_requests=2, progress=False)["engine"][0]
     print(f"engine {engine!r}")
     parts = {"sweep": lambda: sweep_timing(args), "bounds": lambda: lockstep_bounds(args, engine),
-             "prototype": lambda: lockstep_measurement(args.num_requests, args.backends)}
+             "batched": lambda: batched_timing(args)}
     tables = []
     for name in args.parts:
         table = parts[name]()
-        if name == "prototype":
-            print("lockstep prototype (reserve_max; same integers and finish times as kvlab's engine):")
+        if name == "batched":
             print(table.to_string(index=False, float_format=lambda x: f"{x:.3g}"))
         tables.append(table)
         if args.out is not None:  # each part as soon as it is done: a timeout keeps what finished

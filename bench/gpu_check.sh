@@ -3,8 +3,9 @@
 # pytest preinstalled; no network, no papermill). Runs kvlab from the source tree
 # (PYTHONPATH=.) and writes its results under $OUT when set, else ./gpu_results.
 #
-#   bash bench/gpu_check.sh            # every stage
+#   bash bench/gpu_check.sh            # every stage of STAGES (under 9 minutes)
 #   bash bench/gpu_check.sh env gpu_tests  # chosen stages
+#   bash bench/gpu_check.sh batched_cupy   # the batched engine on CuPy (its own call: under 6 minutes)
 #
 # Each stage is one function writing its own files; add a stage by writing stage_<name> and
 # listing it in STAGES. Each stage is capped by a timeout (100 + 120 + 150 + 60 + 90 s at most,
@@ -88,12 +89,33 @@ stage_costmodel() {  # roofline, measured curves and fitted roofline vs kvlab.me
   return $rc
 }
 
-stage_sweep_bench() {  # 1,000-configuration sweep on NumPy (serial, processes) and CuPy; lockstep prototype
-  timeout 90 python -u bench/bench_sweep.py --parts sweep prototype --out "$RESULTS" --workers "$(nproc)" \
+stage_sweep_bench() {  # 1,000-configuration sweep on NumPy (serial, processes) and CuPy (the fast engine)
+  timeout 90 python -u bench/bench_sweep.py --parts sweep --out "$RESULTS" --workers "$(nproc)" \
     --cupy-configs 50 >"$RESULTS/sweep_bench.txt" 2>&1
   local rc=$?
   cat "$RESULTS/sweep_bench.txt"
   return $rc
+}
+
+stage_batched_cupy() {  # the batched engine on CuPy: equal to the reference, then CuPy vs NumPy vs compiled loop
+  if ! python -c "import sys, cupy; sys.exit(0 if cupy.is_available() else 1)" >/dev/null 2>&1; then
+    echo "batched_cupy: skipped (no CuPy with a usable CUDA device)" | tee "$RESULTS/batched_cupy.txt"
+    return 0
+  fi
+  # every simulation of the random sweep against the reference engine, the batch's arrays on the GPU
+  KVLAB_BACKEND=cupy timeout 120 python -c "$PY_PRELUDE
+import pytest
+sys.exit(pytest.main(['-p', 'no:cacheprovider', '-q', '-rs', 'tests/test_sim_batched.py']))" \
+    >"$RESULTS/pytest_batched_cupy.txt" 2>&1
+  local rc=$?
+  tail -n 30 "$RESULTS/pytest_batched_cupy.txt"
+  # the 1,000-configuration in-scope sweep: compiled loop on every core, batched NumPy at S = 1 and 32,
+  # batched CuPy at S = 1, 32, 200 and the whole sweep in one batch (tables checked equal)
+  timeout 220 python -u bench/bench_sweep.py --parts batched --backends numpy cupy --workers "$(nproc)" \
+    --batch-sizes 1 32 200 --numpy-max-batch 32 --out "$RESULTS" >"$RESULTS/batched_cupy.txt" 2>&1
+  local rc2=$?
+  cat "$RESULTS/batched_cupy.txt"
+  [ $rc -eq 0 ] && [ $rc2 -eq 0 ]
 }
 
 chosen=("$@")

@@ -43,11 +43,13 @@ the slowest of them (:meth:`kvlab.costmodel.pipeline.PipelineCostModel.with_peer
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import logging
 import math
 import warnings
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Generator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -59,10 +61,15 @@ from .costmodel import describe as _describe_cost, resolve as _resolve_cost
 from .lengths import Profile, workload_sample
 from .costmodel.pipeline import PipelineCostModel
 from .reservation import pool_pages as _pool_pages
-from .sim import SimResult, simulate
+from .backend import backend_name, get_xp
+from .sim import SimResult, finish, prepare, simulate
+from .sim.batched import run_batched
+from .sim.batched.choose import MIN_GPU_BATCH, MODES as BATCH_MODES, choose
 from .sim.config import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MAX_NUM_SEQS
 from .trace_window import trace_window
 
+
+_log = logging.getLogger(__name__)
 
 #: A sustained queue still holds a few requests at any instant: fewer waiting than this never
 #: counts as a growing queue (so trials of a few dozen requests are judged by the SLO alone).
@@ -233,6 +240,8 @@ class CapacityResult:
     window_verdict : str
         What serving twice as many requests at the capacity found said (``capacity``'s
         ``window_check``): "steady: ...", "too short: ..." or "not checked: ..."; empty when not run.
+    run_by : str
+        How the trials ran: "per process", or what :func:`capacities`' batched rounds did.
     """
 
     capacity_qps: float
@@ -245,6 +254,7 @@ class CapacityResult:
     arrivals: str = "poisson"
     burst_cv: float | None = None
     window_verdict: str = ""
+    run_by: str = "per process"
 
     def binding(self) -> str:
         """Why the lowest failing rate above the capacity failed (which SLO binds); the reason if none."""
@@ -334,6 +344,21 @@ def serve(workload: pd.DataFrame, config: ServingConfig, qps: float | None, *, s
     the first run's stage times. ``record_iterations`` keeps the per-iteration table (for
     :func:`kvlab.sim.metrics.token_gaps_s`).
     """
+    workload, kw = _serve_args(workload, config, qps, seed=seed, arrivals=arrivals, burst_cv=burst_cv)
+    cost = config.cost()
+
+    def run(cost_model: Any, record: bool) -> SimResult:
+        return simulate(workload, config.policy, **kw, record_iterations=record, cost_model=cost_model)
+
+    if not (config.pipeline_bubbles and isinstance(cost, PipelineCostModel) and cost.peer_stage_s is None):
+        return run(cost, record_iterations)
+    return run(with_bubbles(cost, run(cost, True)), record_iterations)
+
+
+def _serve_args(workload: pd.DataFrame, config: ServingConfig, qps: float | None, *, seed: int, arrivals: str,
+                burst_cv: float | None) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The workload (arrivals scaled) and :func:`kvlab.simulate`'s keywords (but the policy, the cost model
+    and ``record_iterations``) of :func:`serve`."""
     if qps is None:
         if config.pp != 1:
             raise ValueError("serving a workload at its own arrival times needs pp = 1 (give qps under PP)")
@@ -357,20 +382,12 @@ def serve(workload: pd.DataFrame, config: ServingConfig, qps: float | None, *, s
     extra: dict[str, Any] = dict(config.policy_params)
     if config.engine is not None:
         extra["engine"] = config.engine
-    cost = config.cost()
-
-    def run(cost_model: Any, record: bool) -> SimResult:
-        return simulate(workload, config.policy, model=config.model, gpu=config.gpu,
-                        max_new_tokens=config.max_new_tokens, block_size=config.block_size,
-                        pool_pages=config.engine_pool_pages(), tp=config.tp, scheduler=config.scheduler,
-                        max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
-                        preemption_mode=config.preemption_mode, seed=seed, **arrivals,
-                        record_iterations=record, cost_model=cost_model,
-                        max_model_len=config.max_model_len, cpu_pool_pages=config.cpu_pool_pages, **extra)
-
-    if not (config.pipeline_bubbles and isinstance(cost, PipelineCostModel) and cost.peer_stage_s is None):
-        return run(cost, record_iterations)
-    return run(with_bubbles(cost, run(cost, True)), record_iterations)
+    return workload, dict(model=config.model, gpu=config.gpu, max_new_tokens=config.max_new_tokens,
+                          block_size=config.block_size, pool_pages=config.engine_pool_pages(), tp=config.tp,
+                          scheduler=config.scheduler, max_num_seqs=config.max_num_seqs,
+                          max_num_batched_tokens=config.max_num_batched_tokens,
+                          preemption_mode=config.preemption_mode, seed=seed, **arrivals,
+                          max_model_len=config.max_model_len, cpu_pool_pages=config.cpu_pool_pages, **extra)
 
 
 def with_bubbles(cost: PipelineCostModel, first: SimResult) -> PipelineCostModel:
@@ -417,8 +434,14 @@ def _verdict(m: Mapping[str, float], slo: SLO, max_backlog_frac: float | None = 
 def _trial(args: tuple[pd.DataFrame, ServingConfig, SLO, float, int, float, float | None, str, float | None]
            ) -> dict[str, Any]:
     workload, config, slo, qps, seed, warmup_frac, max_backlog_frac, arrivals, burst_cv = args
-    m = slo_metrics(serve(workload, config, qps, seed=seed, arrivals=arrivals, burst_cv=burst_cv),
-                    warmup_frac=warmup_frac)
+    return _trial_row(qps, serve(workload, config, qps, seed=seed, arrivals=arrivals, burst_cv=burst_cv), slo,
+                      warmup_frac, max_backlog_frac)
+
+
+def _trial_row(qps: float, result: SimResult, slo: SLO, warmup_frac: float, max_backlog_frac: float | None
+               ) -> dict[str, Any]:
+    """One trial's row of the trials table: the rate, the verdict and its figures."""
+    m = slo_metrics(result, warmup_frac=warmup_frac)
     reason = _verdict(m, slo, max_backlog_frac)
     return {"qps": qps, "passed": reason == "meets the SLO", "reason": reason, **m}
 
@@ -496,10 +519,111 @@ def capacity(workload: pd.DataFrame | str | Path | Profile, config: ServingConfi
     Notes
     -----
     A search is sequential (each rate depends on the last verdict); run several searches at
-    once with :func:`capacities`, which costs no extra trial. Trying k rates per round
+    once with :func:`capacities`, which costs no extra trial (in processes, or in rounds whose
+    trials run as one batch of :mod:`kvlab.sim.batched`). Trying k rates per round
     (k-section) was tried and dropped: with k = 4 it ran 13 trials where bisection ran 7
     (bench/bench_capacity.py), so it pays only with k idle cores per search.
     """
+    plan = _plan(workload, config, slo, num_requests=num_requests, seed=seed, qps_start=qps_start, qps_min=qps_min,
+                 qps_max=qps_max, rel_tol=rel_tol, max_trials=max_trials, warmup_frac=warmup_frac,
+                 max_backlog_frac=max_backlog_frac, arrivals=arrivals, burst_cv=burst_cv)
+    if plan.unreachable:
+        return plan.result([], 0.0, plan.unreachable)
+    rows: list[dict[str, Any]] = []
+    search = plan.search()
+    try:
+        qps = next(search)
+        while True:
+            rows.append(_trial(plan.trial_args(qps)))
+            qps = search.send(rows[-1])
+    except StopIteration as stop:
+        found = plan.result(rows, *stop.value)
+    if not window_check or not found.reason.startswith("converged"):
+        return found
+    return plan.window_checked(found)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Plan:
+    """One capacity search's checked inputs, its trial requests, and the search itself (:meth:`search`)."""
+
+    workload: Any
+    work: pd.DataFrame
+    config: ServingConfig
+    slo: SLO
+    num_requests: int
+    seed: int
+    qps_start: float
+    qps_min: float
+    qps_max: float
+    rel_tol: float
+    max_trials: int
+    warmup_frac: float
+    max_backlog_frac: float | None
+    arrivals: str
+    burst_cv: float | None
+    unreachable: str
+
+    def trial_args(self, qps: float) -> tuple:
+        """:func:`_trial`'s argument for a trial at ``qps``."""
+        return (self.work, self.config, self.slo, qps, self.seed, self.warmup_frac, self.max_backlog_frac,
+                self.arrivals, self.burst_cv)
+
+    def result(self, rows: list[dict[str, Any]], capacity_qps: float, reason: str) -> CapacityResult:
+        trials = pd.DataFrame(rows, columns=list(TRIAL_COLUMNS[1:]))
+        trials.insert(0, "trial", np.arange(len(trials)))
+        return CapacityResult(capacity_qps=capacity_qps, reason=reason, trials=trials, slo=self.slo,
+                              config=self.config, num_requests=self.num_requests, seed=self.seed,
+                              arrivals=self.arrivals, burst_cv=self.burst_cv)
+
+    def window_checked(self, found: CapacityResult) -> CapacityResult:
+        return dataclasses.replace(found, window_verdict=_window_check(
+            self.workload, self.config, self.slo, found.capacity_qps, self.num_requests, self.seed,
+            self.warmup_frac, self.max_backlog_frac, self.arrivals, self.burst_cv))
+
+    def search(self) -> Generator[float, dict[str, Any], tuple[float, str]]:
+        """The search: yields each rate to try, is sent that trial's row, returns (capacity, reason)."""
+        qps_min, qps_max, max_trials = self.qps_min, self.qps_max, self.max_trials
+        last = yield self.qps_start
+        n = 1
+        # Bracket: double up from a pass, halve down from a failure.
+        lo, hi = (self.qps_start, math.inf) if last["passed"] else (0.0, self.qps_start)
+        while hi == math.inf:
+            if lo >= qps_max:
+                return lo, f"not bracketed: still meets the SLO at qps_max = {qps_max:g} requests/s"
+            if n >= max_trials:
+                return lo, f"stopped after max_trials = {max_trials} trials before a rate failed"
+            q = min(2.0 * lo, qps_max)
+            last = yield q
+            n += 1
+            lo, hi = (q, hi) if last["passed"] else (lo, q)
+        while lo == 0.0:
+            if hi <= qps_min:
+                return 0.0, (f"unreachable: fails at the lowest rate tried, {hi:.4g} requests/s "
+                             f"({last['reason']})")
+            if n >= max_trials:
+                return 0.0, f"stopped after max_trials = {max_trials} trials before a rate passed"
+            q = max(hi / 2.0, qps_min)
+            last = yield q
+            n += 1
+            lo, hi = (q, hi) if last["passed"] else (lo, q)
+        # Bisect the bracket [lo (passes), hi (fails)].
+        while hi / lo - 1.0 > self.rel_tol:
+            if n >= max_trials:
+                return lo, (f"stopped after max_trials = {max_trials} trials; bracket "
+                            f"[{lo:.4g}, {hi:.4g}] requests/s")
+            q = 0.5 * (lo + hi)
+            last = yield q
+            n += 1
+            lo, hi = (q, hi) if last["passed"] else (lo, q)
+        return lo, (f"converged: meets the SLO at {lo:.4g} requests/s, fails at {hi:.4g} "
+                    f"(within rel_tol = {self.rel_tol:g})")
+
+
+def _plan(workload: Any, config: ServingConfig, slo: SLO, *, num_requests: int, seed: int, qps_start: float,
+          qps_min: float, qps_max: float, rel_tol: float, max_trials: int, warmup_frac: float,
+          max_backlog_frac: float | None, arrivals: str, burst_cv: float | None) -> _Plan:
+    """:func:`capacity`'s arguments checked, its trial requests drawn, and whether the SLO is reachable at all."""
     if not isinstance(slo, SLO):
         raise ValueError(f"slo must be a kvlab.capacity.SLO, got {type(slo).__name__}")
     if not isinstance(config, ServingConfig):
@@ -517,52 +641,15 @@ def capacity(workload: pd.DataFrame | str | Path | Profile, config: ServingConfi
     work = trial_requests(workload, num_requests, seed, keep_arrivals=arrivals != "poisson")
     if arrivals == "gamma":
         burst_cv = gap_cv(work["arrival_s"].to_numpy()) if burst_cv is None else v.positive_float(burst_cv, "burst_cv")
-    rows: list[dict[str, Any]] = []
-
-    def result(capacity_qps: float, reason: str) -> CapacityResult:
-        trials = pd.DataFrame(rows, columns=list(TRIAL_COLUMNS[1:]))
-        trials.insert(0, "trial", np.arange(len(trials)))
-        return CapacityResult(capacity_qps=capacity_qps, reason=reason, trials=trials, slo=slo, config=config,
-                              num_requests=num_requests, seed=seed, arrivals=arrivals, burst_cv=burst_cv)
-
-    def passes(qps: float) -> bool:
-        rows.append(_trial((work, config, slo, qps, seed, warmup_frac, max_backlog_frac, arrivals, burst_cv)))
-        return rows[-1]["passed"]
-
     floor_s = lone_decode_s(work, config)
+    unreachable = ""
     if slo.tbt_p99_s is not None and floor_s > slo.tbt_p99_s:
-        return result(0.0, f"unreachable: one decode of the shortest prompt alone takes {floor_s:.4g} s, "
-                           f"more than the P99 TBT SLO of {slo.tbt_p99_s:g} s, at any rate")
-    # Bracket: double up from a pass, halve down from a failure.
-    lo, hi = (qps_start, math.inf) if passes(qps_start) else (0.0, qps_start)
-    while hi == math.inf:
-        if lo >= qps_max:
-            return result(lo, f"not bracketed: still meets the SLO at qps_max = {qps_max:g} requests/s")
-        if len(rows) >= max_trials:
-            return result(lo, f"stopped after max_trials = {max_trials} trials before a rate failed")
-        q = min(2.0 * lo, qps_max)
-        lo, hi = (q, hi) if passes(q) else (lo, q)
-    while lo == 0.0:
-        if hi <= qps_min:
-            return result(0.0, f"unreachable: fails at the lowest rate tried, {hi:.4g} requests/s "
-                               f"({rows[-1]['reason']})")
-        if len(rows) >= max_trials:
-            return result(0.0, f"stopped after max_trials = {max_trials} trials before a rate passed")
-        q = max(hi / 2.0, qps_min)
-        lo, hi = (q, hi) if passes(q) else (lo, q)
-    # Bisect the bracket [lo (passes), hi (fails)].
-    while hi / lo - 1.0 > rel_tol:
-        if len(rows) >= max_trials:
-            return result(lo, f"stopped after max_trials = {max_trials} trials; bracket "
-                              f"[{lo:.4g}, {hi:.4g}] requests/s")
-        q = 0.5 * (lo + hi)
-        lo, hi = (q, hi) if passes(q) else (lo, q)
-    found = result(lo, f"converged: meets the SLO at {lo:.4g} requests/s, fails at {hi:.4g} "
-                       f"(within rel_tol = {rel_tol:g})")
-    if not window_check:
-        return found
-    return dataclasses.replace(found, window_verdict=_window_check(workload, config, slo, lo, num_requests, seed,
-                                                                   warmup_frac, max_backlog_frac, arrivals, burst_cv))
+        unreachable = (f"unreachable: one decode of the shortest prompt alone takes {floor_s:.4g} s, "
+                       f"more than the P99 TBT SLO of {slo.tbt_p99_s:g} s, at any rate")
+    return _Plan(workload=workload, work=work, config=config, slo=slo, num_requests=num_requests, seed=seed,
+                 qps_start=qps_start, qps_min=qps_min, qps_max=qps_max, rel_tol=rel_tol, max_trials=max_trials,
+                 warmup_frac=warmup_frac, max_backlog_frac=max_backlog_frac, arrivals=arrivals, burst_cv=burst_cv,
+                 unreachable=unreachable)
 
 
 def _window_check(workload: Any, config: ServingConfig, slo: SLO, qps: float, num_requests: int, seed: int,
@@ -590,7 +677,7 @@ def _capacity_job(args: tuple[Any, ServingConfig, SLO, dict[str, Any]]) -> Capac
 
 
 def capacities(workload: pd.DataFrame | str | Path | Profile, cases: Mapping[Any, tuple[ServingConfig, SLO]], *,
-               max_workers: int = 1, **capacity_kw: Any) -> dict[str, CapacityResult]:
+               max_workers: int = 1, batch: str = "auto", **capacity_kw: Any) -> dict[str, CapacityResult]:
     """:func:`capacity` of several (config, SLO) cases on one workload, searches run in parallel.
 
     Parameters
@@ -599,11 +686,23 @@ def capacities(workload: pd.DataFrame | str | Path | Profile, cases: Mapping[Any
         Label -> (config, slo).
     max_workers : int
         Processes; each runs whole searches (the results do not depend on it).
+    batch : {"auto", "always", "never"}
+        Whether the searches advance in rounds, each round's trials (one per unfinished search)
+        run together by the batched engine (:mod:`kvlab.sim.batched`) where they are within its
+        scope: ``auto`` when the chooser expects that to be faster
+        (:func:`kvlab.sim.batched.choose.choose`: a GPU and enough cases; never on a CPU).
+        The results do not depend on it; each result's ``run_by`` says what ran, and the
+        choice is logged (logger ``kvlab.capacity``).
     **capacity_kw
         Passed to every :func:`capacity` call (``num_requests``, ``seed``, ``rel_tol``, ...).
     """
     max_workers = v.positive_int(max_workers, "max_workers")
+    v.choice(batch, "batch", BATCH_MODES)
     jobs = [(workload, cfg, slo, capacity_kw) for cfg, slo in cases.values()]
+    xp = get_xp()
+    if batch == "always" or (batch == "auto" and backend_name(xp) != "numpy" and len(jobs) >= MIN_GPU_BATCH):
+        return dict(zip(cases, _in_rounds(workload, list(cases.values()), capacity_kw, batch, xp)))
+    _log.info("capacities: %d searches per process (batch=%r on %s)", len(jobs), batch, backend_name(xp))
     if max_workers == 1 or len(jobs) == 1:
         found = [_capacity_job(j) for j in jobs]
     else:
@@ -611,6 +710,66 @@ def capacities(workload: pd.DataFrame | str | Path | Profile, cases: Mapping[Any
             found = list(pool.map(_capacity_job, jobs))
     return dict(zip(cases, found))
 
+
+def _in_rounds(workload: Any, cases: list[tuple[ServingConfig, SLO]], capacity_kw: Mapping[str, Any], batch: str,
+               xp: Any) -> list[CapacityResult]:
+    """The searches of ``cases`` in lockstep rounds: every unfinished search's next trial, one batch per round."""
+    plans, window_check = [], True
+    for cfg, slo in cases:
+        args = inspect.signature(capacity).bind(workload, cfg, slo, **capacity_kw)
+        args.apply_defaults()
+        kw = dict(args.arguments)
+        window_check = kw.pop("window_check")
+        for name in ("workload", "config", "slo"):
+            kw.pop(name)
+        plans.append(_plan(workload, cfg, slo, **kw))
+    found: list[CapacityResult | None] = [p.result([], 0.0, p.unreachable) if p.unreachable else None for p in plans]
+    searches = {i: p.search() for i, p in enumerate(plans) if not p.unreachable}
+    pending = {i: next(g) for i, g in searches.items()}
+    rows: list[list[dict[str, Any]]] = [[] for _ in plans]
+    num_rounds = num_trials = num_batched = 0
+    while pending:
+        items = list(pending.items())
+        round_rows, batched = _round(plans, items, batch, xp)
+        num_rounds, num_trials, num_batched = num_rounds + 1, num_trials + len(items), num_batched + batched
+        for (i, _), row in zip(items, round_rows):
+            rows[i].append(row)
+            try:
+                pending[i] = searches[i].send(row)
+            except StopIteration as stop:
+                del pending[i]
+                found[i] = plans[i].result(rows[i], *stop.value)
+    run_by = (f"{num_batched} of {num_trials} trials batched on {backend_name(xp)} in {num_rounds} rounds "
+              f"(batch={batch!r}), the rest per process")
+    _log.info("capacities: %s", run_by)
+    out = []
+    for p, r in zip(plans, found):
+        assert r is not None
+        if window_check and r.reason.startswith("converged"):
+            r = p.window_checked(r)
+        out.append(dataclasses.replace(r, run_by=run_by))
+    return out
+
+
+def _round(plans: list[_Plan], items: list[tuple[int, float]], batch: str, xp: Any) -> tuple[list[dict[str, Any]], int]:
+    """The trial rows of one round (search position, rate), and how many the batched engine ran."""
+    single = [(k, i, q) for k, (i, q) in enumerate(items) if plans[i].config.pp == 1]  # PP: two runs per trial
+    runs = []
+    for _, i, q in single:
+        p = plans[i]
+        work, kw = _serve_args(p.work, p.config, q, seed=p.seed, arrivals=p.arrivals, burst_cv=p.burst_cv)
+        runs.append(prepare(work, p.config.policy, **kw, cost_model=p.config.cost()))
+    choice = choose(runs, xp, "always" if batch == "always" else "auto")
+    out: list[dict[str, Any] | None] = [None] * len(items)
+    chosen = [single[j] for j in choice.batched]
+    for (k, i, q), j, (req, it) in zip(chosen, choice.batched, run_batched([runs[j] for j in choice.batched], xp)
+                                       if chosen else []):
+        p = plans[i]
+        out[k] = _trial_row(q, finish(runs[j], req, it), p.slo, p.warmup_frac, p.max_backlog_frac)
+    for k, (i, q) in enumerate(items):
+        if out[k] is None:
+            out[k] = _trial(plans[i].trial_args(q))
+    return [row for row in out if row is not None], len(chosen)
 
 
 def capacity_table(found: Mapping[Any, CapacityResult], *, key_names: Sequence[str] = ("case",)) -> pd.DataFrame:

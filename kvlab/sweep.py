@@ -14,21 +14,24 @@ address, or ``"dask-local"`` for a local cluster). Every executor runs the same 
 the same inputs and the rows are put back in configuration order, so the table is identical
 whatever ran it.
 
-Advancing many configurations together in one array program (lockstep batching) is not
-implemented: each configuration is one engine run. ``bench/bench_sweep.py`` measures whether
-it would pay, with bounds for every policy and a lockstep prototype for ``reserve_max``
-checked against kvlab's engine: on a CPU it measured from 0.14x (1 configuration) to 1.6x
-(128) the one-by-one runs (a batch runs as long as its slowest member, and wider arrays cost
-NumPy more), so processes and Dask are the way to scale there; on a GPU, where wider arrays
-cost little, the same script measures it (``bench/gpu_check.sh``).
+Many configurations can instead be advanced together in one array program, the batched
+engine (:mod:`kvlab.sim.batched`: equal to the reference on every simulation, within its scope).
+``batch`` chooses (:func:`kvlab.sim.batched.choose.choose`): ``"auto"`` batches on a GPU when
+enough runs are within the engine's scope and never on a CPU, where the compiled loop per
+process is faster at every batch size measured (``bench/bench_sweep.py --parts batched``);
+``"always"`` batches every run within scope, ``"never"`` none. The choice is logged (logger
+``kvlab.sweep``), printed with the progress bar, and kept in the table's
+``attrs["run_by"]``; the table itself does not depend on it.
 """
 from __future__ import annotations
 
 import importlib.util
 import inspect
 import itertools
+import logging
 import multiprocessing
 import os
+import sys
 from concurrent.futures import as_completed
 from dataclasses import dataclass
 from functools import cache
@@ -43,8 +46,12 @@ from ._intmath import ceil_div
 from .backend import backend_name, get_xp
 from .lengths.profiles import list_profiles, profile
 from .policies import create_policy, policy_names
-from .sim import simulate
+from .sim import finish, prepare, simulate
+from .sim.batched import run_batched
+from .sim.batched.choose import MAX_BATCH, MODES as BATCH_MODES, Choice, choose
 from .trace_window import trace_window
+
+_log = logging.getLogger(__name__)
 
 #: simulate() parameters a sweep does not take: the workload is the sweep's own argument, seeds
 #: come from ``seeds=`` (they may also draw the workload), and a sweep keeps summaries only.
@@ -157,16 +164,52 @@ def _configurations(grid: Mapping[str, Any] | Sequence[Mapping[str, Any]],
     return configs
 
 
+def _simulate_kwargs(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The configuration as simulate's keywords (offline arrivals take no rate: a grid may cross kinds)."""
+    if config.get("arrivals") == "offline":
+        return {k: x for k, x in config.items() if k not in ("qps", "burst_cv")}
+    return dict(config)
+
+
+def _row(config: Mapping[str, Any], seed: int, params: Mapping[str, Any], summary: Mapping[str, float]
+         ) -> dict[str, Any]:
+    config = _simulate_kwargs(config)
+    resolved = {k: x for k, x in params.items() if k not in config}
+    return {**config, "seed": seed, **resolved, **summary}
+
+
 def _run_one(source: _Source, config: Mapping[str, Any], seed: int) -> dict[str, Any]:
     """One simulation's row: the configuration, its seed, the resolved parameters, the summary."""
-    if config.get("arrivals") == "offline":  # a grid crossing arrival kinds: offline takes no rate
-        config = {k: x for k, x in config.items() if k not in ("qps", "burst_cv")}
     try:
-        res = simulate(source.requests(seed), seed=seed, **config)
+        res = simulate(source.requests(seed), seed=seed, **_simulate_kwargs(config))
     except ValueError as exc:
         raise ValueError(f"configuration {dict(config)} with seed {seed}: {exc}") from None
-    resolved = {k: x for k, x in res.params.items() if k not in config}
-    return {**config, "seed": seed, **resolved, **res.summary}
+    return _row(config, seed, res.params, res.summary)
+
+
+def _prepare_one(source: _Source, config: Mapping[str, Any], seed: int) -> Any:
+    try:
+        return prepare(source.requests(seed), seed=seed, **_simulate_kwargs(config))
+    except ValueError as exc:
+        raise ValueError(f"configuration {dict(config)} with seed {seed}: {exc}") from None
+
+
+def _choose(source: _Source, tasks: list, batch: str) -> tuple[Choice, list[Any]]:
+    """How the tasks run (:func:`kvlab.sim.batched.choose.choose`) and their prepared runs (when batching may pay)."""
+    xp = get_xp()
+    if batch == "never" or (batch == "auto" and backend_name(xp) == "numpy"):
+        return choose([], xp, batch), []
+    runs = [_prepare_one(source, config, seed) for _, config, seed in tasks]
+    return choose(runs, xp, batch), runs
+
+
+def _batched(tasks: list, runs: list[Any], positions: tuple[int, ...]) -> Iterator[list]:
+    """Rows of the tasks at ``positions``, run by the batched engine in batches of :data:`MAX_BATCH`."""
+    for start in range(0, len(positions), MAX_BATCH):
+        part = positions[start:start + MAX_BATCH]
+        tables = run_batched([runs[p] for p in part], get_xp())
+        yield [(tasks[p][0], _row(tasks[p][1], tasks[p][2], runs[p].params, finish(runs[p], req, it).summary))
+               for p, (req, it) in zip(part, tables)]
 
 
 def _run_chunk(source: _Source, tasks: list[tuple[int, dict[str, Any], int]]) -> list[tuple[int, dict[str, Any]]]:
@@ -255,7 +298,8 @@ def _is_dask(executor: Any) -> bool:
 
 def sweep(workload: pd.DataFrame | str, grid: Mapping[str, Any] | Sequence[Mapping[str, Any]], *,
           num_requests: int | None = None, fixed: Mapping[str, Any] | None = None, seeds: Sequence[int] = (0,),
-          executor: Any = "serial", max_workers: int | None = None, progress: bool = True) -> pd.DataFrame:
+          executor: Any = "serial", max_workers: int | None = None, progress: bool = True,
+          batch: str = "auto") -> pd.DataFrame:
     """Simulate every configuration of ``grid`` (once per seed) and return one row per run.
 
     Parameters
@@ -285,7 +329,12 @@ def sweep(workload: pd.DataFrame | str, grid: Mapping[str, Any] | Sequence[Mappi
     max_workers : int, optional
         Processes for ``"processes"`` and ``"dask-local"`` (default: the CPU count).
     progress : bool
-        Show a tqdm bar of configurations done.
+        Show a tqdm bar of configurations done (and print how the runs are executed).
+    batch : {"auto", "always", "never"}
+        Whether runs within the batched engine's scope are advanced together in one array
+        program (:mod:`kvlab.sim.batched`, in this process) instead of one by one by
+        ``executor``: ``auto`` when it is expected to be faster (a GPU and enough runs; never
+        on a CPU). The table does not depend on it; ``table.attrs["run_by"]`` says what ran.
 
     Returns
     -------
@@ -316,19 +365,29 @@ def sweep(workload: pd.DataFrame | str, grid: Mapping[str, Any] | Sequence[Mappi
     workers = (os.cpu_count() or 1) if max_workers is None else v.positive_int(max_workers, "max_workers")
     dask = _is_dask(executor)
     tasks = [(i, config, seed) for i, (config, seed) in enumerate(itertools.product(configs, seed_list))]
+    v.choice(batch, "batch", BATCH_MODES)
+    choice, runs = _choose(source, tasks, batch)
+    run_by = choice.describe(len(tasks))
+    _log.info("sweep: %s", run_by)
+    if progress:
+        print(f"kvlab.sweep: {run_by}", file=sys.stderr)
+    batched = set(choice.batched)
+    others = [t for p, t in enumerate(tasks) if p not in batched]
 
     rows: list[dict[str, Any] | None] = [None] * len(tasks)
     closers: list[Any] = []
     bar = _progress_bar(len(tasks)) if progress else None
     try:
-        if dask:
+        if not others:
+            done: Iterator[list] = iter(())
+        elif dask:
             client, closers = _dask_client(executor, workers)
-            done = _dask(source, tasks, client)
+            done = _dask(source, others, client)
         elif executor == "processes":
-            done = _processes(source, tasks, workers)
+            done = _processes(source, others, workers)
         else:
-            done = _serial(source, tasks)
-        for chunk in done:
+            done = _serial(source, others)
+        for chunk in itertools.chain(_batched(tasks, runs, choice.batched), done):
             for i, row in chunk:
                 rows[i] = row
             if bar is not None:
@@ -339,7 +398,9 @@ def sweep(workload: pd.DataFrame | str, grid: Mapping[str, Any] | Sequence[Mappi
         for obj in closers:
             obj.close()
     config_keys = dict.fromkeys(k for c in configs for k in c)
-    return _table(rows, [*config_keys, "seed"])
+    table = _table(rows, [*config_keys, "seed"])
+    table.attrs["run_by"] = run_by
+    return table
 
 
 def _seeds(seeds: Any) -> list[int]:

@@ -153,6 +153,80 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
     -------
     SimResult
     """
+    run = prepare(workload, policy, model=model, gpu=gpu, max_new_tokens=max_new_tokens, block_size=block_size,
+                  pool_pages=pool_pages, gpu_memory_utilization=gpu_memory_utilization, tp=tp, scheduler=scheduler,
+                  max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                  preemption_mode=preemption_mode, arrivals=arrivals, qps=qps, burst_cv=burst_cv,
+                  cpu_pool_pages=cpu_pool_pages, copy_latency_s=copy_latency_s, seed=seed, engine=engine,
+                  cost_model=cost_model, max_model_len=max_model_len, stack=stack, warn_stacklevel=3,
+                  **policy_params)
+    if engine == "fast":
+        req_table, it_table = run_fast(prompt_tokens=run.prompt, output_tokens=run.output, arrival_s=run.arrival_s,
+                                       request_ids=run.ids, max_new_tokens=run.max_new_tokens, policy=run.policy,
+                                       pool=run.pool, scheduler=run.scheduler, swap=run.swap, cost_model=run.cost,
+                                       xp=get_xp())
+    else:
+        requests = [Request(index=i, prompt_tokens=int(run.prompt[i]), output_tokens=int(run.output[i]),
+                            arrival_s=float(run.arrival_s[i]), max_new_tokens=run.max_new_tokens)
+                    for i in range(len(run.prompt))]
+        done, rows = ReferenceEngine(requests, policy=run.policy, pool=run.pool, scheduler=run.scheduler,
+                                     swap=run.swap, cost_model=run.cost).run()
+        req_table, it_table = request_table(done, run.ids), iteration_table(rows)
+    return finish(run, req_table, it_table, record_iterations=record_iterations)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreparedRun:
+    """One simulation checked and resolved, ready for an engine (what :func:`simulate` hands its engine).
+
+    Attributes
+    ----------
+    prompt, output, arrival_s, ids : ndarray
+        The requests the engine serves (context-rejected ones removed; outputs cut at the
+        context; tokens, seconds).
+    max_new_tokens : int
+        The output cap the engine applies (tokens).
+    policy : Policy
+        The bound policy (one instance per run).
+    pool, scheduler, swap : config
+        The engine's pool, scheduler and swap configurations.
+    cost : cost model
+        The iteration-time model.
+    context : ContextLimit
+        Which workload rows the context rejected or cut (for :func:`finish`).
+    all_prompt, all_output, all_arrival_s, all_ids : ndarray
+        The whole workload's columns (for :func:`finish`).
+    params : dict
+        ``SimResult.params`` of the run.
+    """
+
+    prompt: np.ndarray
+    output: np.ndarray
+    arrival_s: np.ndarray
+    ids: np.ndarray
+    max_new_tokens: int
+    policy: Policy
+    pool: PoolConfig
+    scheduler: SchedulerConfig
+    swap: SwapConfig
+    cost: Any
+    context: Any
+    all_prompt: np.ndarray
+    all_output: np.ndarray
+    all_arrival_s: np.ndarray
+    all_ids: np.ndarray
+    params: dict[str, Any]
+
+
+def prepare(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: str | ModelSpec, gpu: str | GPUSpec,
+            max_new_tokens: int = 2048, block_size: int = 16, pool_pages: int | None = None,
+            gpu_memory_utilization: float = 0.9, tp: int = 1, scheduler: str = "chunked",
+            max_num_seqs: int = 256, max_num_batched_tokens: int | None = None,
+            preemption_mode: str = "recompute", arrivals: str = "auto", qps: float | None = None,
+            burst_cv: float = 1.0, cpu_pool_pages: int | None = None, copy_latency_s: float = DEFAULT_COPY_LATENCY_S,
+            seed: int = 0, engine: str = "fast", cost_model: Any = None, max_model_len: int | None = None,
+            stack: str | None = None, warn_stacklevel: int = 2, **policy_params: Any) -> PreparedRun:
+    """Check and resolve :func:`simulate`'s arguments (the same ones) without running an engine."""
     all_prompt, all_output, trace_arrival, all_ids = _workload_columns(workload)
     m, g = _model(model), _gpu(gpu)
     v.choice(engine, "engine", ENGINES)
@@ -185,7 +259,7 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
     if max_new_tokens > context.max_model_len:  # no request can hold more than the context: reserve no more
         warnings.warn(f"max_new_tokens {max_new_tokens:,} exceeds max_model_len {context.max_model_len:,}: no request "
                       f"can hold more than its context, so policies reserve with max_new_tokens = "
-                      f"{context.max_model_len:,}", UserWarning, stacklevel=2)
+                      f"{context.max_model_len:,}", UserWarning, stacklevel=warn_stacklevel)
         max_new_tokens = context.max_model_len
     kept = ~context.rejected
     prompt, output, arrival_s, ids = all_prompt[kept], context.output_tokens, all_arrival_s[kept], all_ids[kept]
@@ -202,18 +276,6 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
     pol.bind(output_tokens=output, max_new_tokens=max_new_tokens, block_size=block_size, num_pages=num_pages,
              seed=seed)
     pool = PoolConfig(num_pages=num_pages, block_size=block_size)
-    if engine == "fast":
-        req_table, it_table = run_fast(prompt_tokens=prompt, output_tokens=output, arrival_s=arrival_s,
-                                       request_ids=ids, max_new_tokens=max_new_tokens, policy=pol, pool=pool,
-                                       scheduler=sched, swap=swap, cost_model=cost, xp=get_xp())
-    else:
-        requests = [Request(index=i, prompt_tokens=int(prompt[i]), output_tokens=int(output[i]),
-                            arrival_s=float(arrival_s[i]), max_new_tokens=max_new_tokens) for i in range(len(prompt))]
-        done, rows = ReferenceEngine(requests, policy=pol, pool=pool, scheduler=sched, swap=swap,
-                                     cost_model=cost).run()
-        req_table, it_table = request_table(done, ids), iteration_table(rows)
-    req_table = _merge_context(req_table, context, prompt_tokens=all_prompt, output_tokens=all_output,
-                               arrival_s=all_arrival_s, request_ids=all_ids)
     params = {"policy": pol.name, "max_new_tokens": max_new_tokens, "block_size": block_size,
               "pool_pages": num_pages, "scheduler": kind.value, "max_num_seqs": sched.max_num_seqs,
               "max_num_batched_tokens": max_num_batched_tokens, "preemption_mode": mode.value,
@@ -221,8 +283,19 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
               "gpu": g.name, "tp": tp, "engine": engine, "cost_model": _describe_cost(cost),
               "stack": _stack_name(cost_model, stack),
               "max_model_len": context.max_model_len}
+    return PreparedRun(prompt=prompt, output=output, arrival_s=arrival_s, ids=ids, max_new_tokens=max_new_tokens,
+                       policy=pol, pool=pool, scheduler=sched, swap=swap, cost=cost, context=context,
+                       all_prompt=all_prompt, all_output=all_output, all_arrival_s=all_arrival_s, all_ids=all_ids,
+                       params=params)
+
+
+def finish(run: PreparedRun, req_table: pd.DataFrame, it_table: pd.DataFrame, *,
+           record_iterations: bool = False) -> SimResult:
+    """The :class:`SimResult` of ``run`` from an engine's request and iteration tables."""
+    req_table = _merge_context(req_table, run.context, prompt_tokens=run.all_prompt, output_tokens=run.all_output,
+                               arrival_s=run.all_arrival_s, request_ids=run.all_ids)
     return SimResult(requests=req_table, iterations=it_table if record_iterations else None,
-                     summary=summarize(req_table, it_table, num_pages=num_pages), params=params)
+                     summary=summarize(req_table, it_table, num_pages=run.pool.num_pages), params=dict(run.params))
 
 
 def _stack_name(cost_model: Any, stack: str | None) -> str:
@@ -255,4 +328,4 @@ def _arrivals(kind: str, n: int, trace: np.ndarray | None, *, qps: float | None,
     return arrival_times(n, kind, qps=qps, cv=burst_cv, seed=seed)
 
 
-__all__ = ["Request", "RequestStatus", "SimResult", "simulate"]
+__all__ = ["PreparedRun", "Request", "RequestStatus", "SimResult", "finish", "prepare", "simulate"]
