@@ -64,7 +64,7 @@ from .reservation import pool_pages as _pool_pages
 from .backend import backend_name, get_xp
 from .sim import SimResult, finish, prepare, simulate
 from .sim.batched import run_batched
-from .sim.batched.choose import MIN_GPU_BATCH, MODES as BATCH_MODES, choose
+from .sim.batched.choose import MODES as BATCH_MODES, choose
 from .sim.config import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MAX_NUM_SEQS
 from .trace_window import trace_window
 
@@ -689,8 +689,8 @@ def capacities(workload: pd.DataFrame | str | Path | Profile, cases: Mapping[Any
     batch : {"auto", "always", "never"}
         Whether the searches advance in rounds, each round's trials (one per unfinished search)
         run together by the batched engine (:mod:`kvlab.sim.batched`) where they are within its
-        scope: ``auto`` when the chooser expects that to be faster
-        (:func:`kvlab.sim.batched.choose.choose`: a GPU and enough cases; never on a CPU).
+        scope: ``always``; ``auto`` and ``never`` run each search per process, the chooser
+        (:func:`kvlab.sim.batched.choose.choose`) having no device where batching was measured faster.
         The results do not depend on it; each result's ``run_by`` says what ran, and the
         choice is logged (logger ``kvlab.capacity``).
     **capacity_kw
@@ -700,7 +700,7 @@ def capacities(workload: pd.DataFrame | str | Path | Profile, cases: Mapping[Any
     v.choice(batch, "batch", BATCH_MODES)
     jobs = [(workload, cfg, slo, capacity_kw) for cfg, slo in cases.values()]
     xp = get_xp()
-    if batch == "always" or (batch == "auto" and backend_name(xp) != "numpy" and len(jobs) >= MIN_GPU_BATCH):
+    if batch == "always":
         return dict(zip(cases, _in_rounds(workload, list(cases.values()), capacity_kw, batch, xp)))
     _log.info("capacities: %d searches per process (batch=%r on %s)", len(jobs), batch, backend_name(xp))
     if max_workers == 1 or len(jobs) == 1:

@@ -98,16 +98,18 @@ def test_sweep_table_is_the_same_batched_or_not_and_says_what_ran() -> None:
     assert one_by_one.attrs["run_by"].startswith("0 of 20 simulations batched")
 
 
-def test_the_chooser_batches_on_a_device_module_from_enough_runs_and_never_on_numpy() -> None:
-    from kvlab.sim.batched.choose import MIN_GPU_BATCH, choose
+def test_the_chooser_runs_per_process_unless_told_and_says_why() -> None:
+    """No device has measured the batched engine faster than the compiled loop per process, so
+    ``auto`` keeps every run per process, on NumPy and on a device module alike; ``always`` batches."""
+    from kvlab.sim.batched.choose import choose
 
     w = pd.DataFrame({"prompt_tokens": [5, 9], "output_tokens": [3, 4]})
-    runs = [prepare(w, model="Llama-3-8B", gpu="H100-SXM", cost_model="roofline", seed=s) for s in range(MIN_GPU_BATCH)]
-    assert choose(runs, np).batched == ()
+    runs = [prepare(w, model="Llama-3-8B", gpu="H100-SXM", cost_model="roofline", seed=s) for s in range(8)]
     strict = get_xp("strict")
-    assert choose(runs, strict).batched == tuple(range(MIN_GPU_BATCH))
-    assert choose(runs[:-1], strict).batched == ()
+    assert choose(runs, np).batched == () and "faster at every batch size measured" in choose(runs, np).reason
+    assert choose(runs, strict).batched == () and "not measured faster" in choose(runs, strict).reason
     assert choose(runs[:3], np, "always").batched == (0, 1, 2)
+    assert choose(runs[:3], strict, "always").batched == (0, 1, 2)
     with pytest.raises(ValueError, match="batch 'sometimes' is unknown"):
         choose(runs, np, "sometimes")
 

@@ -219,9 +219,9 @@ class PreparedRun:
 
 
 def prepare(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: str | ModelSpec, gpu: str | GPUSpec,
-            max_new_tokens: int = 2048, block_size: int = 16, pool_pages: int | None = None,
+            max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, block_size: int = 16, pool_pages: int | None = None,
             gpu_memory_utilization: float = 0.9, tp: int = 1, scheduler: str = "chunked",
-            max_num_seqs: int = 256, max_num_batched_tokens: int | None = None,
+            max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, max_num_batched_tokens: int | None = None,
             preemption_mode: str = "recompute", arrivals: str = "auto", qps: float | None = None,
             burst_cv: float = 1.0, cpu_pool_pages: int | None = None, copy_latency_s: float = DEFAULT_COPY_LATENCY_S,
             seed: int = 0, engine: str = "fast", cost_model: Any = None, max_model_len: int | None = None,

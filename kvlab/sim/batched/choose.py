@@ -9,9 +9,11 @@ is the measurement in ``bench/bench_sweep.py`` (``--parts batched``):
   29-34 configurations/s and the batched engine 0.06-0.10x that at S = 1, 0.32-0.42x at 8,
   0.43-0.66x at 32 and 0.21-0.31x at 128 and 200 (a batch is as long as its longest member);
   see :mod:`kvlab.sim.batched`;
-* on CuPy the batched engine when at least :data:`MIN_GPU_BATCH` runs are within its scope (a
-  GPU step costs about the same for 1 or thousands of simulations: launch latency, not width);
-  fewer go to the per-process engine (there: the fast engine's array loop on the GPU).
+* on CuPy also the per-process engine: the compiled loop runs on the host, and the estimate from
+  the CPU measurement (about 230 array operations per lockstep step, each a kernel launch of
+  some microseconds whatever S, and a batch as long as its longest member) puts a 1,000-run batch
+  near 8 ms per simulation against 5.7 ms for the compiled loop on one core. No GPU has measured
+  it yet: ``bench/gpu_check.sh batched_cupy`` does, and ``batch="always"`` runs it.
 
 Runs outside the batched engine's scope (:func:`kvlab.sim.batched.why_not`) always go per
 process, with their reasons counted in the choice.
@@ -29,8 +31,6 @@ from .engine import why_not
 if TYPE_CHECKING:
     from .. import PreparedRun
 
-#: Runs within scope from which the batched engine is chosen on a GPU (requests x runs fill the device).
-MIN_GPU_BATCH = 64
 #: Simulations per batch at most (the iteration rows of a batch are held until it ends).
 MAX_BATCH = 1024
 MODES = ("auto", "always", "never")
@@ -81,8 +81,6 @@ def choose(runs: Sequence[PreparedRun], xp: ModuleType, mode: str = "auto") -> C
     if name == "numpy":
         return Choice(batched=(), backend=name, outside_scope=outside,
                       reason="on a CPU the compiled loop per process is faster at every batch size measured")
-    if len(inside) < MIN_GPU_BATCH:
-        return Choice(batched=(), backend=name, outside_scope=outside,
-                      reason=f"{len(inside)} runs within scope, fewer than {MIN_GPU_BATCH} (MIN_GPU_BATCH)")
-    return Choice(batched=inside, backend=name, outside_scope=outside,
-                  reason=f"{len(inside)} runs within scope on a device array module (>= {MIN_GPU_BATCH})")
+    return Choice(batched=(), backend=name, outside_scope=outside,
+                  reason=f"on {name} the batched engine is not measured faster than the compiled loop per process "
+                         "(bench/gpu_check.sh batched_cupy measures it; batch='always' runs it)")
