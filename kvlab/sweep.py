@@ -16,9 +16,9 @@ whatever ran it.
 
 Many configurations can instead be advanced together in one array program, the batched
 engine (:mod:`kvlab.sim.batched`: equal to the reference on every simulation, within its scope).
-``batch`` chooses (:func:`kvlab.sim.batched.choose.choose`): ``"auto"`` batches on a GPU when
-enough runs are within the engine's scope and never on a CPU, where the compiled loop per
-process is faster at every batch size measured (``bench/bench_sweep.py --parts batched``);
+``batch`` chooses (:func:`kvlab.sim.batched.choose.choose`): ``"auto"`` runs per process: on a CPU the
+compiled loop per process is faster at every batch size measured (``bench/bench_sweep.py --parts
+batched``), and no GPU has measured batching faster yet;
 ``"always"`` batches every run within scope, ``"never"`` none. The choice is logged (logger
 ``kvlab.sweep``), printed with the progress bar, and kept in the table's
 ``attrs["run_by"]``; the table itself does not depend on it.
