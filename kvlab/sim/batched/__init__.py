@@ -57,9 +57,10 @@ shared with other jobs, load 7-8; 200 seed-figures requests per simulation, Pois
   ms, tables and summary 4.5 ms), a ceiling of ~110 simulations/s for the batched path against
   ~1,000/s estimated for the compiled loop on a 16-core machine's processes (15 ms per
   simulation per core, measured here). So :mod:`.choose` runs per process on every
-  backend unless told ``batch="always"``; ``bench/gpu_check.sh batched_cupy`` measures CuPy against NumPy and the compiled loop on the 1,000-configuration
-  sweep. A GPU design that could pay would drop lockstep: one GPU thread per simulation running
-  the compiled loop, with vectorised summaries; not built.
+  backend unless told ``batch="always"``; ``bench/gpu_check.sh batched_cupy`` measures CuPy
+  against NumPy and the compiled loop on the 1,000-configuration sweep. A GPU design that could
+  pay would drop lockstep: one GPU thread per simulation running the compiled loop, with
+  vectorised summaries; not built.
 """
 from __future__ import annotations
 
