@@ -347,3 +347,23 @@ def test_quantized_weights_shrink_memory_and_say_what_the_measured_model_cannot_
     assert "--quantization fp8" in rec.flags["command"].iloc[0]
     plain = kvlab.pool_pages("Llama-3-8B", "H100-SXM", gpu_memory_utilization=0.92)
     assert rec.table["pool_pages"].iloc[0] > plain  # 7 GB fewer weight bytes hold more pages
+
+
+def test_ties_are_paired_by_window_not_by_overlapping_intervals():
+    """The same windows for every setting: a setting the best beats in every window does not tie
+    it even when the two intervals overlap (the SGLang case on the Azure conversation trace:
+    default [5.5-18] against [18-25]); one window where it does as well is a tie."""
+    from kvlab.recommend.core import _ties
+
+    best = [20.0, 19.0, 25.0, 18.0, 21.0]
+    beaten = [10.0, 12.0, 18.0, 9.0, 11.0]  # its interval [9, 18] reaches the best's [18, 25]
+    level = [10.0, 19.0, 11.0, 9.0, 12.0]  # as good as the best in window 2
+    table = pd.DataFrame({"capacity_qps": [np.median(r) for r in (beaten, best, level)],
+                          "capacity_lo_qps": [min(r) for r in (beaten, best, level)],
+                          "default": [True, False, False]})
+    idx, tie = _ties(table, pd.Series(True, index=table.index), np.array([beaten, best, level]))
+    assert idx == 1
+    assert list(tie) == [False, True, True]
+    # an ineligible row never ties, and an eligible best always ties itself
+    idx, tie = _ties(table, pd.Series([True, True, False]), np.array([beaten, best, level]))
+    assert idx == 1 and list(tie) == [False, True, False]

@@ -25,12 +25,15 @@ What :func:`recommend` does, in order:
    so a setting's capacity does not depend on the load it is asked about. The chosen setting's
    capacity is searched under Poisson and Gamma arrivals too, beside it. Headroom is capacity /
    served rate; replicas are ``ceil(rate / capacity)``.
-4. **One answer.** Settings whose interval reaches the best one's are ties; the chosen setting
-   is the best, or the default when it ties the best (every setting tying says the knobs do not
-   matter at this load). The chosen setting's flags are printed and its capacity sizes the
-   replicas: when one replica of it cannot carry the load the answer is "N replicas of it", and
-   re-running at one replica's share (``rate_scale = 1 / N``) chooses the same setting. The
-   chosen setting is then served at one replica's share of the real load, as a check.
+4. **One answer.** Every setting is searched on the same windows, so settings are compared
+   window by window: a setting ties the best unless the best's capacity is higher in every
+   window (with 5 windows, a difference that holds in all 5 by chance alone has probability
+   ``1 / 2**5 = 3%``, the sign test); the chosen setting is the best, or the default when it ties
+   the best (every setting tying says the knobs do not matter at this load). The chosen
+   setting's flags are printed and its capacity sizes the replicas: when one replica of it
+   cannot carry the load the answer is "N replicas of it", and re-running at one replica's share
+   (``rate_scale = 1 / N``) chooses the same setting. The chosen setting is then served at one
+   replica's share of the real load, as a check.
 5. **How sure.** The capacity interval, the search's resolution (``rel_tol``), and whether the
    GPU's iteration times are measured or a spec-sheet (roofline) estimate.
 """
@@ -375,13 +378,18 @@ def _bar(total: int) -> Any:
 
 
 # ------------------------------------------------------------------------------ the decision
-def _ties(table: pd.DataFrame, eligible: pd.Series) -> tuple[int | None, pd.Series]:
-    """Index of the best eligible row (highest capacity) and which eligible rows tie it."""
+def _ties(table: pd.DataFrame, eligible: pd.Series, windows: np.ndarray) -> tuple[int | None, pd.Series]:
+    """Index of the best eligible row (highest capacity) and which eligible rows tie it.
+
+    ``windows[i, w]`` is row ``i``'s capacity in window ``w`` (requests/s; the same windows for
+    every row): a row ties the best unless the best is higher in every window (paired).
+    """
     ok = table[eligible]
     if ok.empty:
         return None, pd.Series(False, index=table.index)
     best = ok.sort_values(["capacity_qps", "capacity_lo_qps", "default"], ascending=False, kind="stable").index[0]
-    tie = eligible & (table["capacity_hi_qps"] >= table.loc[best, "capacity_lo_qps"])
+    beaten = (windows[table.index.get_loc(best)][None, :] > windows).all(axis=1)
+    tie = eligible & pd.Series(~beaten, index=table.index)
     return best, tie
 
 
@@ -449,16 +457,18 @@ def what_binds(table: pd.DataFrame, kv_knob: pd.Series) -> str:
 
 
 def _decide(table: pd.DataFrame, *, rate: float | None, max_unserved_frac: float, comparison: bool,
-            slo: SLO, tp: int, kv_knob: pd.Series | None = None) -> tuple[str, str, int | None]:
-    """(decision, answer, chosen row index): :func:`_decide_setting`, then what binds (:func:`what_binds`)."""
+            slo: SLO, tp: int, windows: np.ndarray, kv_knob: pd.Series | None = None) -> tuple[str, str, int | None]:
+    """(decision, answer, chosen row index): :func:`_decide_setting`, then what binds (:func:`what_binds`).
+
+    ``windows`` holds each row's capacity per window (requests/s), for :func:`_ties`."""
     decision, answer, chosen = _decide_setting(table, rate=rate, max_unserved_frac=max_unserved_frac,
-                                               comparison=comparison, slo=slo, tp=tp)
+                                               comparison=comparison, slo=slo, tp=tp, windows=windows)
     binds = "" if comparison or kv_knob is None or decision == "overloaded" else what_binds(table, kv_knob)
     return decision, f"{answer} {binds}".strip(), chosen
 
 
 def _decide_setting(table: pd.DataFrame, *, rate: float | None, max_unserved_frac: float, comparison: bool,
-                    slo: SLO, tp: int) -> tuple[str, str, int | None]:
+                    slo: SLO, tp: int, windows: np.ndarray) -> tuple[str, str, int | None]:
     """(decision, answer, chosen row index): one setting, chosen on capacity alone.
 
     Capacity does not depend on the offered rate (see the module note), so neither does the
@@ -466,7 +476,7 @@ def _decide_setting(table: pd.DataFrame, *, rate: float | None, max_unserved_fra
     it carries that share.
     """
     served = table["unserved_frac"] <= max_unserved_frac + 1e-12
-    best, tie = _ties(table, served)
+    best, tie = _ties(table, served, windows)
     table["tie"] = tie
     if best is None:
         return "overloaded", ("No setting serves the trace without dropping or truncating requests; "
@@ -716,8 +726,9 @@ def recommend(trace: pd.DataFrame, *, model: Any, gpu: Any, system: str | None =
                      "recommended": False})
     table = pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
     kv_knob = pd.Series([s.knob in profile_of(s).kv_knobs for s in candidates], index=table.index)
+    per_window = np.array([capacities[f"{s.system}: {s.label}"] for s in candidates])
     decision, answer, chosen = _decide(table, rate=rate, max_unserved_frac=max_unserved_frac, comparison=comparison,
-                                       slo=slo, tp=tp, kv_knob=kv_knob)
+                                       slo=slo, tp=tp, windows=per_window, kv_knob=kv_knob)
     check: dict[str, Any] = {}
     if chosen is not None:
         table.loc[chosen, "recommended"] = True
