@@ -278,30 +278,37 @@ def _row(setting, knob, cap, lo, hi, *, default=False, binding="median schedulin
 
 
 def test_what_binds_by_hand():
+    """Per-window capacities (requests/s, 3 windows), compared window by window at a 5% grid."""
     from kvlab.recommend import what_binds
     table = pd.DataFrame([_row("default", "default", 11.8, 11.0, 12.5, default=True, kv_at=30.0),
                           _row("gpu_memory_utilization=0.95", "gpu_memory_utilization", 12.0, 11.2, 12.9),
                           _row("kv_cache_dtype=fp8", "kv_cache_dtype", 11.5, 10.9, 12.2),
                           _row("max_num_batched_tokens=2048", "max_num_batched_tokens", 24.2, 23.0, 25.1)])
+    # gpu_memory_utilization is higher in every window, but within the grid's 5%: no move
+    windows = np.array([[11.0, 11.8, 12.5], [11.2, 12.0, 12.9], [10.9, 11.5, 12.2], [23.0, 24.2, 25.1]])
     kv = table["knob"].isin(["gpu_memory_utilization", "kv_cache_dtype"])
-    text = what_binds(table, kv)
+    text = what_binds(table, kv, windows, 0.05)
     assert text.startswith("KV memory does not bind at this load: what binds at the default is median scheduling "
                            "delay")
     assert "the knob that moves it is max_num_batched_tokens (max_num_batched_tokens=2048: 24.2" in text
     assert "at the default KV starts to bind at 30 requests/s" in text
-    # a KV knob whose interval clears the default's: KV binds, nothing to say
-    moved = table.copy()
-    moved.loc[2, ["capacity_qps", "capacity_lo_qps", "capacity_hi_qps"]] = [20.0, 19.0, 21.0]
-    assert what_binds(moved, kv) == ""
+    # a KV knob higher in every window by more than the grid: KV binds, nothing to say
+    moved = windows.copy()
+    moved[2] = [12.0, 12.5, 13.5]  # 9%, 6% and 8% above the default's windows
+    assert what_binds(table, kv, moved, 0.05) == ""
+    # the same knob higher in two windows and level in one: a tie, as before
+    level = moved.copy()
+    level[2, 1] = 11.8
+    assert what_binds(table, kv, level, 0.05) == text
     # no preemption anywhere in the search: said so, with the highest rate it tried
     quiet = table.copy()
     quiet.loc[0, "kv_binds_at_qps"] = float("nan")
     assert "at the default no request was preempted for pages at any rate the capacity search tried (up to 40" in \
-        what_binds(quiet, kv)
+        what_binds(quiet, kv, windows, 0.05)
     # capacity's backlog rule read as what it means, not as its numbers
     queue = table.copy()
     queue.loc[0, "binding"] = "not sustained: 3.5% of the requests still wait when the last arrives (> 2.5%: ...)"
-    assert "what binds at the default is a growing queue (requests still waiting" in what_binds(queue, kv)
+    assert "what binds at the default is a growing queue (requests still waiting" in what_binds(queue, kv, windows, 0.05)
 
 
 def test_recommend_says_what_binds_when_kv_knobs_tie():
@@ -361,9 +368,13 @@ def test_ties_are_paired_by_window_not_by_overlapping_intervals():
     table = pd.DataFrame({"capacity_qps": [np.median(r) for r in (beaten, best, level)],
                           "capacity_lo_qps": [min(r) for r in (beaten, best, level)],
                           "default": [True, False, False]})
-    idx, tie = _ties(table, pd.Series(True, index=table.index), np.array([beaten, best, level]))
+    windows = np.array([beaten, best, level])
+    idx, tie = _ties(table, pd.Series(True, index=table.index), windows, 0.05)
     assert idx == 1
     assert list(tie) == [False, True, True]
     # an ineligible row never ties, and an eligible best always ties itself
-    idx, tie = _ties(table, pd.Series([True, True, False]), np.array([beaten, best, level]))
+    idx, tie = _ties(table, pd.Series([True, True, False]), windows, 0.05)
     assert idx == 1 and list(tie) == [False, True, False]
+    # higher in every window but within the search's resolution: a tie
+    close = np.array([[19.5, 18.5, 24.0, 17.5, 20.5], best, level])
+    assert list(_ties(table, pd.Series(True, index=table.index), close, 0.05)[1]) == [True, True, True]

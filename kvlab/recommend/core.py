@@ -27,7 +27,7 @@ What :func:`recommend` does, in order:
    served rate; replicas are ``ceil(rate / capacity)``.
 4. **One answer.** Every setting is searched on the same windows, so settings are compared
    window by window: a setting ties the best unless the best's capacity is higher in every
-   window (with 5 windows, a difference that holds in all 5 by chance alone has probability
+   window by more than the search's resolution (with 5 windows, a difference that holds in all 5 by chance alone has probability
    ``1 / 2**5 = 3%``, the sign test); the chosen setting is the best, or the default when it ties
    the best (every setting tying says the knobs do not matter at this load). The chosen
    setting's flags are printed and its capacity sizes the replicas: when one replica of it
@@ -378,18 +378,24 @@ def _bar(total: int) -> Any:
 
 
 # ------------------------------------------------------------------------------ the decision
-def _ties(table: pd.DataFrame, eligible: pd.Series, windows: np.ndarray) -> tuple[int | None, pd.Series]:
+def _beats(a: np.ndarray, b: np.ndarray, rel_tol: float) -> bool:
+    """Whether capacities ``a`` are higher than ``b`` in every window (requests/s, the same windows),
+    each by more than the search's resolution ``rel_tol``: a paired comparison (sign test)."""
+    return bool(np.all(a > b * (1.0 + rel_tol)))
+
+
+def _ties(table: pd.DataFrame, eligible: pd.Series, windows: np.ndarray, rel_tol: float) -> tuple[int | None, pd.Series]:
     """Index of the best eligible row (highest capacity) and which eligible rows tie it.
 
-    ``windows[i, w]`` is row ``i``'s capacity in window ``w`` (requests/s; the same windows for
-    every row): a row ties the best unless the best is higher in every window (paired).
+    ``windows[i]`` holds row ``i``'s capacity per window (requests/s; the same windows for every
+    row): a row ties the best unless the best :func:`_beats` it.
     """
     ok = table[eligible]
     if ok.empty:
         return None, pd.Series(False, index=table.index)
     best = ok.sort_values(["capacity_qps", "capacity_lo_qps", "default"], ascending=False, kind="stable").index[0]
-    beaten = (windows[table.index.get_loc(best)][None, :] > windows).all(axis=1)
-    tie = eligible & pd.Series(~beaten, index=table.index)
+    top = windows[table.index.get_loc(best)]
+    tie = eligible & pd.Series([not _beats(top, w, rel_tol) for w in windows], index=table.index)
     return best, tie
 
 
@@ -414,11 +420,7 @@ def _key(row: pd.Series) -> str:
     return f"{row['system']}: {row['setting']}"
 
 
-def _overlaps(a: pd.Series, b: pd.Series) -> bool:
-    return bool(a["capacity_hi_qps"] >= b["capacity_lo_qps"] and a["capacity_lo_qps"] <= b["capacity_hi_qps"])
-
-
-def what_binds(table: pd.DataFrame, kv_knob: pd.Series) -> str:
+def what_binds(table: pd.DataFrame, kv_knob: pd.Series, windows: np.ndarray, rel_tol: float) -> str:
     """"KV memory does not bind at this load: what binds is ..." when every KV-memory knob
     (``kv_knob``: rows that change the pool, its precision, its host tier or its reservation)
     ties the default; "" when one of them moves the capacity, or there is none to compare.
@@ -426,18 +428,25 @@ def what_binds(table: pd.DataFrame, kv_knob: pd.Series) -> str:
     Names the SLO term the default fails first above its capacity, the knob that moves it (the
     best other setting that does not tie the default), and the load at which KV starts to bind:
     the lowest rate of the default's capacity searches at which a request was preempted for
-    pages.
+    pages. Settings are compared window by window (``windows[i]``: row ``i``'s capacity per
+    window, requests/s), as :func:`_ties` compares them.
     """
     default = table[table["default"]]
     kv = table[kv_knob & ~table["default"]]
     if default.empty or kv.empty:
         return ""
     d = default.iloc[0]
-    if not all(_overlaps(r, d) for _, r in kv.iterrows()):
+    at = windows[table.index.get_loc(default.index[0])]
+
+    def moves(i: Any) -> bool:
+        w = windows[table.index.get_loc(i)]
+        return _beats(w, at, rel_tol) or _beats(at, w, rel_tol)
+
+    if any(moves(i) for i in kv.index):
         return ""
     term = _limit(str(d["binding"])) or "no SLO term within the search's range"
     others = table[~kv_knob & ~table["default"]]
-    movers = [r for _, r in others.iterrows() if not _overlaps(r, d)]
+    movers = [r for i, r in others.iterrows() if moves(i)]
     if movers:
         m = max(movers, key=lambda r: r["capacity_qps"])
         knob = (f"the knob that moves it is {m['knob']} ({m['setting']}: {m['capacity_qps']:.3g} requests/s against "
@@ -457,18 +466,21 @@ def what_binds(table: pd.DataFrame, kv_knob: pd.Series) -> str:
 
 
 def _decide(table: pd.DataFrame, *, rate: float | None, max_unserved_frac: float, comparison: bool,
-            slo: SLO, tp: int, windows: np.ndarray, kv_knob: pd.Series | None = None) -> tuple[str, str, int | None]:
+            slo: SLO, tp: int, windows: np.ndarray, rel_tol: float,
+            kv_knob: pd.Series | None = None) -> tuple[str, str, int | None]:
     """(decision, answer, chosen row index): :func:`_decide_setting`, then what binds (:func:`what_binds`).
 
-    ``windows`` holds each row's capacity per window (requests/s), for :func:`_ties`."""
+    ``windows[i]`` holds row ``i``'s capacity per window (requests/s), found to within ``rel_tol``."""
     decision, answer, chosen = _decide_setting(table, rate=rate, max_unserved_frac=max_unserved_frac,
-                                               comparison=comparison, slo=slo, tp=tp, windows=windows)
-    binds = "" if comparison or kv_knob is None or decision == "overloaded" else what_binds(table, kv_knob)
+                                               comparison=comparison, slo=slo, tp=tp, windows=windows,
+                                               rel_tol=rel_tol)
+    binds = ("" if comparison or kv_knob is None or decision == "overloaded"
+             else what_binds(table, kv_knob, windows, rel_tol))
     return decision, f"{answer} {binds}".strip(), chosen
 
 
 def _decide_setting(table: pd.DataFrame, *, rate: float | None, max_unserved_frac: float, comparison: bool,
-                    slo: SLO, tp: int, windows: np.ndarray) -> tuple[str, str, int | None]:
+                    slo: SLO, tp: int, windows: np.ndarray, rel_tol: float) -> tuple[str, str, int | None]:
     """(decision, answer, chosen row index): one setting, chosen on capacity alone.
 
     Capacity does not depend on the offered rate (see the module note), so neither does the
@@ -476,7 +488,7 @@ def _decide_setting(table: pd.DataFrame, *, rate: float | None, max_unserved_fra
     it carries that share.
     """
     served = table["unserved_frac"] <= max_unserved_frac + 1e-12
-    best, tie = _ties(table, served, windows)
+    best, tie = _ties(table, served, windows, rel_tol)
     table["tie"] = tie
     if best is None:
         return "overloaded", ("No setting serves the trace without dropping or truncating requests; "
@@ -728,7 +740,8 @@ def recommend(trace: pd.DataFrame, *, model: Any, gpu: Any, system: str | None =
     kv_knob = pd.Series([s.knob in profile_of(s).kv_knobs for s in candidates], index=table.index)
     per_window = np.array([capacities[f"{s.system}: {s.label}"] for s in candidates])
     decision, answer, chosen = _decide(table, rate=rate, max_unserved_frac=max_unserved_frac, comparison=comparison,
-                                       slo=slo, tp=tp, windows=per_window, kv_knob=kv_knob)
+                                       slo=slo, tp=tp, windows=per_window, rel_tol=rel_tol,
+                                       kv_knob=kv_knob)
     check: dict[str, Any] = {}
     if chosen is not None:
         table.loc[chosen, "recommended"] = True
