@@ -179,9 +179,16 @@ def test_trust_reads_the_committed_figures(tmp_path, monkeypatch):
     path = tmp_path / "e.csv"
     df.to_csv(path, index=False)
     monkeypatch.setattr(T, "ERRORS_PATH", path)
-    line = T.trust(gpu="A100-80GB-SXM", stack="vllm-v0")
-    assert "within 20.0%" in line and "2 measured vLLM runs on A100" in line and "1 of 2" in line
-    assert "no measured run validates stack none on A100" in T.trust(gpu="A100-80GB-SXM")
+    line = T.trust(gpu="A100-80GB-SXM", stack="vllm-v0", family="vLLM V0")
+    # medians of |error| over the two A100 runs, by hand: TTFT (0.1, 0.3) -> 20%, E2E (0.05, 0.07) -> 6%
+    assert line.startswith("real servers (vLLM V0, stack vllm-v0)")
+    assert "mean TTFT 20.0%, mean E2E 6.0%, TPOT 20.0%" in line and "2 measured vLLM runs on A100" in line
+    assert "held out" in line and "1 of 2" in line
+    assert "stack none = GPU time only): no measured run validates it" in T.trust(gpu="A100-80GB-SXM")
+    # a stack validated on other families only says so, with the errors where it is validated (all 3 runs)
+    other = T.trust(gpu="L40S", stack="vllm-v0")
+    assert "not validated on L40S" in other and "3 measured vLLM runs on A100, H100" in other
+    assert "mean TTFT 30.0%" in other
     df.assign(cost_model=["measured (A100)", "roofline (spec sheet)", "measured (H100)"]).to_csv(path, index=False)
     assert "on 1 measured vLLM run on A100" in T.trust("roofline", gpu="A100-80GB-SXM", stack="vllm-v0")
 

@@ -8,9 +8,14 @@ curves'). An iteration then costs
     gpu_time_scale x gpu_s(T, P, K, S) + overhead_s + overhead_s_per_seq x S
 
 with ``gpu_s`` the base model's iteration time (:func:`kvlab.costmodel.cost_model`, stack
-"none"). A *cost-model file* is a JSON object holding these terms with what they were fitted to
-(``kvlab calibrate`` writes one, :mod:`kvlab.validate.calibrate`); every command that takes
-``--cost-model`` and ``simulate(cost_model=...)`` accept its path, or the name of a shipped one:
+"none"). A fourth term, ``overhead_s_per_request``, is outside the engine: the front end's latency
+per request (HTTP round trip, tokenisation, detokenising and streaming the first token) that a
+clock started at the client sees on its TTFT and E2E, never on its TPOT. It moves no iteration, so
+the simulator never prices it; :func:`kvlab.validate.replay` adds it to runs timed from the client.
+
+A *cost-model file* is a JSON object holding these terms with what they were fitted to (``kvlab
+calibrate`` writes one, :mod:`kvlab.validate.calibrate`); every command that takes ``--cost-model``
+and ``simulate(cost_model=...)`` accept its path, or the name of a shipped one:
 
 * ``"vllm-v0"``: fitted to DistServe's vLLM (V0 era) OPT-13B runs on A100-80GB;
 * ``"vllm-v1"``: fitted to LLMServingSim's vLLM 0.19.0 runs on RTX 4090 / RTX PRO 6000;
@@ -47,12 +52,13 @@ class StackTerms:
     overhead_s: float = 0.0
     overhead_s_per_seq: float = 0.0
     gpu_time_scale: float = 1.0
+    overhead_s_per_request: float = 0.0
     base: str | None = None
     label: str = ""
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
-        for f in ("overhead_s", "overhead_s_per_seq"):
+        for f in ("overhead_s", "overhead_s_per_seq", "overhead_s_per_request"):
             if not float(getattr(self, f)) >= 0:
                 raise ValueError(f"stack {self.name}: {f} must be >= 0 s, got {getattr(self, f)!r}")
         if not float(self.gpu_time_scale) > 0:
@@ -63,14 +69,16 @@ class StackTerms:
     def describe(self) -> str:
         """The terms in words, as results state them."""
         scale = "" if self.gpu_time_scale == 1.0 else f", GPU time x{self.gpu_time_scale:.3g}"
-        ms = [round(x * 1e3, 4) for x in (self.overhead_s, self.overhead_s_per_seq)]  # to 0.1 us
-        return f"stack {self.name}: {ms[0]:.3g} ms/iteration + {ms[1]:.3g} ms/sequence{scale}"
+        ms = [round(x * 1e3, 4) for x in (self.overhead_s, self.overhead_s_per_seq, self.overhead_s_per_request)]
+        front = f"; front end {ms[2]:.3g} ms/request (client clock)" if ms[2] else ""
+        return f"stack {self.name}: {ms[0]:.3g} ms/iteration + {ms[1]:.3g} ms/sequence{scale}{front}"
 
     def to_dict(self) -> dict[str, Any]:
         """The cost-model file's JSON object."""
         return {FORMAT_KEY: FORMAT_VERSION, "name": self.name, "label": self.label, "base": self.base,
                 "stack": {"overhead_s": float(self.overhead_s), "overhead_s_per_seq": float(self.overhead_s_per_seq),
-                          "gpu_time_scale": float(self.gpu_time_scale)}, **dict(self.meta)}
+                          "gpu_time_scale": float(self.gpu_time_scale),
+                          "overhead_s_per_request": float(self.overhead_s_per_request)}, **dict(self.meta)}
 
 
 def named_stacks() -> list[str]:
@@ -108,10 +116,10 @@ def load(path_or_name: str | Path) -> StackTerms:
     st = data.get("stack")
     if not isinstance(st, dict):
         raise ValueError(f"cost-model file {p}: 'stack' must be an object of overhead_s, overhead_s_per_seq, "
-                         "gpu_time_scale")
+                         "gpu_time_scale (and optionally overhead_s_per_request)")
     try:
         terms = {k: float(st.get(k, d)) for k, d in (("overhead_s", 0.0), ("overhead_s_per_seq", 0.0),
-                                                     ("gpu_time_scale", 1.0))}
+                                                     ("gpu_time_scale", 1.0), ("overhead_s_per_request", 0.0))}
     except (TypeError, ValueError):
         raise ValueError(f"cost-model file {p}: stack terms must be numbers, got {st!r}") from None
     meta = {k: v for k, v in data.items() if k not in (FORMAT_KEY, "name", "label", "base", "stack")}
