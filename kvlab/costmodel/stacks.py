@@ -8,7 +8,11 @@ curves'). An iteration then costs
     gpu_time_scale x gpu_s(T, P, K, S) + overhead_s + overhead_s_per_seq x S
 
 with ``gpu_s`` the base model's iteration time (:func:`kvlab.costmodel.cost_model`, stack
-"none"). A fourth term, ``overhead_s_per_request``, is outside the engine: the front end's latency
+"none"). Where the engine overlaps its CPU work with the GPU's (``overlap``: vLLM V1's async
+scheduling, on by default in recent releases, prepares step n + 1 while step n runs), the CPU
+terms are hidden under the GPU time and an iteration costs
+``max(gpu_time_scale x gpu_s, overhead_s + overhead_s_per_seq x S)`` instead of the sum. A fourth
+term, ``overhead_s_per_request``, is outside the engine: the front end's latency
 per request (HTTP round trip, tokenisation, detokenising and streaming the first token) that a
 clock started at the client sees on its TTFT and E2E, never on its TPOT. It moves no iteration, so
 the simulator never prices it; :func:`kvlab.validate.replay` adds it to runs timed from the client.
@@ -29,6 +33,8 @@ import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
+
+import numpy as np
 
 from .._paths import DATA_DIR
 from .._validate import read_text_file, write_text_atomically
@@ -53,6 +59,7 @@ class StackTerms:
     overhead_s_per_seq: float = 0.0
     gpu_time_scale: float = 1.0
     overhead_s_per_request: float = 0.0
+    overlap: bool = False
     base: str | None = None
     label: str = ""
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
@@ -71,14 +78,19 @@ class StackTerms:
         scale = "" if self.gpu_time_scale == 1.0 else f", GPU time x{self.gpu_time_scale:.3g}"
         ms = [round(x * 1e3, 4) for x in (self.overhead_s, self.overhead_s_per_seq, self.overhead_s_per_request)]
         front = f"; front end {ms[2]:.3g} ms/request (client clock)" if ms[2] else ""
-        return f"stack {self.name}: {ms[0]:.3g} ms/iteration + {ms[1]:.3g} ms/sequence{scale}{front}"
+        cpu = f"{ms[0]:.3g} ms/iteration + {ms[1]:.3g} ms/sequence"
+        if self.overlap:
+            gpu = "GPU time" + (f" x{self.gpu_time_scale:.3g}" if self.gpu_time_scale != 1.0 else "")
+            return f"stack {self.name}: max({gpu}, CPU {cpu}) (CPU overlapped){front}"
+        return f"stack {self.name}: {cpu}{scale}{front}"
 
     def to_dict(self) -> dict[str, Any]:
         """The cost-model file's JSON object."""
         return {FORMAT_KEY: FORMAT_VERSION, "name": self.name, "label": self.label, "base": self.base,
                 "stack": {"overhead_s": float(self.overhead_s), "overhead_s_per_seq": float(self.overhead_s_per_seq),
                           "gpu_time_scale": float(self.gpu_time_scale),
-                          "overhead_s_per_request": float(self.overhead_s_per_request)}, **dict(self.meta)}
+                          "overhead_s_per_request": float(self.overhead_s_per_request),
+                          "overlap": bool(self.overlap)}, **dict(self.meta)}
 
 
 def named_stacks() -> list[str]:
@@ -122,9 +134,12 @@ def load(path_or_name: str | Path) -> StackTerms:
                                                      ("gpu_time_scale", 1.0), ("overhead_s_per_request", 0.0))}
     except (TypeError, ValueError):
         raise ValueError(f"cost-model file {p}: stack terms must be numbers, got {st!r}") from None
+    overlap = st.get("overlap", False)
+    if not isinstance(overlap, bool):
+        raise ValueError(f"cost-model file {p}: stack overlap must be true or false, got {overlap!r}")
     meta = {k: v for k, v in data.items() if k not in (FORMAT_KEY, "name", "label", "base", "stack")}
     return StackTerms(name=str(data.get("name") or p.stem), label=str(data.get("label") or ""),
-                      base=data.get("base"), meta=meta, **terms)
+                      base=data.get("base"), meta=meta, overlap=overlap, **terms)
 
 
 def save(terms: StackTerms, path: str | Path) -> Path:
@@ -142,23 +157,26 @@ class StackedCostModel:
     label: str
 
     def iteration_s(self, num_tokens: Any, attention_pairs: Any, kv_tokens: Any, num_seqs: Any = 1) -> Any:
-        """``gpu_time_scale x base + overhead_s + overhead_s_per_seq x num_seqs`` (seconds)."""
+        """``gpu_time_scale x base + overhead_s + overhead_s_per_seq x num_seqs`` (seconds); the larger
+        of the two parts instead of their sum where the terms ``overlap``."""
         t = self.terms
-        return (t.gpu_time_scale * self.base.iteration_s(num_tokens, attention_pairs, kv_tokens, num_seqs)
-                + t.overhead_s + t.overhead_s_per_seq * num_seqs)
+        gpu = t.gpu_time_scale * self.base.iteration_s(num_tokens, attention_pairs, kv_tokens, num_seqs)
+        cpu = t.overhead_s + t.overhead_s_per_seq * num_seqs
+        return np.maximum(gpu, cpu) if t.overlap else gpu + cpu
 
 
 def apply(cost: Any, terms: StackTerms) -> Any:
     """``cost`` (a stack-free base model) with ``terms`` added.
 
     A :class:`~kvlab.costmodel.measured.MeasuredCostModel` without overheads stays one (its own
-    ``gpu_time_scale`` and overhead fields set); any other model is wrapped in a
-    :class:`StackedCostModel`. Both have a compiled form (:mod:`.compiled`).
+    ``gpu_time_scale`` and overhead fields set) unless the terms ``overlap``; any other model, and
+    every overlapping stack, is wrapped in a :class:`StackedCostModel`. Both have a compiled form
+    (:mod:`.compiled`).
     """
     from .measured import MeasuredCostModel
 
     label = f"{getattr(cost, 'label', type(cost).__name__)} + {terms.describe()}"
-    if type(cost) is MeasuredCostModel and cost.overhead_s == 0.0 and cost.overhead_s_per_seq == 0.0 \
+    if not terms.overlap and type(cost) is MeasuredCostModel and cost.overhead_s == 0.0 and cost.overhead_s_per_seq == 0.0 \
             and cost.gpu_time_scale == 1.0:
         return replace(cost, label=label, gpu_time_scale=float(terms.gpu_time_scale),
                        overhead_s=float(terms.overhead_s), overhead_s_per_seq=float(terms.overhead_s_per_seq))
