@@ -81,17 +81,20 @@ def test_calibrate_recovers_overlapped_cpu_terms():
         assert abs(C.errors_with(r, f.terms)["tpot_mean_err"]) < 0.03
 
 
-def test_front_end_latency_is_fitted_for_client_clocks_only(runs):
+def test_front_end_latency_is_fitted_for_client_clocks_only():
     """A client-clocked 'server' adding 25 ms per request to TTFT and E2E (not to TPOT): the fit finds
-    it; the same runs timed at the engine's queue fit no front end at all."""
+    it beside the engine's terms; the engine-side clock of the plain runs fits no front end at all."""
+    truth = StackTerms(name="t", overhead_s=0.012, overhead_s_per_seq=0.0002)
+    rr = [_measured(truth, rate, seed, n=50) for rate, seed in ((3, 5), (10, 6), (20, 7))]
     shifted = [RunRecord(r.setup, r.requests.assign(ttft_s=r.requests["ttft_s"] + 0.025,
-                                                   e2e_s=r.requests["e2e_s"] + 0.025)) for r in runs]
-    f = C.fit(shifted, name="fit", fit_scale=True)
+                                                   e2e_s=r.requests["e2e_s"] + 0.025)) for r in rr]
+    f = C.fit(shifted, name="fit", fit_scale=False)
     assert f.terms.overhead_s_per_request == pytest.approx(0.025, rel=0.1)
-    assert f.terms.overhead_s == pytest.approx(0.008, rel=0.15)
+    assert f.terms.overhead_s == pytest.approx(0.012, rel=0.1)
     rep = C._replay_with(shifted[1], f.terms)
     assert rep.front_end_s == f.terms.overhead_s_per_request
-    engine = C.fit([r.with_setup(clock_start="engine queue") for r in runs], name="fit", fit_scale=True)
+    assert rep.predicted["tpot_s"].mean() == pytest.approx(C._replay_with(rr[1], f.terms).predicted["tpot_s"].mean())
+    engine = C.fit([r.with_setup(clock_start="engine queue") for r in rr], name="fit", fit_scale=False)
     assert engine.terms.overhead_s_per_request == 0.0
 
 
