@@ -228,7 +228,7 @@ def test_trust_reads_the_committed_figures(tmp_path, monkeypatch):
     assert line.startswith("real servers (vLLM V0, stack vllm-v0)")
     assert "mean TTFT 20.0%, mean E2E 6.0%, TPOT 20.0%" in line and "2 measured vLLM runs on A100" in line
     assert "held out" in line and "1 of 2" in line
-    assert "stack none = GPU time only): no measured run validates it" in T.trust(gpu="A100-80GB-SXM")
+    assert "stack none = GPU time only, none fitted): no measured run validates it" in T.trust(gpu="A100-80GB-SXM")
     # a stack validated on other families only says so, with the errors where it is validated (all 3 runs)
     other = T.trust(gpu="L40S", stack="vllm-v0")
     assert "not validated on L40S" in other and "3 measured vLLM runs on A100, H100" in other

@@ -57,7 +57,7 @@ def trust(cost_model: Any = None, gpu: str = "", stack: str | None = None, famil
     name = _gpu(gpu).name if gpu else ""
     fam = gpu_family(name)
     st = stack_of(cost_model, stack)
-    who = f"real servers ({family + ', ' if family else ''}stack {st}{' = GPU time only' if st == 'none' else ''})"
+    who = f"real servers ({family + ', ' if family else ''}stack {st}{' = GPU time only, none fitted' if st == 'none' else ''})"
     if not ERRORS_PATH.exists():
         return f"{who}: no validation figures shipped ({ERRORS_PATH.name} absent)"
     df = pd.read_csv(ERRORS_PATH)
