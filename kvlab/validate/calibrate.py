@@ -219,6 +219,7 @@ def fit(runs: Sequence[RunRecord], *, name: str = "calibrated", fit_scale: bool 
             x, residual = _solve(a_rows, bool(fit_scale), fit_front)
         old = np.array([terms.gpu_time_scale, terms.overhead_s, terms.overhead_s_per_seq, terms.overhead_s_per_request])
         new = old + 0.7 * (x - old) if step > 2 else x  # damped after two full steps: queues respond non-linearly
+        new[1:] = np.where(new[1:] < 1e-9, 0.0, new[1:])  # a term at its bound of 0 (the solver stops 1e-10 inside)
         terms = StackTerms(name=name, base=base, gpu_time_scale=float(new[0]), overhead_s=float(new[1]),
                            overhead_s_per_seq=float(new[2]), overhead_s_per_request=float(new[3]), overlap=overlap)
         if np.all(np.abs(new - old) <= tol * np.maximum(np.abs(old), [1e-3, 1e-4, 1e-5, 1e-4])):
