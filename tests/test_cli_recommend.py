@@ -295,3 +295,16 @@ def test_a_qwen3_config_runs(tmp_path, capsys):
     assert out["setup"]["model"] == "Qwen/Qwen3-0.6B" and out["context"]["max_model_len"] == 40960
     assert out["context"]["prompts_over_context"] == 0  # the 4,096-5,000-token prompts fit 40,960
     assert "--model-id Qwen/Qwen3-0.6B" in out["flags"][0]["command"]
+
+
+def test_each_system_is_priced_with_its_familys_stack_and_says_so(tmp_path, capsys):
+    """vLLM >= 0.11 runs on the vllm-v1 stack, the V0 family on vllm-v0, a system without a fitted stack
+    on GPU time only; the JSON and the trust line name it (read from the shipped stack files)."""
+    path = tmp_path / "trace.csv"
+    _azure(path)
+    for system, stack in (("vllm", "vllm-v1"), ("vllm==0.8", "vllm-v0"), ("sglang", "none")):
+        out = _run_json(capsys, str(path), *TINY, "--system", system)
+        setup = out["setup"]
+        assert setup["stack"] == stack and setup["server"]["stack"] == stack
+        assert f"stack {stack}" in setup["trust"]
+        assert (f"+ stack {stack}:" in setup["cost_model"]) == (stack != "none")

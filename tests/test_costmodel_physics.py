@@ -169,6 +169,10 @@ def test_stacks_and_pipelines_have_a_compiled_form():
     terms = stacks.StackTerms(name="t", overhead_s=0.003, overhead_s_per_seq=2e-4, gpu_time_scale=1.2)
     stacked = stacks.apply(base, terms)
     assert type(stacked) is stacks.StackedCostModel and compiled_equals_python(stacked)
+    # an overlapping stack (CPU hidden under the GPU) over the measured model is wrapped, and compiles the same
+    over = stacks.apply(cm.cost_model("Llama-2-7B", "A100-80GB-SXM"),
+                        stacks.StackTerms(name="o", overhead_s=0.009, overhead_s_per_seq=1e-4, overlap=True))
+    assert type(over) is stacks.StackedCostModel and compiled_equals_python(over)
     pipe = cm.cost_model("Llama-2-70B", "A100-80GB-SXM", tp=2, pp=2)
     assert compiled_equals_python(pipe)
     peers = pipe.with_peers(np.random.default_rng(0).uniform(0.005, 0.05, 300), idle_rounds=20)

@@ -47,7 +47,7 @@ MEASURED_FIELDS = (
 MEASURED_SHAPES = ("gemm_shapes", "expert_shapes")
 #: A stack over any compiled model (:class:`~kvlab.costmodel.stacks.StackedCostModel`); the base's
 #: kind and vector follow.
-STACKED_FIELDS = ("terms.gpu_time_scale", "terms.overhead_s", "terms.overhead_s_per_seq")
+STACKED_FIELDS = ("terms.gpu_time_scale", "terms.overhead_s", "terms.overhead_s_per_seq", "terms.overlap")
 #: A pipeline over any compiled stage (:class:`~kvlab.costmodel.pipeline.PipelineCostModel`): then
 #: the peers' count ``n`` (0: none), their sorted times, ``F^k`` and tail sums (``n``, ``n + 1``,
 #: ``n + 1`` floats, :func:`~kvlab.costmodel.pipeline.max_table`), the stage's kind and vector.
@@ -185,8 +185,9 @@ def _base_s(kind, c, o, t, pairs, kv, s):  # pragma: no cover (compiled)
 def _stacked_s(kind, c, o, t, pairs, kv, s):  # pragma: no cover (compiled)
     """A model that may be a stack over a base (:class:`~kvlab.costmodel.stacks.StackedCostModel`)."""
     if kind == STACKED:
-        base = _base_s(int(c[o + len(S)]), c, o + len(S) + 1, t, pairs, kv, s)
-        return c[o + S.terms_gpu_time_scale] * base + c[o + S.terms_overhead_s] + c[o + S.terms_overhead_s_per_seq] * s
+        gpu = c[o + S.terms_gpu_time_scale] * _base_s(int(c[o + len(S)]), c, o + len(S) + 1, t, pairs, kv, s)
+        cpu = c[o + S.terms_overhead_s] + c[o + S.terms_overhead_s_per_seq] * s
+        return max(gpu, cpu) if c[o + S.terms_overlap] != 0.0 else gpu + cpu
     return _base_s(kind, c, o, t, pairs, kv, s)
 
 

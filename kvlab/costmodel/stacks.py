@@ -8,9 +8,18 @@ curves'). An iteration then costs
     gpu_time_scale x gpu_s(T, P, K, S) + overhead_s + overhead_s_per_seq x S
 
 with ``gpu_s`` the base model's iteration time (:func:`kvlab.costmodel.cost_model`, stack
-"none"). A *cost-model file* is a JSON object holding these terms with what they were fitted to
-(``kvlab calibrate`` writes one, :mod:`kvlab.validate.calibrate`); every command that takes
-``--cost-model`` and ``simulate(cost_model=...)`` accept its path, or the name of a shipped one:
+"none"). Where the engine overlaps its CPU work with the GPU's (``overlap``: vLLM V1's async
+scheduling, on by default in recent releases, prepares step n + 1 while step n runs), the CPU
+terms are hidden under the GPU time and an iteration costs
+``max(gpu_time_scale x gpu_s, overhead_s + overhead_s_per_seq x S)`` instead of the sum. A fourth
+term, ``overhead_s_per_request``, is outside the engine: the front end's latency
+per request (HTTP round trip, tokenisation, detokenising and streaming the first token) that a
+clock started at the client sees on its TTFT and E2E, never on its TPOT. It moves no iteration, so
+the simulator never prices it; :func:`kvlab.validate.replay` adds it to runs timed from the client.
+
+A *cost-model file* is a JSON object holding these terms with what they were fitted to (``kvlab
+calibrate`` writes one, :mod:`kvlab.validate.calibrate`); every command that takes ``--cost-model``
+and ``simulate(cost_model=...)`` accept its path, or the name of a shipped one:
 
 * ``"vllm-v0"``: fitted to DistServe's vLLM (V0 era) OPT-13B runs on A100-80GB;
 * ``"vllm-v1"``: fitted to LLMServingSim's vLLM 0.19.0 runs on RTX 4090 / RTX PRO 6000;
@@ -24,6 +33,8 @@ import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
+
+import numpy as np
 
 from .._paths import DATA_DIR
 from .._validate import read_text_file, write_text_atomically
@@ -47,12 +58,14 @@ class StackTerms:
     overhead_s: float = 0.0
     overhead_s_per_seq: float = 0.0
     gpu_time_scale: float = 1.0
+    overhead_s_per_request: float = 0.0
+    overlap: bool = False
     base: str | None = None
     label: str = ""
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
-        for f in ("overhead_s", "overhead_s_per_seq"):
+        for f in ("overhead_s", "overhead_s_per_seq", "overhead_s_per_request"):
             if not float(getattr(self, f)) >= 0:
                 raise ValueError(f"stack {self.name}: {f} must be >= 0 s, got {getattr(self, f)!r}")
         if not float(self.gpu_time_scale) > 0:
@@ -63,14 +76,21 @@ class StackTerms:
     def describe(self) -> str:
         """The terms in words, as results state them."""
         scale = "" if self.gpu_time_scale == 1.0 else f", GPU time x{self.gpu_time_scale:.3g}"
-        ms = [round(x * 1e3, 4) for x in (self.overhead_s, self.overhead_s_per_seq)]  # to 0.1 us
-        return f"stack {self.name}: {ms[0]:.3g} ms/iteration + {ms[1]:.3g} ms/sequence{scale}"
+        ms = [round(x * 1e3, 4) for x in (self.overhead_s, self.overhead_s_per_seq, self.overhead_s_per_request)]
+        front = f"; front end {ms[2]:.3g} ms/request (client clock)" if ms[2] else ""
+        cpu = f"{ms[0]:.3g} ms/iteration + {ms[1]:.3g} ms/sequence"
+        if self.overlap:
+            gpu = "GPU time" + (f" x{self.gpu_time_scale:.3g}" if self.gpu_time_scale != 1.0 else "")
+            return f"stack {self.name}: max({gpu}, CPU {cpu}) (CPU overlapped){front}"
+        return f"stack {self.name}: {cpu}{scale}{front}"
 
     def to_dict(self) -> dict[str, Any]:
         """The cost-model file's JSON object."""
         return {FORMAT_KEY: FORMAT_VERSION, "name": self.name, "label": self.label, "base": self.base,
                 "stack": {"overhead_s": float(self.overhead_s), "overhead_s_per_seq": float(self.overhead_s_per_seq),
-                          "gpu_time_scale": float(self.gpu_time_scale)}, **dict(self.meta)}
+                          "gpu_time_scale": float(self.gpu_time_scale),
+                          "overhead_s_per_request": float(self.overhead_s_per_request),
+                          "overlap": bool(self.overlap)}, **dict(self.meta)}
 
 
 def named_stacks() -> list[str]:
@@ -108,15 +128,18 @@ def load(path_or_name: str | Path) -> StackTerms:
     st = data.get("stack")
     if not isinstance(st, dict):
         raise ValueError(f"cost-model file {p}: 'stack' must be an object of overhead_s, overhead_s_per_seq, "
-                         "gpu_time_scale")
+                         "gpu_time_scale (and optionally overhead_s_per_request)")
     try:
         terms = {k: float(st.get(k, d)) for k, d in (("overhead_s", 0.0), ("overhead_s_per_seq", 0.0),
-                                                     ("gpu_time_scale", 1.0))}
+                                                     ("gpu_time_scale", 1.0), ("overhead_s_per_request", 0.0))}
     except (TypeError, ValueError):
         raise ValueError(f"cost-model file {p}: stack terms must be numbers, got {st!r}") from None
+    overlap = st.get("overlap", False)
+    if not isinstance(overlap, bool):
+        raise ValueError(f"cost-model file {p}: stack overlap must be true or false, got {overlap!r}")
     meta = {k: v for k, v in data.items() if k not in (FORMAT_KEY, "name", "label", "base", "stack")}
     return StackTerms(name=str(data.get("name") or p.stem), label=str(data.get("label") or ""),
-                      base=data.get("base"), meta=meta, **terms)
+                      base=data.get("base"), meta=meta, overlap=overlap, **terms)
 
 
 def save(terms: StackTerms, path: str | Path) -> Path:
@@ -134,23 +157,26 @@ class StackedCostModel:
     label: str
 
     def iteration_s(self, num_tokens: Any, attention_pairs: Any, kv_tokens: Any, num_seqs: Any = 1) -> Any:
-        """``gpu_time_scale x base + overhead_s + overhead_s_per_seq x num_seqs`` (seconds)."""
+        """``gpu_time_scale x base + overhead_s + overhead_s_per_seq x num_seqs`` (seconds); the larger
+        of the two parts instead of their sum where the terms ``overlap``."""
         t = self.terms
-        return (t.gpu_time_scale * self.base.iteration_s(num_tokens, attention_pairs, kv_tokens, num_seqs)
-                + t.overhead_s + t.overhead_s_per_seq * num_seqs)
+        gpu = t.gpu_time_scale * self.base.iteration_s(num_tokens, attention_pairs, kv_tokens, num_seqs)
+        cpu = t.overhead_s + t.overhead_s_per_seq * num_seqs
+        return np.maximum(gpu, cpu) if t.overlap else gpu + cpu
 
 
 def apply(cost: Any, terms: StackTerms) -> Any:
     """``cost`` (a stack-free base model) with ``terms`` added.
 
     A :class:`~kvlab.costmodel.measured.MeasuredCostModel` without overheads stays one (its own
-    ``gpu_time_scale`` and overhead fields set); any other model is wrapped in a
-    :class:`StackedCostModel`. Both have a compiled form (:mod:`.compiled`).
+    ``gpu_time_scale`` and overhead fields set) unless the terms ``overlap``; any other model, and
+    every overlapping stack, is wrapped in a :class:`StackedCostModel`. Both have a compiled form
+    (:mod:`.compiled`).
     """
     from .measured import MeasuredCostModel
 
     label = f"{getattr(cost, 'label', type(cost).__name__)} + {terms.describe()}"
-    if type(cost) is MeasuredCostModel and cost.overhead_s == 0.0 and cost.overhead_s_per_seq == 0.0 \
+    if not terms.overlap and type(cost) is MeasuredCostModel and cost.overhead_s == 0.0 and cost.overhead_s_per_seq == 0.0 \
             and cost.gpu_time_scale == 1.0:
         return replace(cost, label=label, gpu_time_scale=float(terms.gpu_time_scale),
                        overhead_s=float(terms.overhead_s), overhead_s_per_seq=float(terms.overhead_s_per_seq))

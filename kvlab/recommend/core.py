@@ -51,7 +51,7 @@ import pandas as pd
 from .. import _validate as v
 from .._workers import worker_pool
 from ..arrivals import PROCESSES, gap_cv
-from ..validate.trust_figures import trust as _trust
+from ..validate.trust_figures import stack_of as _stack_of, trust as _trust
 from ..capacity import SLO, ServingConfig, capacity, serve, slo_verdict
 from ..costmodel import measured_gpus as _measured_gpus
 from ..lengths import recommend_max_new_tokens
@@ -285,6 +285,17 @@ def output_percentiles(output_tokens: Any, percentiles: Sequence[float]) -> dict
     pcts = v.percentiles(percentiles)  # 0-100 scale; 0.95 is refused, not read as the 0.95th
     caps = recommend_max_new_tokens(output_tokens, [p / 100.0 for p in pcts])["max_new_tokens"]
     return {f"p{p:g}": int(cap) for p, cap in zip(pcts, caps)}
+
+
+def priced_with(setting: Setting, cost_model: Any = None) -> Any:
+    """The cost model ``setting`` is simulated with: ``cost_model`` when one is given, else its family's
+    fitted stack (:attr:`~kvlab.recommend.servers.base.ServerProfile.stack`, a shipped cost-model file:
+    ``vllm-v1`` for vLLM >= 0.11, ``vllm-v0`` for the V0 family), or None (measured GPU time only)
+    for a family without one."""
+    if cost_model is not None:
+        return cost_model
+    stack = profile_of(setting).stack
+    return None if stack == "none" else stack
 
 
 def serving_config(setting: Setting, *, model: str, gpu: str, tp: int, block_size: int, max_new_tokens: int,
@@ -688,8 +699,9 @@ def recommend(trace: pd.DataFrame, *, model: Any, gpu: Any, system: str | None =
         warnings.append(f"{int(trace['censored'].sum()):,} outputs hit the recording's cap: their true lengths "
                         f"are longer, so high percentiles are lower bounds")
 
+    priced = [priced_with(s, cost_model) for s in candidates]
     configs = [serving_config(s, model=model_spec, gpu=gpu_spec, tp=tp, block_size=block_size, max_new_tokens=cap,
-                              cost_model=cost_model, engine=engine) for s in candidates]
+                              cost_model=cm, engine=engine) for s, cm in zip(candidates, priced)]
     if model_spec.weight_dtype != "bf16" and configs[0].cost_label().startswith("measured"):
         warnings.append(f"{model_spec.weight_dtype} weights: the measured cost model was fitted on BF16 GEMMs, so "
                         f"here the precision changes the weight and KV memory, not the GEMM time (--cost-model "
@@ -772,7 +784,8 @@ def recommend(trace: pd.DataFrame, *, model: Any, gpu: Any, system: str | None =
              "seed": seed, "capacity_rel_tol": rel_tol, "capacity_grid_start_qps": cap_kw["qps_start"],
              "capacity_arrivals": process,
              "gap_cv": gap_cv(served["arrival_s"].to_numpy()) if timed and len(served) > 2 else None,
-             "trust": _trust(cost_model, gpu=gpu_spec)}  # validated error on real servers (kvlab.validate.trust)
+             "stack": ", ".join(dict.fromkeys(_stack_of(cm) for cm in priced)),
+             "trust": _trust_lines(candidates, priced, gpu_spec)}  # validated error on real servers
     load_record = {"source": trace.attrs.get("source", "table"), **load.as_dict(), "rate_scale": rate_scale,
                    "qps": qps, "offered_rate_per_s": offered, "trace_requests_all": fit.trace_requests,
                    "refused_requests": fit.prompts_over_context}
@@ -862,6 +875,17 @@ def _fmt(x: Any, spec: str) -> str:
     if x is None or (isinstance(x, float) and not np.isfinite(x)):
         return "-"
     return format(int(x) if spec == "d" else x, spec)
+
+
+def _trust_lines(candidates: Sequence[Setting], priced: Sequence[Any], gpu: Any) -> str:
+    """:func:`kvlab.validate.trust` of each stack the candidates were priced with, naming its families."""
+    by_stack: dict[str, tuple[Any, list[str]]] = {}
+    for s, cm in zip(candidates, priced):
+        fams = by_stack.setdefault(_stack_of(cm), (cm, []))[1]
+        fam = profile_of(s).family
+        if fam not in fams:
+            fams.append(fam)
+    return "; ".join(_trust(cm, gpu=gpu, family=", ".join(fams)) for cm, fams in by_stack.values())
 
 
 def render_text(rec: Recommendation) -> str:

@@ -3,19 +3,31 @@
 The terms (:class:`kvlab.costmodel.stacks.StackTerms`) are a per-iteration overhead ``a``, a
 per-sequence overhead ``b`` and, where the data support it, a scale ``s`` on the base model's GPU
 time, so that an iteration costs ``s g + a + b S`` (``g`` the GPU time, ``S`` the sequences it
-schedules). The objective is the error the validation reports: per run, the relative error of
-the mean TTFT, mean E2E and mean TPOT (each run weighs the same).
+schedules); and, for runs timed from the client, the front end's latency per request ``c`` (HTTP,
+tokenisation, streaming the first token), which adds to TTFT and E2E but to no iteration and so
+not to TPOT. Without ``c`` a client-clocked run's TTFT can only be raised through ``a`` and ``s``,
+which raise its TPOT as much: the fit then settles between the two and leaves TTFT low where the
+server adds a fixed latency (DistServe's V0 runs: about 15-25 ms per request). ``c`` is fitted only
+when some run has a client clock, and is 0 for an engine-side clock.
 
-How (and why not a black-box optimiser over whole simulations): a request's TTFT, TPOT and E2E
-are sums of the durations of the iterations that ran while it waited or decoded (an engine that
-serves a request is never idle). With the schedule of one replay held fixed, every metric is
-therefore *linear* in ``(s, a, b)``: the run's mean TTFT is ``s G + a N + b Q`` with ``G``, ``N``,
+The objective is the error the validation reports: per run, the relative error of the mean
+TTFT, mean E2E and mean TPOT (each run weighs the same, and all three metrics together), with all
+terms non-negative (``s`` within :data:`BOUNDS`). The loss is robust (soft L1, quadratic up to
+:data:`ROBUST_SCALE` relative error, linear beyond): the mean TTFT of a run at the edge of
+saturation is its queue, which moves by tens of percent for a percent of throughput, and a squared
+loss lets such one run drag the terms of every other.
+
+How (and why not a black-box optimiser over whole simulations): a request's TTFT, TPOT and E2E are
+sums of the durations of the iterations that ran while it waited or decoded (an engine that serves a
+request is never idle). With the schedule of one replay held fixed, every metric is therefore
+*linear* in ``(s, a, b, c)``: the run's mean TTFT is ``s G + a N + b Q + c`` with ``G``, ``N``,
 ``Q`` the GPU time, iteration count and sequence count summed over each request's window and
-averaged (:func:`design`). :func:`fit` solves that bounded linear least-squares problem
-(``scipy.optimize.lsq_linear``), replays every run with the new terms (which moves the schedule:
-batches, queues, preemptions) and repeats until the terms settle; the result is a fixed point at
-which the linear model and the simulator agree. Simulating with every trial of a general
-optimiser would cost hundreds of replays and fight the simulator's discrete steps.
+averaged (:func:`design`). :func:`fit` solves that bounded robust linear problem
+(``scipy.optimize.least_squares``, started from ``lsq_linear``'s least-squares answer), replays
+every run with the new terms (which moves the schedule: batches, queues, preemptions) and repeats
+until the terms settle; the result is a fixed point at which the linear model and the simulator
+agree. Simulating with every trial of a general optimiser would cost hundreds of replays and fight
+the simulator's discrete steps.
 
 The scale is fitted (``fit_scale="auto"``) only when every run is on one GPU (it corrects that
 GPU's time, which is not one number across GPUs) and it lowers the fitted residual by at least
@@ -27,12 +39,12 @@ GPU's time, which is not one number across GPUs) and it lowers the fitted residu
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import lsq_linear
+from scipy.optimize import least_squares, lsq_linear
 
 from ..costmodel.stacks import StackTerms
 from .records import RunRecord
@@ -42,8 +54,19 @@ from .replay import Replay, compare, replay
 TARGETS = (("ttft_s", "ttft"), ("e2e_s", "e2e"), ("tpot_s", "tpot"))
 #: Fit the GPU-time scale only when it lowers the residual norm by this share.
 SCALE_MIN_GAIN = 0.10
-#: Bounds of the fitted terms: scale, per-iteration and per-sequence overhead (seconds).
-BOUNDS = ((0.25, 4.0), (0.0, 0.2), (0.0, 0.02))
+#: Bounds of the fitted terms: scale, per-iteration, per-sequence and per-request (front-end) overhead (s).
+BOUNDS = ((0.25, 4.0), (0.0, 0.2), (0.0, 0.02), (0.0, 0.2))
+#: Engines (``SetUp.engine``) whose CPU work overlaps the GPU's, so that an iteration costs the larger
+#: of the two: vLLM V1 with async scheduling, on by default in the releases replayed here
+#: (vllm-project/vllm ``vllm/config/scheduler.py``: ``SchedulerConfig.async_scheduling`` None, which
+#: ``VllmConfig`` in ``vllm/config/vllm.py`` turns on unless an option is incompatible; PR #27614 of
+#: the async-scheduling plan, issue #27679). V0 (2024) runs the scheduler, the model and the output
+#: processing one after another.
+OVERLAPPING_ENGINES = frozenset({"vllm-v1"})
+#: Relative error at which the robust (soft L1) loss turns from quadratic to linear.
+ROBUST_SCALE = 0.1
+#: Weight of the rows that hold undetermined CPU terms at 0 (residual per second of the term).
+RIDGE = 0.1
 
 
 def _window_sums(ends: np.ndarray, starts: np.ndarray, cols: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
@@ -75,12 +98,20 @@ def design(rep: Replay, terms: StackTerms) -> dict[str, np.ndarray]:
         starts = it["start_s"].to_numpy(dtype=np.float64)
         dur = it["duration_s"].to_numpy(dtype=np.float64)
         seqs = it["batch_size"].to_numpy(dtype=np.float64)
-        gpu = (dur - terms.overhead_s - terms.overhead_s_per_seq * seqs) / terms.gpu_time_scale
-        cols = np.column_stack([gpu, np.ones_like(gpu), seqs])
+        cpu = terms.overhead_s + terms.overhead_s_per_seq * seqs
+        if terms.overlap:  # max(s g, cpu): an iteration moves with s g where the GPU binds, else with a + b S
+            gpu_bound = dur > cpu * (1 + 1e-9)
+            ran = dur > 0
+            gpu = np.where(gpu_bound, dur / terms.gpu_time_scale, 0.0)
+            cpu_bound = (ran & ~gpu_bound).astype(np.float64)
+            cols = np.column_stack([gpu, cpu_bound, cpu_bound * seqs])
+        else:
+            gpu = (dur - cpu) / terms.gpu_time_scale
+            cols = np.column_stack([gpu, np.ones_like(gpu), seqs])
         ends = starts + dur
-        a = arr[idx]
-        first = a + pred["ttft_s"].to_numpy(dtype=np.float64)[idx]
-        fin = a + pred["e2e_s"].to_numpy(dtype=np.float64)[idx]
+        a = arr[idx]  # the engine's first and last token: the predicted times less the front end's latency
+        first = a + pred["ttft_s"].to_numpy(dtype=np.float64)[idx] - rep.front_end_s
+        fin = a + pred["e2e_s"].to_numpy(dtype=np.float64)[idx] - rep.front_end_s
         rows["ttft"][idx] = _window_sums(ends, starts, cols, a, first)
         rows["e2e"][idx] = _window_sums(ends, starts, cols, a, fin)
         n1 = np.maximum(out_tok[idx] - 1, 1)
@@ -99,27 +130,43 @@ class Fit:
     scale_fitted: bool
 
 
-def _solve(a_rows: np.ndarray, fit_scale: bool) -> tuple[np.ndarray, float]:
-    lo, hi = np.array([b[0] for b in BOUNDS]), np.array([b[1] for b in BOUNDS])
-    if not fit_scale:  # s = 1: move its column to the right-hand side
-        res = lsq_linear(a_rows[:, 1:], 1.0 - a_rows[:, 0], bounds=(lo[1:], hi[1:]))
-        return np.concatenate([[1.0], res.x]), float(np.linalg.norm(a_rows[:, 1:] @ res.x - (1.0 - a_rows[:, 0])))
-    res = lsq_linear(a_rows, np.ones(len(a_rows)), bounds=(lo, hi))
-    return res.x, float(np.linalg.norm(a_rows @ res.x - 1.0))
+def _solve(a_rows: np.ndarray, fit_scale: bool, fit_front: bool) -> tuple[np.ndarray, float]:
+    """Robust bounded solution of ``a_rows @ (s, a, b, c) = 1`` (``s`` = 1 unless ``fit_scale``, ``c`` = 0
+    unless ``fit_front``): the terms and the residual norm of the linear model over the runs' rows."""
+    free = np.array([fit_scale, True, True, fit_front])
+    lo, hi = np.array([b[0] for b in BOUNDS])[free], np.array([b[1] for b in BOUNDS])[free]
+    fixed = np.array([1.0, 0.0, 0.0, 0.0])
+    rhs = 1.0 - a_rows[:, ~free] @ fixed[~free]
+    data = a_rows[:, free]
+    # a term the runs do not determine (a CPU term hidden under the GPU time in every iteration) is
+    # held at 0 by one ridge row: residual RIDGE x 1e-3 per ms (per 0.01 ms/sequence; 1e-4), too weak to
+    # move a term the runs determine
+    ridge = (RIDGE * np.diag([1.0, 100.0, 1.0]))[free[1:]][:, free[1:]]
+    m = np.vstack([data, np.hstack([np.zeros((len(ridge), 1)), ridge]) if fit_scale else ridge])
+    b = np.concatenate([rhs, np.zeros(len(ridge))])
+    x0 = np.clip(lsq_linear(m, b, bounds=(lo, hi)).x, lo, hi)
+    x = least_squares(lambda x: m @ x - b, x0, bounds=(lo, hi), loss="soft_l1", f_scale=ROBUST_SCALE).x
+    out = fixed.copy()
+    out[free] = x
+    return out, float(np.linalg.norm(data @ x - rhs))
 
 
 def _rows(reps: Sequence[Replay], terms: StackTerms) -> np.ndarray:
+    """Per run and target, the design row ``(G, N, Q, F)`` over the measured mean (``F``: the front end's
+    share, 1 for TTFT and E2E of a client-clocked run, else 0)."""
     out = []
     for rep in reps:
         d = design(rep, terms)
         meas = rep.record.requests
+        client = 1.0 if rep.record.setup.client_clock else 0.0
         for col, name in TARGETS:
-            out.append(d[name] / float(meas[col].mean()))
+            out.append(np.append(d[name], 0.0 if name == "tpot" else client) / float(meas[col].mean()))
     return np.asarray(out)
 
 
 def fit(runs: Sequence[RunRecord], *, name: str = "calibrated", fit_scale: bool | str = "auto",
-        base: str | None = None, max_steps: int = 8, tol: float = 0.01, start: StackTerms | None = None) -> Fit:
+        base: str | None = None, max_steps: int = 8, tol: float = 0.01, start: StackTerms | None = None,
+        overlap: bool | None = None) -> Fit:
     """Fit a stack's terms to ``runs`` (see the module note); ``base`` is the cost-model source under it.
 
     Parameters
@@ -135,31 +182,47 @@ def fit(runs: Sequence[RunRecord], *, name: str = "calibrated", fit_scale: bool 
         The base cost model (None: measured where the GPU has measurements).
     max_steps, tol : int, float
         Fixed-point steps at most, and the relative change of every term that ends them.
+    overlap : bool or None
+        The engine overlaps its CPU work with the GPU (vLLM V1's async scheduling): an iteration
+        costs ``max(s g, a + b S)``. The CPU terms then move only the iterations they bind, so the
+        fit starts from the additive fit's terms (from zero no iteration is CPU-bound and the
+        CPU terms would have no gradient) and finds CPU terms that bind there (a CPU time well
+        above the GPU's); CPU work hidden under the GPU in every iteration leaves them at 0. (A
+        start with more CPU can fit 3 runs better by standing in for GPU-time errors of other
+        models: on the LLMServingSim runs it does, and predicts the run left out 2-3x too slow.) None: when every run's engine is in
+        :data:`OVERLAPPING_ENGINES`.
     """
     if len(runs) < 2:
         raise ValueError(f"calibration needs at least 2 measured runs, got {len(runs)}")
     if fit_scale not in (True, False, "auto"):
         raise ValueError(f"fit_scale must be True, False or 'auto', got {fit_scale!r}")
+    if overlap is None:
+        overlap = all(r.setup.engine in OVERLAPPING_ENGINES for r in runs)
+    if overlap and start is None:
+        add = fit(runs, name=name, fit_scale=fit_scale, base=base, max_steps=max_steps, tol=tol, overlap=False).terms
+        start = replace(add, overlap=True)
     terms = start or StackTerms(name=name, base=base)
     if fit_scale == "auto" and len({r.setup.gpu for r in runs}) > 1:
         fit_scale = False  # one scale cannot stand for several GPUs' kernels
+    fit_front = any(r.setup.client_clock for r in runs)
     residual, use_scale, step = float("nan"), fit_scale is True, 0
     for step in range(1, max_steps + 1):
-        reps = [replay(r, cost_model=None if base is None else base, stack=None) if step == 1 and start is None
-                else _replay_with(r, terms) for r in runs]
+        reps = [replay(r, cost_model=None if base is None else base, stack=None, front_end=0.0)
+                if step == 1 and start is None else _replay_with(r, terms) for r in runs]
         a_rows = _rows(reps, terms)
         if fit_scale == "auto":
-            x1, r1 = _solve(a_rows, False)
-            xs, rs = _solve(a_rows, True)
+            x1, r1 = _solve(a_rows, False, fit_front)
+            xs, rs = _solve(a_rows, True, fit_front)
             use_scale = rs < (1 - SCALE_MIN_GAIN) * r1
             x, residual = (xs, rs) if use_scale else (x1, r1)
         else:
-            x, residual = _solve(a_rows, bool(fit_scale))
-        old = np.array([terms.gpu_time_scale, terms.overhead_s, terms.overhead_s_per_seq])
+            x, residual = _solve(a_rows, bool(fit_scale), fit_front)
+        old = np.array([terms.gpu_time_scale, terms.overhead_s, terms.overhead_s_per_seq, terms.overhead_s_per_request])
         new = old + 0.7 * (x - old) if step > 2 else x  # damped after two full steps: queues respond non-linearly
+        new[1:] = np.where(new[1:] < 1e-9, 0.0, new[1:])  # a term at its bound of 0 (the solver stops 1e-10 inside)
         terms = StackTerms(name=name, base=base, gpu_time_scale=float(new[0]), overhead_s=float(new[1]),
-                           overhead_s_per_seq=float(new[2]))
-        if np.all(np.abs(new - old) <= tol * np.maximum(np.abs(old), [1e-3, 1e-4, 1e-5])):
+                           overhead_s_per_seq=float(new[2]), overhead_s_per_request=float(new[3]), overlap=overlap)
+        if np.all(np.abs(new - old) <= tol * np.maximum(np.abs(old), [1e-3, 1e-4, 1e-5, 1e-4])):
             break
     return Fit(terms=terms, steps=step, residual=residual, scale_fitted=bool(use_scale))
 
@@ -171,7 +234,7 @@ def _replay_with(record: RunRecord, terms: StackTerms) -> Replay:
 
     s = record.setup
     cost = apply(cost_model(s.model, s.gpu, tp=s.tp, source=terms.base, ep=s.expert_parallel), terms)
-    return replay(record, cost_model=cost)
+    return replay(record, cost_model=cost, front_end=terms.overhead_s_per_request if s.client_clock else 0.0)
 
 
 def errors_with(record: RunRecord, terms: StackTerms) -> dict[str, Any]:
@@ -190,9 +253,9 @@ def held_out_replay(record: RunRecord, terms: StackTerms) -> tuple[dict[str, Any
 def leave_one_out(runs: Sequence[RunRecord], *, replays: list | None = None, **fit_kw: Any) -> pd.DataFrame:
     """Each run predicted by terms fitted to the other runs: one :func:`compare` row per run.
 
-    Adds ``held_out_scale``, ``held_out_overhead_s``, ``held_out_overhead_s_per_seq`` (the terms
-    that predicted it). Needs at least 3 runs (2 to fit on). A list passed as ``replays`` receives
-    each held-out :class:`~kvlab.validate.replay.Replay` (for per-request plots).
+    Adds ``held_out_scale``, ``held_out_overhead_s``, ``held_out_overhead_s_per_seq``,
+    ``held_out_overhead_s_per_request`` (the terms that predicted it). Needs at least 3 runs (2 to fit on).
+    A list passed as ``replays`` receives each held-out :class:`~kvlab.validate.replay.Replay` (for per-request plots).
     """
     if len(runs) < 3:
         raise ValueError(f"leave-one-run-out needs at least 3 runs, got {len(runs)}")
@@ -201,7 +264,8 @@ def leave_one_out(runs: Sequence[RunRecord], *, replays: list | None = None, **f
         f = fit([r for j, r in enumerate(runs) if j != i], **fit_kw)
         row, rep = held_out_replay(held, f.terms)
         row.update(held_out_scale=f.terms.gpu_time_scale, held_out_overhead_s=f.terms.overhead_s,
-                   held_out_overhead_s_per_seq=f.terms.overhead_s_per_seq)
+                   held_out_overhead_s_per_seq=f.terms.overhead_s_per_seq,
+                   held_out_overhead_s_per_request=f.terms.overhead_s_per_request)
         rows.append(row)
         if replays is not None:
             replays.append(rep)
@@ -209,14 +273,15 @@ def leave_one_out(runs: Sequence[RunRecord], *, replays: list | None = None, **f
 
 
 def calibrate(runs: Sequence[RunRecord], *, name: str, label: str = "", command: str = "",
-              fit_scale: bool | str = "auto", base: str | None = None, holdout: bool = True) -> StackTerms:
+              fit_scale: bool | str = "auto", base: str | None = None, holdout: bool = True,
+              overlap: bool | None = None) -> StackTerms:
     """Fit ``runs``, compute leave-one-run-out held-out errors, and return the terms with their record.
 
     The terms' ``meta`` holds the fitted runs (name, dataset, model, GPU, TP, engine), the
     held-out errors per run and their medians, the cost model the fit rests on, the command that
     remakes it and the date: what a cost-model file states (:func:`kvlab.costmodel.stacks.save`).
     """
-    f = fit(runs, name=name, fit_scale=fit_scale, base=base)
+    f = fit(runs, name=name, fit_scale=fit_scale, base=base, overlap=overlap)
     meta: dict[str, Any] = {
         "fitted_to": [{"run": r.name, "dataset": r.setup.dataset, "model": r.setup.model, "gpu": r.setup.gpu,
                        "tp": r.setup.tp, "engine": r.setup.engine, "server": f"{r.setup.server} "
@@ -224,7 +289,7 @@ def calibrate(runs: Sequence[RunRecord], *, name: str, label: str = "", command:
         "fit": {"steps": f.steps, "residual": f.residual, "scale_fitted": f.scale_fitted},
         "command": command, "date": _dt.date.today().isoformat()}
     if holdout and len(runs) >= 3:
-        loo = leave_one_out(runs, name=name, fit_scale=fit_scale, base=base)
+        loo = leave_one_out(runs, name=name, fit_scale=fit_scale, base=base, overlap=overlap)
         keep = ["run", "dataset", "gpu", "model", "ttft_mean_err", "e2e_mean_err", "tpot_mean_err",
                 "overload_pred", "overload_meas", "overload_right", "cost_model"]
         meta["held_out"] = {
@@ -236,4 +301,5 @@ def calibrate(runs: Sequence[RunRecord], *, name: str, label: str = "", command:
             "overload_right": int(loo["overload_right"].sum())}
     return StackTerms(name=name, label=label or f"{name} (fitted to {len(runs)} measured runs)", base=base,
                       gpu_time_scale=f.terms.gpu_time_scale, overhead_s=f.terms.overhead_s,
-                      overhead_s_per_seq=f.terms.overhead_s_per_seq, meta=meta)
+                      overhead_s_per_seq=f.terms.overhead_s_per_seq,
+                      overhead_s_per_request=f.terms.overhead_s_per_request, overlap=f.terms.overlap, meta=meta)

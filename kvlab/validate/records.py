@@ -117,6 +117,12 @@ class SetUp:
         except TypeError as exc:
             raise ValueError(f"{where}: {exc}") from None
 
+    @property
+    def client_clock(self) -> bool:
+        """Whether each request's clock starts at the client (its TTFT and E2E include the front end's
+        latency: HTTP, tokenisation, streaming the first token), not inside the engine."""
+        return "client" in self.clock_start.lower()
+
     def describe(self) -> str:
         """The set-up in one line (what every result states)."""
         pool = f"{self.pool_pages:,} KV blocks (recorded)" if self.pool_pages else \

@@ -44,7 +44,8 @@ class Replay:
 
     ``predicted`` has one row per request of ``record.requests`` (same order): ``ttft_s``,
     ``tpot_s``, ``e2e_s``, ``num_preemptions``, ``replica``; ``iterations`` one table per replica
-    (the engine's per-iteration rows); ``cost_model`` and ``stack`` name what priced it.
+    (the engine's per-iteration rows); ``cost_model`` and ``stack`` name what priced it;
+    ``front_end_s`` is the per-request front-end latency added to each TTFT and E2E (s).
     """
 
     record: RunRecord
@@ -54,6 +55,7 @@ class Replay:
     stack: str
     pool_pages: int
     makespan_s: float
+    front_end_s: float = 0.0
 
 
 def _replicas(n: int, dp: int) -> list[np.ndarray]:
@@ -75,13 +77,30 @@ def expert_parallel_cost(record: RunRecord, cost_model: Any, stack: str | None) 
     return cost, named or "none"
 
 
-def replay(record: RunRecord, *, cost_model: Any = None, stack: str | None = None) -> Replay:
+def front_end_s(record: RunRecord, cost_model: Any = None, stack: str | None = None) -> float:
+    """The front end's latency per request (s) a replay of ``record`` adds to TTFT and E2E: the named
+    stack's ``overhead_s_per_request`` when the run's clock starts at the client, else 0 (an engine-side
+    clock, or no cost-model file named)."""
+    from ..costmodel.stacks import is_cost_model_file, load
+
+    if not record.setup.client_clock:
+        return 0.0
+    named = next((x for x in (cost_model, stack) if isinstance(x, str) and is_cost_model_file(x)), None)
+    return float(load(named).overhead_s_per_request) if named else 0.0
+
+
+def replay(record: RunRecord, *, cost_model: Any = None, stack: str | None = None,
+           front_end: float | None = None) -> Replay:
     """Serve ``record``'s requests in its own set-up (see the module note) and return the replay.
 
     ``cost_model`` and ``stack`` are :func:`kvlab.simulate`'s (default: the measured model where
-    the GPU has measurements, else the roofline, with no stack overheads).
+    the GPU has measurements, else the roofline, with no stack overheads). ``front_end`` (s per
+    request) is added to every predicted TTFT and E2E, outside the engine (it moves no iteration);
+    None: :func:`front_end_s` of the named stack.
     """
     from ..sim import simulate
+
+    front = front_end_s(record, cost_model, stack) if front_end is None else float(front_end)
 
     s = record.setup
     ep_cost = expert_parallel_cost(record, cost_model, stack)
@@ -104,8 +123,8 @@ def replay(record: RunRecord, *, cost_model: Any = None, stack: str | None = Non
             why = q.loc[q["outcome"] == "finished_aborted", "abort_reason"].iloc[0]
             raise ValueError(f"run {record.name}: kvlab aborted {int((q['outcome'] == 'finished_aborted').sum())} "
                              f"request(s) in the replay ({why}); the set-up cannot serve them")
-        pred.loc[idx, "ttft_s"] = q["ttft_s"].to_numpy()
-        pred.loc[idx, "e2e_s"] = q["e2e_s"].to_numpy()
+        pred.loc[idx, "ttft_s"] = q["ttft_s"].to_numpy() + front
+        pred.loc[idx, "e2e_s"] = q["e2e_s"].to_numpy() + front
         pred.loc[idx, "tpot_s"] = q["mean_tbt_s"].fillna(0.0).to_numpy()
         pred.loc[idx, "num_preemptions"] = q["num_preemptions"].to_numpy()
         pred.loc[idx, "replica"] = r
@@ -117,7 +136,7 @@ def replay(record: RunRecord, *, cost_model: Any = None, stack: str | None = Non
         pools.add(res.params["pool_pages"])
     return Replay(record=record, predicted=pred, iterations=tuple(iters), cost_model="; ".join(sorted(labels)),
                   stack=ep_cost[1] if ep_cost is not None else "; ".join(sorted(stacks)), pool_pages=int(min(pools)),
-                  makespan_s=max(ends) - float(work["arrival_s"].min()))
+                  makespan_s=max(ends) + front - float(work["arrival_s"].min()), front_end_s=front)
 
 
 def _stats(x: np.ndarray) -> dict[str, float]:

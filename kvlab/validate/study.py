@@ -109,17 +109,21 @@ def why(row: pd.Series | dict, record: RunRecord) -> str:
                        f"{MAX_BACKLOG_FRAC:.1%}): TTFT is queueing and small throughput errors compound")
     if row["overload_meas"] and abs(row["ttft_mean_err"]) > TARGET_ABS_ERR:
         reasons.append("overloaded: the mean TTFT is the backlog, which grows with any error in throughput")
+    if not s.pool_pages and (row["overload_meas"] or 1.5 < meas_growth) and abs(row["ttft_mean_err"]) > TARGET_ABS_ERR:
+        reasons.append(f"KV pool not recorded (derived: {int(row['pool_pages']):,} blocks from gpu_memory_utilization="
+                       f"{s.gpu_memory_utilization}): at this load admission waits on free blocks, so the queue "
+                       "follows the pool's size")
     if s.pool_pages and row["preemptions_pred"] > 0:
         reasons.append(f"KV-bound ({s.pool_pages:,} blocks): {int(row['preemptions_pred']):,} preemptions predicted, "
                        "none recorded by the server to check them")
     gap_s = float(row["ttft_mean_meas"] - row["ttft_mean_pred"])
     if "client" in s.clock_start and row["ttft_mean_err"] < -TARGET_ABS_ERR and 0 < gap_s < CLIENT_GAP_S:
-        reasons.append(f"client-side clock: the server's TTFT includes HTTP and tokenisation, which kvlab does not "
-                       f"model (mean gap {gap_s * 1e3:,.0f} ms)")
+        reasons.append(f"client-side clock: the front end's latency (HTTP, tokenisation) is one number fitted per "
+                       f"stack, and this run's mean TTFT is {gap_s * 1e3:,.0f} ms above the prediction")
     timing_only = all(r.startswith(("client-side", "overloaded", "near saturation")) for r in reasons)
     if not reasons or (timing_only and abs(row["tpot_mean_err"]) > TARGET_ABS_ERR):
         reasons.append(f"decode time per token {row['tpot_mean_err']:+.0%} with no missing term identified: the "
-                       "stack's three terms fitted to the other runs do not follow this one (run-to-run variation "
+                       "stack's terms fitted to the other runs do not follow this one (run-to-run variation "
                        "of the server, or a term kvlab lacks)")
     return "; ".join(reasons)
 

@@ -25,7 +25,9 @@ def gpu_family(gpu: str) -> str:
     return re.split(r"[-\s]", str(gpu).strip(), maxsplit=1)[0].upper()
 
 
-def _stack_of(cost_model: Any, stack: str | None) -> str:
+def stack_of(cost_model: Any, stack: str | None = None) -> str:
+    """The stack a ``cost_model`` / ``stack`` pair prices with: a cost-model file's name, a stacked
+    object's terms' name, else ``stack`` or ``"none"``."""
     from ..costmodel.stacks import is_cost_model_file, load
 
     if isinstance(cost_model, str) and is_cost_model_file(cost_model):
@@ -36,36 +38,44 @@ def _stack_of(cost_model: Any, stack: str | None) -> str:
     return stack or "none"
 
 
-def trust(cost_model: Any = None, gpu: str = "", stack: str | None = None) -> str:
+def _medians(rows: pd.DataFrame) -> str:
+    med = {m: float(rows[f"{m}_mean_err"].abs().median()) for m in ("ttft", "e2e", "tpot")}
+    return f"mean TTFT {med['ttft']:.1%}, mean E2E {med['e2e']:.1%}, TPOT {med['tpot']:.1%}"
+
+
+def trust(cost_model: Any = None, gpu: str = "", stack: str | None = None, family: str = "") -> str:
     """One line: the validated error of ``cost_model`` with ``stack`` on real-server runs of ``gpu``'s family.
 
-    E.g. "real servers: mean TTFT within 14.7% (median |error|) on 8 measured vLLM runs on A100
-    (stack vllm-v0, held out); mean E2E 4.2%, TPOT 12.7%; overload called right on 8 of 8", or that
-    none exists. A source asked for by name (``"measured"``, ``"roofline"``) counts only the runs
-    that source priced.
+    E.g. "real servers (vLLM V0, stack vllm-v0): median |error| on 8 measured vLLM runs on A100,
+    held out: mean TTFT 15.1%, mean E2E 7.7%, TPOT 7.8%; overload called right on 8 of 8", or, where
+    no run of that GPU family validates the stack, that the answer is not checked there (with the
+    stack's errors where it is validated). ``family`` is the server's version family, named first.
+    A source asked for by name (``"measured"``, ``"roofline"``) counts only the runs that source priced.
     """
     from ..specs import gpu as _gpu
 
     name = _gpu(gpu).name if gpu else ""
     fam = gpu_family(name)
-    st = _stack_of(cost_model, stack)
+    st = stack_of(cost_model, stack)
+    who = f"real servers ({family + ', ' if family else ''}stack {st}{' = GPU time only, none fitted' if st == 'none' else ''})"
     if not ERRORS_PATH.exists():
-        return f"real servers: no validation figures shipped ({ERRORS_PATH.name} absent)"
+        return f"{who}: no validation figures shipped ({ERRORS_PATH.name} absent)"
     df = pd.read_csv(ERRORS_PATH)
-    rows = df[(df["gpu"].map(gpu_family) == fam) & (df["stack"] == st)]
+    mine = df[df["stack"] == st]
     if cost_model in ("measured", "roofline"):  # a source asked for by name: only runs priced by it
-        rows = rows[rows["cost_model"].astype(str).str.startswith(cost_model)]
+        mine = mine[mine["cost_model"].astype(str).str.startswith(cost_model)]
+    rows = mine[mine["gpu"].map(gpu_family) == fam]
     if rows.empty:
-        have = sorted(set(df.loc[df["stack"] == st, "gpu"].map(gpu_family)))
-        return (f"real servers: no measured run validates stack {st} on {fam or 'this GPU'} "
-                f"(validated families for it: {', '.join(have) or 'none'}); the answer is not checked against a "
-                "real server there")
+        if mine.empty:
+            return f"{who}: no measured run validates it; the answer is not checked against a real server"
+        have = ", ".join(sorted(set(mine["gpu"].map(gpu_family))))
+        how = "held out" if bool(mine["held_out"].all()) else "nothing fitted to them"
+        return (f"{who}: not validated on {fam or 'this GPU'}, so the answer is not checked against a real server "
+                f"there; on {len(mine)} measured vLLM runs on {have} ({how}) its median |error| is {_medians(mine)}")
     how = "held out" if bool(rows["held_out"].all()) else "nothing fitted to them"
-    med = {m: float(rows[f"{m}_mean_err"].abs().median()) for m in ("ttft", "e2e", "tpot")}
     runs = f"{len(rows)} measured vLLM run{'s' if len(rows) != 1 else ''}"
-    return (f"real servers: mean TTFT within {med['ttft']:.1%} (median |error|) on {runs} on "
-            f"{fam} (stack {st}, {how}); mean E2E {med['e2e']:.1%}, TPOT {med['tpot']:.1%}; overload called right "
-            f"on {int(rows['overload_right'].sum())} of {len(rows)}")
+    return (f"{who}: median |error| on {runs} on {fam} ({how}): {_medians(rows)}; overload called right on "
+            f"{int(rows['overload_right'].sum())} of {len(rows)}")
 
 
 def regenerate(path=ERRORS_PATH) -> pd.DataFrame:

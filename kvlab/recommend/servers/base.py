@@ -220,6 +220,10 @@ class ServerProfile:
         The tensor-parallel and KV-dtype options ("" where there is none on the command line).
     fp8_weights_args : tuple of str
         What quantizes BF16 weights to FP8 at load (empty: a pre-quantized checkpoint is needed).
+    stack : str
+        The serving stack whose CPU overheads price this family by default (a shipped cost-model
+        file, :mod:`kvlab.costmodel.stacks`, fitted to real servers of the family); ``"none"``
+        (GPU time only) where no stack is fitted to one.
     """
 
     system: str = ""
@@ -237,6 +241,7 @@ class ServerProfile:
     tp_flag: str = ""
     fp8_weights_args: tuple[str, ...] = ()
     kv_flag: str = ""
+    stack: str = "none"
 
     # --------------------------------------------------------------- what subclasses write
     def defaults(self, ctx: Context) -> dict[str, Any]:
@@ -298,7 +303,7 @@ class ServerProfile:
 
     def describe(self) -> dict[str, str]:
         """The profile in words: family, overflow, prefix cache, host tier, sources."""
-        return {"system": self.system, "family": self.family, "overflow": self.overflow,
+        return {"system": self.system, "family": self.family, "stack": self.stack, "overflow": self.overflow,
                 "prefix_cache": self.prefix_cache, "host_offload": self.host_offload or "none",
                 "sources": "; ".join(self.sources)}
 

@@ -48,6 +48,7 @@ class VLLM(ServerProfile):
     kv_knobs = ("gpu_memory_utilization", "kv_cache_dtype", "kv_offloading_size")
     kv_cache_dtypes = {"auto": "auto", "fp8": "fp8"}
     tp_flag, kv_flag, fp8_weights_args = "--tensor-parallel-size", "--kv-cache-dtype", ("--quantization", "fp8")
+    stack = "vllm-v1"  # fitted to vLLM 0.19 runs (data/costmodels/vllm-v1.json)
 
     def defaults(self, ctx: Context) -> dict:
         g = ctx.gpu

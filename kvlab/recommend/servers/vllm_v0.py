@@ -47,6 +47,7 @@ class VLLMV0(VLLM):
     block_sizes = (8, 16, 32)
     kv_knobs = ("gpu_memory_utilization", "kv_cache_dtype", "preemption_mode")
     kv_cache_dtypes = {"auto": "auto", "fp8": "fp8"}
+    stack = "vllm-v0"  # fitted to DistServe's V0-era runs (data/costmodels/vllm-v0.json)
 
     def defaults(self, ctx: Context) -> dict:
         max_len = ctx.max_model_len or ctx.model.max_context_tokens
