@@ -11,6 +11,9 @@ STACKS = (("vllm-v0", "shared:distserve-vllm-opt13b", "vLLM V0 (2024) serving st
            "RTX 4090 / RTX PRO 6000 runs"))
 
 if __name__ == "__main__":  # pragma: no cover
+    import argparse
+
+    argparse.ArgumentParser(prog="python -m kvlab.validate", description=__doc__.split("\n\n")[0]).parse_args()
     from .._paths import DATA_DIR
     from ..costmodel.stacks import save
     from .calibrate import calibrate
