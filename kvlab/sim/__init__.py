@@ -18,6 +18,7 @@ from ..backend import get_xp
 from ..costmodel import describe as _describe_cost, resolve as _resolve_cost
 from ..policies import Policy, create_policy, policy_class
 from ..swap import DEFAULT_COPY_LATENCY_S, swap_model
+from ..prefix_blocks import MOONCAKE_HASH_BLOCK_TOKENS, PrefixModel, block_ids, shared_keys
 from ..reservation import pool_pages as _pool_pages
 from ..specs import GIB, GPUSpec, ModelSpec, gpu as _gpu, model as _model
 from .context import apply_context as _apply_context, merge as _merge_context
@@ -28,6 +29,9 @@ from .reference import ReferenceEngine
 from .request import Request, RequestStatus
 
 ENGINES = ("fast", "reference")
+#: Why a prefix-cached run asked of the fast engine ran on the reference engine.
+FAST_DECLINES_PREFIX = ("prefix caching is simulated by the reference engine only: the fast engine "
+                        "(kvlab.sim.fast) counts pages per request and keeps no block table")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,7 +83,8 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
              burst_cv: float = 1.0, cpu_pool_pages: int | None = None, copy_latency_s: float = DEFAULT_COPY_LATENCY_S,
              seed: int = 0, record_iterations: bool = False, engine: str = "fast",
              cost_model: Any = None, max_model_len: int | None = None, stack: str | None = None,
-             **policy_params: Any) -> SimResult:
+             prefix_caching: bool = False, hash_block_tokens: int = MOONCAKE_HASH_BLOCK_TOKENS,
+             prefix_model: PrefixModel | None = None, **policy_params: Any) -> SimResult:
     """Serve ``workload`` under one reservation policy and return per-request and summary figures.
 
     Parameters
@@ -147,6 +152,22 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
         model's context"); the others generate at most ``max_model_len - prompt_tokens`` tokens
         (length-capped when that cuts them); see :mod:`kvlab.sim.context`. Given explicitly, it
         is also passed to a policy that takes ``max_model_len`` (Orca (Max)'s reservation).
+    prefix_caching : bool
+        Simulate a prefix cache (:mod:`kvlab.prefix_cache`: vLLM V1's automatic prefix caching;
+        recompute preemption only). Off by default. Block identities come from the workload's
+        ``hash_ids`` column (Mooncake traces), else from ``prefix_model``, else no block is
+        shared between requests (a preempted request still finds its own); see
+        :mod:`kvlab.prefix_blocks`. Only the reference engine simulates it: with
+        ``engine="fast"`` the run goes to the reference engine and ``params["engine_reason"]``
+        says why. The result gains ``prefix_hit_tokens`` and ``saved_prefill_tokens`` request
+        columns, ``pages_cached`` and ``pages_shared_saved`` iteration columns, and its summary
+        the prefix figures (:func:`kvlab.sim.metrics.summarize`; zeros when caching is off).
+    hash_block_tokens : int
+        Tokens per block of the ``hash_ids`` (512, the Mooncake traces'); must be a multiple of
+        ``block_size``.
+    prefix_model : PrefixModel, optional
+        The stated prefix model for a workload without ``hash_ids`` (system-prompt length and
+        share); ignored when the workload has ids.
 
     Returns
     -------
@@ -201,6 +222,19 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
     pol.bind(output_tokens=output, max_new_tokens=max_new_tokens, block_size=block_size, num_pages=num_pages,
              seed=seed)
     pool = PoolConfig(num_pages=num_pages, block_size=block_size)
+    blocks, prefix_source, engine_reason = None, "off", ""
+    if not isinstance(prefix_caching, bool):
+        raise ValueError(f"prefix_caching must be True or False, got {prefix_caching!r}")
+    if prefix_caching:
+        if mode != PreemptionMode.RECOMPUTE:
+            raise ValueError(f"prefix caching preempts by recompute only (vLLM V1), not preemption_mode={mode.value!r}")
+        keys, prefix_source = shared_keys(workload, block_size=block_size, hash_block_tokens=hash_block_tokens,
+                                          model=prefix_model)
+        target = np.minimum(output, max_new_tokens)
+        kept_keys = [k for k, keep in zip(keys, kept) if keep]
+        blocks = block_ids(kept_keys, -(-(prompt + target) // block_size))
+        if engine == "fast":
+            engine, engine_reason = "reference", FAST_DECLINES_PREFIX
     if engine == "fast":
         req_table, it_table = run_fast(prompt_tokens=prompt, output_tokens=output, arrival_s=arrival_s,
                                        request_ids=ids, max_new_tokens=max_new_tokens, policy=pol, pool=pool,
@@ -209,8 +243,9 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
         requests = [Request(index=i, prompt_tokens=int(prompt[i]), output_tokens=int(output[i]),
                             arrival_s=float(arrival_s[i]), max_new_tokens=max_new_tokens) for i in range(len(prompt))]
         done, rows = ReferenceEngine(requests, policy=pol, pool=pool, scheduler=sched, swap=swap,
-                                     cost_model=cost).run()
-        req_table, it_table = request_table(done, ids), iteration_table(rows)
+                                     cost_model=cost, blocks=blocks).run()
+        req_table = request_table(done, ids, prefix_caching=prefix_caching)
+        it_table = iteration_table(rows, prefix_caching=prefix_caching)
     req_table = _merge_context(req_table, context, prompt_tokens=all_prompt, output_tokens=all_output,
                                arrival_s=all_arrival_s, request_ids=all_ids)
     params = {"policy": pol.name, "max_new_tokens": max_new_tokens, "block_size": block_size,
@@ -219,7 +254,8 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
               "cpu_pool_pages": swap.cpu_pool_pages, "page_copy_s": swap.page_copy_s, "model": m.name,
               "gpu": g.name, "tp": tp, "engine": engine, "cost_model": _describe_cost(cost),
               "stack": _stack_name(cost_model, stack),
-              "max_model_len": context.max_model_len}
+              "max_model_len": context.max_model_len, "prefix_caching": bool(prefix_caching),
+              "prefix_blocks": prefix_source, "engine_reason": engine_reason}
     return SimResult(requests=req_table, iterations=it_table if record_iterations else None,
                      summary=summarize(req_table, it_table, num_pages=num_pages), params=params)
 

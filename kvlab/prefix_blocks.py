@@ -1,0 +1,125 @@
+"""Block identities of a workload's requests, for the prefix cache (:mod:`kvlab.prefix_cache`).
+
+Where they come from, in order of preference:
+
+* **Mooncake hash ids** (a ``hash_ids`` column: one list per request, one id per
+  ``hash_block_tokens``-token block of the prompt, 512 in the Mooncake traces,
+  kvcache-ai/Mooncake ``FAST25-release/traces/README``). The server's blocks are smaller: block
+  ``m`` of ``block_size`` tokens is sub-block ``m % r`` of hash block ``m // r`` (``r =
+  hash_block_tokens / block_size``, which must be a whole number), so its identity is the pair
+  ``(hash_ids[m // r], m % r)``. Only blocks the prompt fills are shared; Mooncake's ids
+  already chain each block to its prefix (equal ids, equal prefix).
+* **A stated prefix model** for traces without ids (:class:`PrefixModel`): a share of the
+  requests begins with the same system prompt of ``system_prompt_tokens`` tokens (which
+  requests: a seeded draw). Off unless chosen.
+* Otherwise no block is shared between requests.
+
+Every other block of a request (the rest of its prompt, its output) has an id of its own, so a
+preempted request still finds its own blocks on return (vLLM hashes generated tokens too). The
+ids are made dense (``0 .. num_ids - 1``) for the pool's arrays.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from . import _validate as v
+from .prefix_cache import BlockIds
+
+#: Tokens per hash block of the Mooncake traces.
+MOONCAKE_HASH_BLOCK_TOKENS = 512
+#: The workload column holding per-request hash ids.
+HASH_IDS = "hash_ids"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrefixModel:
+    """A stated prefix model for traces without block ids (tokens, shares).
+
+    Attributes
+    ----------
+    system_prompt_tokens : int
+        Length of the shared system prompt (tokens; 0: none). A request shorter than it shares
+        the blocks its prompt fills.
+    system_prompt_share : float
+        Share of requests that begin with it, in [0, 1].
+    seed : int
+        Seed of the draw of which requests do.
+    """
+
+    system_prompt_tokens: int = 0
+    system_prompt_share: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        v.nonnegative_int(self.system_prompt_tokens, "system_prompt_tokens")
+        v.fraction(self.system_prompt_share, "system_prompt_share", low_open=False, high_closed=True)
+        v.nonnegative_int(self.seed, "seed")
+
+
+def shared_keys(workload: pd.DataFrame, *, block_size: int, hash_block_tokens: int = MOONCAKE_HASH_BLOCK_TOKENS,
+                model: PrefixModel | None = None) -> tuple[list[np.ndarray], str]:
+    """Per request, the int64 keys of its leading full prompt blocks that other requests may share,
+    and where they came from (``"hash_ids"``, ``"prefix model"`` or ``"none"``).
+
+    Keys are only compared for equality; :func:`block_ids` makes them dense.
+    """
+    prompt = workload["prompt_tokens"].to_numpy(dtype=np.int64)
+    full = prompt // block_size
+    if HASH_IDS in workload.columns:
+        hash_block_tokens = v.positive_int(hash_block_tokens, "hash_block_tokens")
+        if hash_block_tokens % block_size:
+            raise ValueError(f"block_size {block_size} does not divide the trace's {hash_block_tokens}-token hash "
+                             f"blocks: its hash ids cannot be re-blocked")
+        r = hash_block_tokens // block_size
+        out = []
+        for i, ids in enumerate(workload[HASH_IDS].to_numpy()):
+            h = _ids(ids, i)
+            m = np.arange(min(int(full[i]), h.size * r), dtype=np.int64)
+            out.append(h[m // r] * r + m % r)
+        return out, HASH_IDS
+    if model is not None and model.system_prompt_tokens and model.system_prompt_share:
+        rng = np.random.default_rng(model.seed)
+        chosen = rng.random(prompt.size) < model.system_prompt_share
+        sys_blocks = model.system_prompt_tokens // block_size
+        return [np.arange(min(sys_blocks, int(full[i])) if chosen[i] else 0, dtype=np.int64)
+                for i in range(prompt.size)], "prefix model"
+    return [np.zeros(0, dtype=np.int64) for _ in range(prompt.size)], "none"
+
+
+def _ids(value: Any, row: int) -> np.ndarray:
+    arr = np.asarray(value if value is not None else [], dtype=object).reshape(-1)
+    try:
+        out = arr.astype(np.int64)
+    except (TypeError, ValueError):
+        raise ValueError(f"hash_ids of request {row} must be a list of non-negative integers, got {value!r}"
+                         ) from None
+    if (out < 0).any():
+        raise ValueError(f"hash_ids of request {row} must be non-negative, got {value!r}")
+    return out
+
+
+def block_ids(keys: list[np.ndarray], capacity_blocks: np.ndarray) -> BlockIds:
+    """Dense block ids: request ``i``'s ``capacity_blocks[i]`` blocks, its shared ``keys[i]`` first.
+
+    Equal keys get equal ids; every other block gets an id of its own.
+    """
+    cap = np.asarray(capacity_blocks, dtype=np.int64)
+    n_shared = np.array([min(k.size, int(c)) for k, c in zip(keys, cap)], dtype=np.int64)
+    flat = np.concatenate([k[:s] for k, s in zip(keys, n_shared)]) if len(keys) else np.zeros(0, np.int64)
+    uniq, dense = np.unique(flat, return_inverse=True)
+    start = np.zeros(cap.size + 1, dtype=np.int64)
+    np.cumsum(cap, out=start[1:])
+    ids = np.empty(int(start[-1]), dtype=np.int64)
+    own = uniq.size
+    at = 0
+    for i in range(cap.size):
+        s, c, k = int(start[i]), int(cap[i]), int(n_shared[i])
+        ids[s:s + k] = dense[at:at + k]
+        ids[s + k:s + c] = np.arange(own, own + c - k)
+        own += c - k
+        at += k
+    return BlockIds(ids=ids, start=start, num_ids=own)
