@@ -58,6 +58,7 @@ from .arrivals import PROCESSES, gap_cv, time_compressed
 from .costmodel import describe as _describe_cost, resolve as _resolve_cost
 from .lengths import Profile, workload_sample
 from .pipeline import PipelineCostModel
+from .prefix_blocks import HASH_IDS
 from .reservation import pool_pages as _pool_pages
 from .sim import SimResult, simulate
 from .trace_window import trace_window
@@ -165,6 +166,9 @@ class ServingConfig:
     cpu_pool_pages : int, optional
         Host pages a swapped or offloaded request may go to (``kvlab.simulate``'s
         ``cpu_pool_pages``); None: the simulator's default 4 GiB.
+    prefix_caching : bool
+        Simulate the server's prefix cache (``kvlab.simulate``'s ``prefix_caching``: block
+        identities from the workload's ``hash_ids``; recompute preemption only).
     """
 
     model: str
@@ -186,6 +190,7 @@ class ServingConfig:
     pipeline_bubbles: bool = True
     max_model_len: int | None = None
     cpu_pool_pages: int | None = None
+    prefix_caching: bool = False
 
     def __post_init__(self) -> None:
         v.positive_int(self.tp, "config.tp")
@@ -317,7 +322,8 @@ def trial_requests(workload: pd.DataFrame | str | Path | Profile, num_requests: 
     if keep_arrivals and "arrival_s" not in workload.columns:
         raise ValueError("the trace's own arrival process (arrivals='replay' or 'gamma') needs an arrival_s column "
                          "in the workload; a trace without times can only be searched under arrivals='poisson'")
-    cols = ["prompt_tokens", "output_tokens"] + (["arrival_s"] if keep_arrivals else [])
+    cols = (["prompt_tokens", "output_tokens"] + (["arrival_s"] if keep_arrivals else [])
+            + ([HASH_IDS] if HASH_IDS in workload.columns else []))
     return trace_window(workload, num_requests).requests[cols]
 
 
@@ -365,7 +371,8 @@ def serve(workload: pd.DataFrame, config: ServingConfig, qps: float | None, *, s
                         max_num_seqs=config.max_num_seqs, max_num_batched_tokens=config.max_num_batched_tokens,
                         preemption_mode=config.preemption_mode, seed=seed, **arrivals,
                         record_iterations=record, cost_model=cost_model,
-                        max_model_len=config.max_model_len, cpu_pool_pages=config.cpu_pool_pages, **extra)
+                        max_model_len=config.max_model_len, cpu_pool_pages=config.cpu_pool_pages,
+                        prefix_caching=config.prefix_caching, **extra)
 
     if not (config.pipeline_bubbles and isinstance(cost, PipelineCostModel) and cost.peer_stage_s is None):
         return run(cost, record_iterations)

@@ -201,3 +201,58 @@ def test_caching_without_shared_blocks_or_preemption_changes_nothing(prompt, dat
                                   off.requests)
     pd.testing.assert_frame_equal(on.iterations.drop(columns=["pages_cached", "pages_shared_saved"]),
                                   off.iterations)
+
+
+@settings(max_examples=25, deadline=None)
+@given(paths=_trees, data=st.data())
+def test_sequential_requests_hit_their_longest_previously_seen_prefix(paths, data):
+    """Requests that never overlap, in a pool that never evicts: each hits the longest run of its
+    leading full prompt blocks that an earlier request's prompt filled (a second, set-based
+    implementation), at most (prompt - 1) // block_size blocks."""
+    node: dict[tuple, int] = {}
+    ids = [[node.setdefault(tuple(p[:j + 1]), len(node)) for j in range(len(p))] for p in paths]
+    prompt = [max(1, len(p) * BS + data.draw(st.integers(-BS + 1, BS))) for p in paths]
+    n = len(paths)
+    wl = pd.DataFrame({"prompt_tokens": prompt, "output_tokens": [1] * n, "arrival_s": np.arange(n) * 100.0,
+                       "hash_ids": ids})
+    res = simulate(wl, "vllm", pool_pages=10_000, prefix_caching=True, watermark_frac=0.0, **RUN)
+    seen: set[int] = set()
+    expected = []
+    for p, h in zip(prompt, ids):
+        full = h[:p // BS]
+        hit = 0
+        while hit < min(len(full), (p - 1) // BS) and full[hit] in seen:
+            hit += 1
+        expected.append(hit * BS)
+        seen.update(full)
+    assert res.requests["prefix_hit_tokens"].tolist() == expected
+    assert res.summary["prefix_hit_rate"] == pytest.approx(sum(expected) / sum(prompt))
+
+
+def test_recommend_simulates_the_servers_prefix_cache_on_a_trace_with_hash_ids():
+    from kvlab.recommend import recommend, settings
+    from kvlab.recommend.core import render_text
+
+    rng = np.random.default_rng(1)
+    n = 120
+    prompt = rng.integers(2100, 2600, n)
+    # every prompt starts with the same 4 Mooncake blocks (2,048 tokens); the rest is its own
+    own = np.cumsum([0, *[p // 512 + 1 - 4 for p in prompt[:-1]]]) + 4
+    hash_ids = [[0, 1, 2, 3, *range(o, o + int(p) // 512 + 1 - 4)] for o, p in zip(own, prompt)]
+    trace = pd.DataFrame({"prompt_tokens": prompt, "output_tokens": rng.integers(5, 40, n),
+                          "arrival_s": np.arange(n) * 2.0 + rng.uniform(0, 0.5, n), "hash_ids": hash_ids})
+    kw = dict(model="Llama-2-7B", gpu="A100-40GB", num_windows=1, window_requests=n)
+    base = settings("vllm", model="Llama-2-7B", gpu="A100-40GB")[:1]
+    assert base[0].prefix_caching  # vLLM V1 runs its prefix cache by default
+    rec = recommend(trace, candidates=base, **kw)
+    row = rec.table.iloc[0]
+    assert row["prefix_caching"]
+    # requests 2 s apart never miss the shared 2,048 tokens after the first (no eviction: the
+    # pool holds 2,873 pages, a request at most 170)
+    assert row["prefix_hit_rate"] == pytest.approx((n - 1) * 2048 / prompt.sum())
+    assert row["hit_pages"] == (n - 1) * 2048 // 16
+    text = " ".join(render_text(rec).split())
+    assert f"{(n - 1) * 2048 / prompt.sum():.1%} of prompt tokens hit" in text
+    plain = recommend(trace.drop(columns="hash_ids"), candidates=base, **kw)
+    assert not plain.table.iloc[0]["prefix_caching"] and plain.table.iloc[0]["prefix_hit_rate"] == 0.0
+    assert "prompt tokens hit" not in " ".join(render_text(plain).split())
