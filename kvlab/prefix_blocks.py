@@ -9,9 +9,14 @@ Where they come from, in order of preference:
   hash_block_tokens / block_size``, which must be a whole number), so its identity is the pair
   ``(hash_ids[m // r], m % r)``. Only blocks the prompt fills are shared; Mooncake's ids
   already chain each block to its prefix (equal ids, equal prefix).
-* **A stated prefix model** for traces without ids (:class:`PrefixModel`): a share of the
-  requests begins with the same system prompt of ``system_prompt_tokens`` tokens (which
-  requests: a seeded draw). Off unless chosen.
+* **A stated prefix model** for traces without ids (:class:`PrefixModel`), off unless chosen:
+  a share of the requests begins with the same system prompt of ``system_prompt_tokens``
+  tokens (which requests: a seeded draw); and/or multi-turn sessions (a ``session_column``):
+  a session's turns, in arrival order, extend one token stream (each prompt is the previous
+  turn's prompt and output plus the new message), so a block's identity is (stream, position)
+  over the prompt. A turn whose prompt is shorter than the previous turn's context (history
+  cut) starts a new stream. Only prompts are keyed: a turn finds the previous turn's prompt
+  blocks, not the blocks of its output (those it recomputes).
 * Otherwise no block is shared between requests.
 
 Every other block of a request (the rest of its prompt, its output) has an id of its own, so a
@@ -48,16 +53,22 @@ class PrefixModel:
         Share of requests that begin with it, in [0, 1].
     seed : int
         Seed of the draw of which requests do.
+    session_column : str, optional
+        Workload column naming each request's multi-turn session (None: no sessions). Where
+        both are given, a session's first turn carries the system prompt and the session the rest.
     """
 
     system_prompt_tokens: int = 0
     system_prompt_share: float = 0.0
     seed: int = 0
+    session_column: str | None = None
 
     def __post_init__(self) -> None:
         v.nonnegative_int(self.system_prompt_tokens, "system_prompt_tokens")
         v.fraction(self.system_prompt_share, "system_prompt_share", low_open=False, high_closed=True)
         v.nonnegative_int(self.seed, "seed")
+        if self.session_column is not None and not isinstance(self.session_column, str):
+            raise ValueError(f"session_column must be a column name (str), got {self.session_column!r}")
 
 
 def shared_keys(workload: pd.DataFrame, *, block_size: int, hash_block_tokens: int = MOONCAKE_HASH_BLOCK_TOKENS,
@@ -81,13 +92,33 @@ def shared_keys(workload: pd.DataFrame, *, block_size: int, hash_block_tokens: i
             m = np.arange(min(int(full[i]), h.size * r), dtype=np.int64)
             out.append(h[m // r] * r + m % r)
         return out, HASH_IDS
-    if model is not None and model.system_prompt_tokens and model.system_prompt_share:
-        rng = np.random.default_rng(model.seed)
-        chosen = rng.random(prompt.size) < model.system_prompt_share
-        sys_blocks = model.system_prompt_tokens // block_size
-        return [np.arange(min(sys_blocks, int(full[i])) if chosen[i] else 0, dtype=np.int64)
-                for i in range(prompt.size)], "prefix model"
-    return [np.zeros(0, dtype=np.int64) for _ in range(prompt.size)], "none"
+    if model is None or not ((model.system_prompt_tokens and model.system_prompt_share) or model.session_column):
+        return [np.zeros(0, dtype=np.int64) for _ in range(prompt.size)], "none"
+    # keys: the system prompt's blocks are 0 .. S-1; stream t's block m is S + t * W + m
+    sys_blocks = model.system_prompt_tokens // block_size if model.system_prompt_share else 0
+    chosen = np.random.default_rng(model.seed).random(prompt.size) < model.system_prompt_share
+    width = int(full.max()) + 1
+    stream = np.arange(prompt.size)  # each request its own stream unless a session continues one
+    if model.session_column is not None:
+        v.require_columns(workload, (model.session_column,), "workload")
+        output = workload["output_tokens"].to_numpy(dtype=np.int64)
+        t = workload["arrival_s"].to_numpy() if "arrival_s" in workload.columns else np.zeros(prompt.size)
+        order = np.lexsort((np.arange(prompt.size), t))
+        last: dict[Any, int] = {}
+        for i in order.tolist():
+            sid = workload[model.session_column].iat[i]
+            j = last.get(sid)
+            if j is not None and prompt[i] >= prompt[j] + output[j]:
+                stream[i] = stream[j]
+            last[sid] = i
+    out = []
+    for i in range(prompt.size):
+        first = chosen[stream[i]]  # a stream carries the system prompt if its first turn does
+        k = min(sys_blocks, int(full[i])) if first else 0
+        own = sys_blocks + stream[i] * width + np.arange(k, int(full[i]), dtype=np.int64)
+        out.append(np.concatenate([np.arange(k, dtype=np.int64), own]) if model.session_column else
+                   np.arange(k, dtype=np.int64))
+    return out, "prefix model"
 
 
 def _ids(value: Any, row: int) -> np.ndarray:

@@ -256,3 +256,18 @@ def test_recommend_simulates_the_servers_prefix_cache_on_a_trace_with_hash_ids()
     plain = recommend(trace.drop(columns="hash_ids"), candidates=base, **kw)
     assert not plain.table.iloc[0]["prefix_caching"] and plain.table.iloc[0]["prefix_hit_rate"] == 0.0
     assert "prompt tokens hit" not in " ".join(render_text(plain).split())
+
+
+def test_prefix_model_sessions_extend_one_stream_and_a_cut_history_starts_a_new_one():
+    # session "a": turn 2's prompt (80) extends turn 1's context (32 + 16); turn 3's (40) is shorter than
+    # turn 2's context (80 + 8): its history was cut, so it starts a new stream. "b" is its own.
+    wl = pd.DataFrame({"prompt_tokens": [32, 80, 40, 64], "output_tokens": [16, 8, 4, 4],
+                       "arrival_s": [0.0, 5.0, 9.0, 1.0], "session": ["a", "a", "a", "b"]})
+    keys, _ = shared_keys(wl, block_size=16, model=PrefixModel(session_column="session"))
+    assert keys[1][:2].tolist() == keys[0].tolist() and keys[1].size == 5
+    assert not set(keys[2].tolist()) & set(keys[1].tolist())
+    assert not set(keys[3].tolist()) & (set(keys[0].tolist()) | set(keys[1].tolist()) | set(keys[2].tolist()))
+    res = simulate(wl, "vllm", pool_pages=100, prefix_caching=True, prefix_model=PrefixModel(session_column="session"),
+                   **RUN)
+    # turn 2 finds turn 1's two prompt blocks; nobody else hits
+    assert res.requests["prefix_hit_tokens"].tolist() == [0, 32, 0, 0]

@@ -63,7 +63,10 @@ class SimResult:
                 f"{s['tokens_per_s']:.1f} tokens/s, {s['requests_per_s']:.2f} requests/s, "
                 f"TTFT p50 {s['ttft_p50_s']:.3f} s, e2e p50/p99 {s['e2e_p50_s']:.3f}/{s['e2e_p99_s']:.3f} s, "
                 f"{s['preemptions_per_request']:.3f} preemptions/request, "
-                f"KV used {s['mean_kv_used_frac']:.1%} of the pool")
+                f"KV used {s['mean_kv_used_frac']:.1%} of the pool"
+                + (f", prefix cache: {s['prefix_hit_rate']:.1%} of prompt tokens hit, "
+                   f"{s['saved_prefill_tokens']:,.0f} prefill tokens saved, {s['mean_pages_cached']:,.0f} pages "
+                   f"cached and unused on average" if p.get("prefix_caching") else ""))
 
 
 def _workload_columns(workload: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]:
