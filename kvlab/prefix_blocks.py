@@ -86,11 +86,15 @@ def shared_keys(workload: pd.DataFrame, *, block_size: int, hash_block_tokens: i
             raise ValueError(f"block_size {block_size} does not divide the trace's {hash_block_tokens}-token hash "
                              f"blocks: its hash ids cannot be re-blocked")
         r = hash_block_tokens // block_size
-        out = []
-        for i, ids in enumerate(workload[HASH_IDS].to_numpy()):
-            h = _ids(ids, i)
+        rows = [_ids(ids, i) for i, ids in enumerate(workload[HASH_IDS].to_numpy())]
+        # the trace's ids made dense first, so (id, sub-block) -> id * r + sub-block stays in int64
+        _, dense = np.unique(np.concatenate(rows) if rows else np.zeros(0, np.int64), return_inverse=True)
+        out, at = [], 0
+        for i, h in enumerate(rows):
+            d = dense[at:at + h.size].astype(np.int64)
+            at += h.size
             m = np.arange(min(int(full[i]), h.size * r), dtype=np.int64)
-            out.append(h[m // r] * r + m % r)
+            out.append(d[m // r] * r + m % r)
         return out, HASH_IDS
     if model is None or not ((model.system_prompt_tokens and model.system_prompt_share) or model.session_column):
         return [np.zeros(0, dtype=np.int64) for _ in range(prompt.size)], "none"

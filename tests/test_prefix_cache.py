@@ -115,8 +115,9 @@ def test_mooncake_hash_ids_are_reblocked_to_the_servers_block_size():
     wl = pd.DataFrame({"prompt_tokens": [1100, 530], "output_tokens": [1, 1], "hash_ids": [[7, 8, 9], [7, 4]]})
     keys, source = shared_keys(wl, block_size=256, hash_block_tokens=512)
     assert source == "hash_ids"
-    # 1100 tokens fill 4 blocks of 256: (7,0) (7,1) (8,0) (8,1); 530 fill 2: (7,0) (7,1)
-    assert keys[0].tolist() == [14, 15, 16, 17] and keys[1].tolist() == [14, 15]
+    # 1100 tokens fill 4 blocks of 256: (7,0) (7,1) (8,0) (8,1); 530 fill 2: (7,0) (7,1);
+    # the ids 4 7 8 9 are made dense first (7 -> 1, 8 -> 2): keys 2 x 1 + sub-block, 2 x 2 + sub-block
+    assert keys[0].tolist() == [2, 3, 4, 5] and keys[1].tolist() == [2, 3]
     ids = block_ids(keys, np.array([5, 3]))
     assert ids.of(0)[:2].tolist() == ids.of(1)[:2].tolist()
     assert len(set(ids.of(0).tolist()) | set(ids.of(1).tolist())) == 5 + 1  # only the two shared
