@@ -37,7 +37,15 @@ The rules are vLLM V1's automatic prefix caching (``vllm/v1/core/kv_cache_manage
   may evict them.
 
 All state is flat int64 arrays (no Python object per page), so the same rules port to a compiled
-loop. Errors are ``ValueError`` (allocating more pages than are free or unpromised) or
+loop: per page ``ref``, ``block_of``, ``next_``/``prev_`` (size ``num_pages + 1`` with the
+sentinel); per block id ``page_of``; per request block slot ``page_at`` (CSR with
+``BlockIds.start``); per request ``_used``, ``_cached``, ``_reserved``; scalars ``_num_in_use``,
+``_num_table``, ``_slack``, ``_num_cached_free``. Each method is a loop over ints. Where the engine
+calls them (:mod:`kvlab.sim.reference`): ``ReferenceEngine._match`` (before each admission check:
+the cap ``(prompt + generated - 1) // block_size`` and the ``shared`` credit passed to
+``_can_admit``), ``_take_hits`` (right after ``Request.admit``, before ``_reserve``: sets
+``computed_tokens``), ``_allocate`` (``cache_blocks`` after the chunk's pages), and ``release`` on
+finish, preemption and abort, as without caching. Errors are ``ValueError`` (allocating more pages than are free or unpromised) or
 ``AssertionError`` from :meth:`PrefixPool.check`.
 """
 from __future__ import annotations
