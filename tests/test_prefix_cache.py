@@ -7,10 +7,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import kvlab.sim as sim
+from kvlab._paths import SHARED_DATA_DIR
 from kvlab.prefix_blocks import PrefixModel, block_ids, shared_keys
 from kvlab.prefix_cache import NONE, PrefixPool
 from kvlab.sim import simulate
 from kvlab.sim.reference import ReferenceEngine
+from kvlab.traces import load
 
 BS = 16
 RUN = dict(model="Llama-3-8B", gpu="H100-SXM", block_size=BS, hash_block_tokens=BS, engine="reference",
@@ -272,3 +274,30 @@ def test_prefix_model_sessions_extend_one_stream_and_a_cut_history_starts_a_new_
                    **RUN)
     # turn 2 finds turn 1's two prompt blocks; nobody else hits
     assert res.requests["prefix_hit_tokens"].tolist() == [0, 32, 0, 0]
+
+
+MOONCAKE = SHARED_DATA_DIR / "traces" / "mooncake_synthetic.jsonl"
+
+
+@pytest.mark.skipif(not MOONCAKE.exists(), reason="needs ../shared/data/traces/mooncake_synthetic.jsonl")
+def test_mooncake_trace_in_a_pool_that_never_evicts_hits_every_previously_seen_prefix():
+    """FAST'25 synthetic trace on Llama-3-8B (prompts of 8,192 tokens or more refused): with 256,000
+    pages nothing is evicted, so each request's hit is the longest run of its re-blocked
+    (hash id, sub-block) keys that an earlier admitted request's prompt filled."""
+    trace = load(MOONCAKE)
+    res = simulate(trace, "vllm", model="Llama-3-8B", gpu="H100-SXM", prefix_caching=True, pool_pages=256_000,
+                   max_num_batched_tokens=8192, max_num_seqs=1024, watermark_frac=0.0)
+    admitted = (res.requests["admitted_iter"] >= 0).to_numpy()
+    seen: set[tuple[int, int]] = set()
+    expected = np.zeros(len(trace), dtype=np.int64)
+    for i, (p, h) in enumerate(zip(trace["prompt_tokens"], trace["hash_ids"])):
+        if not admitted[i]:
+            continue
+        keys = [(h[k // 32], k % 32) for k in range(min(p // 16, len(h) * 32))]
+        j = 0
+        while j < min(len(keys), (p - 1) // 16) and keys[j] in seen:
+            j += 1
+        expected[i] = j * 16
+        seen.update(keys)
+    assert (res.requests["prefix_hit_tokens"].to_numpy() == expected).all()
+    assert res.summary["prefix_hit_rate"] == pytest.approx(expected.sum() / trace["prompt_tokens"][admitted].sum())
