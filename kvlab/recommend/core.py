@@ -693,6 +693,14 @@ def recommend(trace: pd.DataFrame, *, model: Any, gpu: Any, system: str | None =
 
     configs = [serving_config(s, model=model_spec, gpu=gpu_spec, tp=tp, block_size=block_size, max_new_tokens=cap,
                               cost_model=cost_model, engine=engine, trace_has_block_ids=has_ids) for s in candidates]
+    cached = sorted({c.system for c in candidates if c.prefix_caching})
+    if cached and not has_ids:
+        warnings.append(f"{', '.join(cached)} run a prefix cache by default, but the trace carries no block "
+                        f"identities (hash_ids): no prefix hit is simulated, so where prompts share prefixes the "
+                        f"prefill work and KV use are overstated")
+    elif any(c.prefix_caching for c in configs):
+        warnings.append("prefix caching is simulated from the trace's hash_ids, on kvlab's reference engine "
+                        "(the fast engine has no prefix cache): slower runs, same rules")
     if model_spec.weight_dtype != "bf16" and configs[0].cost_label().startswith("measured"):
         warnings.append(f"{model_spec.weight_dtype} weights: the measured cost model was fitted on BF16 GEMMs, so "
                         f"here the precision changes the weight and KV memory, not the GEMM time (--cost-model "
