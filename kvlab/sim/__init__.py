@@ -30,9 +30,6 @@ from .reference import ReferenceEngine
 from .request import Request, RequestStatus
 
 ENGINES = ("fast", "reference")
-#: Why a prefix-cached run asked of the fast engine ran on the reference engine.
-FAST_DECLINES_PREFIX = ("prefix caching is simulated by the reference engine only: the fast engine "
-                        "(kvlab.sim.fast) counts pages per request and keeps no block table")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,11 +158,11 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
         recompute preemption only). Off by default. Block identities come from the workload's
         ``hash_ids`` column (Mooncake traces), else from ``prefix_model``, else no block is
         shared between requests (a preempted request still finds its own); see
-        :mod:`kvlab.prefix_blocks`. Only the reference engine simulates it: with
-        ``engine="fast"`` the run goes to the reference engine and ``params["engine_reason"]``
-        says why. The result gains ``prefix_hit_tokens`` and ``saved_prefill_tokens`` request
-        columns, ``pages_cached`` and ``pages_shared_saved`` iteration columns, and its summary
-        the prefix figures (:func:`kvlab.sim.metrics.summarize`; zeros when caching is off).
+        :mod:`kvlab.prefix_blocks`. Both engines simulate it (the fast engine's compiled loop
+        keeps the same block tables, :mod:`kvlab.sim.fast.prefix`). The result gains
+        ``prefix_hit_tokens`` and ``saved_prefill_tokens`` request columns, ``pages_cached`` and
+        ``pages_shared_saved`` iteration columns, and its summary the prefix figures
+        (:func:`kvlab.sim.metrics.summarize`; zeros when caching is off).
     hash_block_tokens : int
         Tokens per block of the ``hash_ids`` (512, the Mooncake traces'); must be a multiple of
         ``block_size``.
@@ -189,7 +186,7 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
         req_table, it_table = run_fast(prompt_tokens=run.prompt, output_tokens=run.output, arrival_s=run.arrival_s,
                                        request_ids=run.ids, max_new_tokens=run.max_new_tokens, policy=run.policy,
                                        pool=run.pool, scheduler=run.scheduler, swap=run.swap, cost_model=run.cost,
-                                       xp=get_xp())
+                                       xp=get_xp(), blocks=run.blocks)
     else:
         requests = [Request(index=i, prompt_tokens=int(run.prompt[i]), output_tokens=int(run.output[i]),
                             arrival_s=float(run.arrival_s[i]), max_new_tokens=run.max_new_tokens)
@@ -319,8 +316,6 @@ def prepare(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: str
         target = np.minimum(output, max_new_tokens)
         kept_keys = [k for k, keep in zip(keys, kept) if keep]
         blocks = block_ids(kept_keys, -(-(prompt + target) // block_size))
-        if engine == "fast":
-            engine, engine_reason = "reference", FAST_DECLINES_PREFIX
     params = {"policy": pol.name, "max_new_tokens": max_new_tokens, "block_size": block_size,
               "pool_pages": num_pages, "scheduler": kind.value, "max_num_seqs": sched.max_num_seqs,
               "max_num_batched_tokens": max_num_batched_tokens, "preemption_mode": mode.value,
