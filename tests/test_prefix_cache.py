@@ -71,14 +71,14 @@ def test_a_hit_leaves_at_least_one_token_to_compute():
 def test_fast_engine_simulates_prefix_caching_compiled():
     res = simulate(_two(), "vllm", model="Llama-3-8B", gpu="H100-SXM", pool_pages=100, block_size=BS,
                    hash_block_tokens=BS, prefix_caching=True, watermark_frac=0.0, record_iterations=True)
-    assert res.params["engine"] == "fast" and res.params["engine_reason"] == ""
+    assert res.params["engine"] == "fast"
     # the hand-worked case of the first test, on the compiled loop
     assert res.iterations["prefill_tokens"].tolist() == [64 + 12, 0]
     assert res.iterations["pages_used"].tolist() == [8 - 3, 9 - 3]
     assert res.iterations["pages_shared_saved"].tolist() == [3, 3]
     assert res.requests["prefix_hit_tokens"].tolist() == [0, 48]
     plain = simulate(_two(), "vllm", model="Llama-3-8B", gpu="H100-SXM", pool_pages=100, block_size=BS)
-    assert plain.params["engine"] == "fast" and plain.params["engine_reason"] == ""
+    assert plain.params["engine"] == "fast" and not plain.params["prefix_caching"]
     with pytest.raises(ValueError, match="recompute only"):
         simulate(_two(), "vllm", model="Llama-3-8B", gpu="H100-SXM", prefix_caching=True, preemption_mode="swap")
 

@@ -297,7 +297,7 @@ def serving_config(setting: Setting, *, model: str, gpu: str, tp: int, block_siz
     """The :class:`kvlab.capacity.ServingConfig` that simulates ``setting`` (its KV precision on
     ``model``'s weights, its scheduler, its host pool, and its prefix cache where the trace
     carries block identities: without them the cache would only return a preempted request's own
-    blocks, and the fast engine, which has no prefix cache, runs instead)."""
+    blocks)."""
     m = _model(model)
     if setting.kv_cache_dtype != m.kv_cache_dtype:
         m = with_precision(m, kv_cache_dtype=setting.kv_cache_dtype, weights=m.weight_dtype)
@@ -698,9 +698,6 @@ def recommend(trace: pd.DataFrame, *, model: Any, gpu: Any, system: str | None =
         warnings.append(f"{', '.join(cached)} run a prefix cache by default, but the trace carries no block "
                         f"identities (hash_ids): no prefix hit is simulated, so where prompts share prefixes the "
                         f"prefill work and KV use are overstated")
-    elif any(c.prefix_caching for c in configs):
-        warnings.append("prefix caching is simulated from the trace's hash_ids, on kvlab's reference engine "
-                        "(the fast engine has no prefix cache): slower runs, same rules")
     if model_spec.weight_dtype != "bf16" and configs[0].cost_label().startswith("measured"):
         warnings.append(f"{model_spec.weight_dtype} weights: the measured cost model was fitted on BF16 GEMMs, so "
                         f"here the precision changes the weight and KV memory, not the GEMM time (--cost-model "

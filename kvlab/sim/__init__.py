@@ -305,7 +305,7 @@ def prepare(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: str
     pol.bind(output_tokens=output, max_new_tokens=max_new_tokens, block_size=block_size, num_pages=num_pages,
              seed=seed)
     pool = PoolConfig(num_pages=num_pages, block_size=block_size)
-    blocks, prefix_source, engine_reason = None, "off", ""
+    blocks, prefix_source = None, "off"
     if not isinstance(prefix_caching, bool):
         raise ValueError(f"prefix_caching must be True or False, got {prefix_caching!r}")
     if prefix_caching:
@@ -323,7 +323,7 @@ def prepare(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: str
               "gpu": g.name, "tp": tp, "engine": engine, "cost_model": _describe_cost(cost),
               "stack": _stack_name(cost_model, stack),
               "max_model_len": context.max_model_len, "prefix_caching": bool(prefix_caching),
-              "prefix_blocks": prefix_source, "engine_reason": engine_reason}
+              "prefix_blocks": prefix_source}
     return PreparedRun(prompt=prompt, output=output, arrival_s=arrival_s, ids=ids, max_new_tokens=max_new_tokens,
                        policy=pol, pool=pool, scheduler=sched, swap=swap, cost=cost, context=context,
                        all_prompt=all_prompt, all_output=all_output, all_arrival_s=all_arrival_s, all_ids=all_ids,
