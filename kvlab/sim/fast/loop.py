@@ -15,7 +15,16 @@ question in ``S`` (``ASK_R``, ``ASK_FREE``, ``ASK_TOKENS`` ...), and resumes whe
 once Python has put the answer in ``S[ANSWER]`` (``F[ANSWER_S]`` for a duration) and set
 ``S[HAS_ANSWER]``. Every scalar of the loop's state lives in ``S`` and ``F``, and a phase
 reaches its question again on resuming before it changes anything, so a hand-back can happen in
-the middle of an iteration. Events:
+the middle of an iteration.
+
+Under prefix caching (``C[CACHING]``) the pool's page arrays of :mod:`kvlab.prefix_cache` come
+in too (``pg``, ``page_of``, ``blk``, ``rb``; the rules compiled in :mod:`.prefix`): admission
+matches and takes a request's hit, a chunk's new pages come from the free queue's head (evicting)
+and its full blocks enter the cache, and a release walks the block table. ``S[USED_PAGES]`` then
+counts distinct pages in use, ``S[TABLE]`` block-table entries and ``S[CACHED_FREE]`` unreferenced
+pages that keep a block; ``S[COMMITTED]`` is pages in use plus every request's reservation beyond
+its table, as the specification's. Without caching the same counters reduce to the per-request
+sums. Events:
 
 * ``DONE``: every request has finished; ``ROWS_FULL``: the row buffer is full (handed back
   doubled); ``NO_PROGRESS``: the iteration at ``S[K]`` computes nothing (the reference's error);
