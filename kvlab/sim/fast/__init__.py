@@ -14,8 +14,9 @@ speed up; the backend's array module (``kvlab.backend``: CuPy, or the strict sta
 rules) is where the policy's array rules are asked, once for all requests and again after a
 preemption.
 
-Modules: :mod:`.loop` (the compiled loop), :mod:`.compiled` (its arrays and the answers to its
-questions), :mod:`.tables` (the result tables), :mod:`.state` (status codes, the livelock error).
+Modules: :mod:`.loop` (the compiled loop), :mod:`.prefix` (the prefix cache's pool rules,
+compiled), :mod:`.compiled` (its arrays and the answers to its questions), :mod:`.tables` (the
+result tables), :mod:`.state` (status codes, the livelock error).
 """
 from __future__ import annotations
 
