@@ -30,7 +30,6 @@ from ...costmodel import CostModel
 from ...policies import Policy, Requests
 from ...prefix_cache import BlockIds
 from ..config import PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind, SwapConfig
-from .prefix import pool_arrays
 from .state import WAITING, no_progress
 from .tables import PREFIX_STATE_COLUMNS, STATE_COLUMNS, iteration_frame, request_columns
 
@@ -200,6 +199,7 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
     prefix cache (:mod:`kvlab.prefix_cache`; recompute preemption only), else ``None``.
     """
     from . import loop as lp
+    from .prefix import pool_arrays  # with the loop: importing Numba waits for the first run
 
     prompt, output = (np.ascontiguousarray(a, dtype=np.int64) for a in (prompt_tokens, output_tokens))
     n, arrival_h = prompt.shape[0], np.asarray(arrival_s, dtype=np.float64)
