@@ -60,6 +60,7 @@ from .arrivals import PROCESSES, gap_cv, time_compressed
 from .costmodel import describe as _describe_cost, resolve as _resolve_cost
 from .lengths import Profile, workload_sample
 from .costmodel.pipeline import PipelineCostModel
+from .prefix_blocks import HASH_IDS
 from .reservation import pool_pages as _pool_pages
 from .backend import backend_name, get_xp
 from .sim import SimResult, finish, prepare, simulate
@@ -173,6 +174,9 @@ class ServingConfig:
     cpu_pool_pages : int, optional
         Host pages a swapped or offloaded request may go to (``kvlab.simulate``'s
         ``cpu_pool_pages``); None: the simulator's default 4 GiB.
+    prefix_caching : bool
+        Simulate the server's prefix cache (``kvlab.simulate``'s ``prefix_caching``: block
+        identities from the workload's ``hash_ids``; recompute preemption only).
     """
 
     model: str
@@ -194,6 +198,7 @@ class ServingConfig:
     pipeline_bubbles: bool = True
     max_model_len: int | None = None
     cpu_pool_pages: int | None = None
+    prefix_caching: bool = False
 
     def __post_init__(self) -> None:
         v.positive_int(self.tp, "config.tp")
@@ -328,7 +333,8 @@ def trial_requests(workload: pd.DataFrame | str | Path | Profile, num_requests: 
     if keep_arrivals and "arrival_s" not in workload.columns:
         raise ValueError("the trace's own arrival process (arrivals='replay' or 'gamma') needs an arrival_s column "
                          "in the workload; a trace without times can only be searched under arrivals='poisson'")
-    cols = ["prompt_tokens", "output_tokens"] + (["arrival_s"] if keep_arrivals else [])
+    cols = (["prompt_tokens", "output_tokens"] + (["arrival_s"] if keep_arrivals else [])
+            + ([HASH_IDS] if HASH_IDS in workload.columns else []))
     return trace_window(workload, num_requests).requests[cols]
 
 
@@ -387,7 +393,8 @@ def _serve_args(workload: pd.DataFrame, config: ServingConfig, qps: float | None
                           scheduler=config.scheduler, max_num_seqs=config.max_num_seqs,
                           max_num_batched_tokens=config.max_num_batched_tokens,
                           preemption_mode=config.preemption_mode, seed=seed, **arrivals,
-                          max_model_len=config.max_model_len, cpu_pool_pages=config.cpu_pool_pages, **extra)
+                          max_model_len=config.max_model_len, cpu_pool_pages=config.cpu_pool_pages,
+                          prefix_caching=config.prefix_caching, **extra)
 
 
 def with_bubbles(cost: PipelineCostModel, first: SimResult) -> PipelineCostModel:

@@ -178,7 +178,7 @@ def trace_window(trace: pd.DataFrame, num_requests: int | None = None, *, how: s
     else:
         rows = np.sort(np.random.default_rng(seed).choice(total, n, replace=False))
         kind, start, end = "sample", 0, total
-    cols = [c for c in ("prompt_tokens", "output_tokens", "censored") if c in trace.columns]
+    cols = [c for c in ("prompt_tokens", "output_tokens", "censored", "hash_ids") if c in trace.columns]
     out = trace[cols].iloc[rows].reset_index(drop=True)
 
     source_rate = trace_rate if kind != "window" else offered_rate_per_s(all_t[rows] if has_times else None)

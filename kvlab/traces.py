@@ -15,7 +15,8 @@ Formats (each reader's docstring gives its layout; a vLLM ``/metrics`` scrape is
 =============  =================================================================
 ``azure``      Azure LLM inference trace CSV: TIMESTAMP, ContextTokens, GeneratedTokens
 ``burstgpt``   BurstGPT CSV: Timestamp, Model, Request tokens, Response tokens, ...
-``mooncake``   Mooncake JSONL: timestamp (ms), input_length, output_length, hash_ids
+``mooncake``   Mooncake JSONL: timestamp (ms), input_length, output_length, hash_ids (kept as a
+               ``hash_ids`` column of lists, for prefix caching: :mod:`kvlab.prefix_blocks`)
 ``simulator``  Vidur / Sarathi-Serve length table CSV: num_prefill_tokens, num_decode_tokens
                [, arrived_at (s)]
 ``vllm-bench`` vLLM benchmark_serving.py result JSON: input_lens, output_lens lists
@@ -49,6 +50,7 @@ import numpy as np
 import pandas as pd
 
 from . import _validate as v
+from .prefix_blocks import HASH_IDS, MOONCAKE_HASH_BLOCK_TOKENS
 
 FORMATS = ("auto", "azure", "burstgpt", "mooncake", "simulator", "vllm-bench", "generic")
 ON_BAD = ("raise", "drop")
@@ -313,8 +315,10 @@ def _finish(path: Path | str, fmt: str, prompt_raw: pd.Series, output_raw: pd.Se
             censored_raw: pd.Series | None = None,
             time_raw: pd.Series | None = None,
             names: tuple[str, str], max_new_tokens: int | None, dropped: int = 0,
-            failed: int = 0, notes: list[str] | None = None) -> pd.DataFrame:
-    """Validate lengths and times, apply ``on_bad``, mark censoring, build the table."""
+            failed: int = 0, notes: list[str] | None = None,
+            carry: Mapping[str, pd.Series] | None = None) -> pd.DataFrame:
+    """Validate lengths and times, apply ``on_bad``, mark censoring, build the table (with the
+    ``carry`` columns kept as they are, row for row)."""
     notes = list(notes or [])
     p, bad_p = v.token_counts(prompt_raw)
     o, bad_o = v.token_counts(output_raw)
@@ -343,6 +347,8 @@ def _finish(path: Path | str, fmt: str, prompt_raw: pd.Series, output_raw: pd.Se
         notes.append(f"dropped {dropped} bad row(s)")
     out = o[keep].astype(np.int64)
     table = {"prompt_tokens": p[keep].astype(np.int64), "output_tokens": out}
+    for name, col in (carry or {}).items():
+        table[name] = col.to_numpy()[keep]
     cens = np.zeros(out.size, dtype=bool) if censored is None else censored[keep].astype(bool)
     if arrival_s is not None:
         t = arrival_s[keep]
@@ -522,8 +528,12 @@ def _load(path: Path, format: str, *, columns: Mapping[str, str] | None, model: 
     else:
         arrival = None
     time_raw = raw[sig["time"]] if "time" in sig else raw.get("arrived_at")
+    carry = {}
+    if fmt == "mooncake" and HASH_IDS in raw.columns:  # block identities for the prefix cache (kvlab.prefix_blocks)
+        carry[HASH_IDS] = raw[HASH_IDS]
+        notes.append(f"hash_ids kept: {MOONCAKE_HASH_BLOCK_TOKENS}-token block identities for prefix caching")
     return _finish(path, fmt, raw[names[0]], raw[names[1]], arrival_s=arrival, censored=None,
-                   time_raw=time_raw, names=names, failed=failed, notes=notes, **common)
+                   time_raw=time_raw, names=names, failed=failed, notes=notes, carry=carry, **common)
 
 
 def from_vllm_outputs(outputs: Iterable[Any]) -> pd.DataFrame:

@@ -13,8 +13,8 @@ import kvlab
 
 LAYERS = {
     "base": ["_validate", "_intmath", "_lazy", "_paths", "_staging", "_strict", "_numba_cache", "_workers", "backend"],
-    "facts": ["specs", "hf_config", "traces", "prometheus", "lengths", "reservation", "paged", "arrivals",
-              "trace_window"],
+    "facts": ["specs", "hf_config", "traces", "prometheus", "lengths", "reservation", "paged", "prefix_cache",
+              "prefix_blocks", "arrivals", "trace_window"],
     "costs": ["costmodel", "swap", "pipeline"],
     "rules": ["policies", "predict"],
     "simulator": ["sim"],

@@ -55,6 +55,7 @@ from ..validate.trust_figures import stack_of as _stack_of, trust as _trust
 from ..capacity import SLO, ServingConfig, capacity, serve, slo_verdict
 from ..costmodel import measured_gpus as _measured_gpus
 from ..lengths import recommend_max_new_tokens
+from ..prefix_blocks import HASH_IDS
 from ..reservation import pool_pages as _pool_pages
 from ..specs import gpu as _gpu, model as _model, with_precision
 from ..trace_window import HOW, TraceWindow, offered_rate_per_s, trace_window, window_starts
@@ -70,6 +71,12 @@ DEFAULT_WINDOW_REQUESTS = 2048
 #: Latency columns at the offered load, in vLLM benchmark_serving's names (milliseconds).
 LATENCY_COLUMNS = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_itl_ms",
                    "p99_itl_ms", "median_e2el_ms", "p99_e2el_ms")
+#: Prefix-cache columns at the offered load (:func:`kvlab.sim.metrics.summarize`; NaN where no load
+#: was served, 0 where the cache is not simulated): whether it is, tokens hit at first admission /
+#: prompt tokens, prefill tokens not computed, pages reused from the cache (hit blocks), and the
+#: time-weighted mean pages sharing saves and pages the cache holds that no request uses.
+PREFIX_COLUMNS = ("prefix_caching", "prefix_hit_rate", "saved_prefill_tokens", "hit_pages",
+                  "mean_pages_shared_saved", "mean_pages_cached", "max_pages_cached")
 #: Columns of :attr:`Recommendation.table`. ``capacity_poisson_qps`` and ``capacity_gamma_qps``
 #: (the median capacity under Poisson and under Gamma arrivals of the trace's gap CV) are filled
 #: for the chosen setting only.
@@ -78,7 +85,7 @@ TABLE_COLUMNS = ("system", "setting", "knob", "default", "policy", "overflow", "
                  "capacity_qps", "capacity_lo_qps", "capacity_hi_qps", "capacity_poisson_qps",
                  "capacity_gamma_qps", "binding", "kv_binds_at_qps", "max_tried_qps", "headroom", "replicas",
                  "num_gpus", "meets_slo_at_load", "slo_at_load", "offered_rate_per_s", *LATENCY_COLUMNS,
-                 "preempted_request_frac", "unserved_frac", "tie", "recommended")
+                 "preempted_request_frac", "unserved_frac", *PREFIX_COLUMNS, "tie", "recommended")
 #: The possible decisions (``overloaded``: the chosen setting needs more than one replica).
 DECISIONS = ("recommend", "keep-default", "all-tie", "overloaded", "no-rate")
 #: The arrival process capacity is searched under by default (:mod:`kvlab.arrivals`).
@@ -299,9 +306,12 @@ def priced_with(setting: Setting, cost_model: Any = None) -> Any:
 
 
 def serving_config(setting: Setting, *, model: str, gpu: str, tp: int, block_size: int, max_new_tokens: int,
-                   cost_model: Any = None, engine: str | None = None) -> ServingConfig:
+                   cost_model: Any = None, engine: str | None = None,
+                   trace_has_block_ids: bool = False) -> ServingConfig:
     """The :class:`kvlab.capacity.ServingConfig` that simulates ``setting`` (its KV precision on
-    ``model``'s weights, its scheduler, its host pool)."""
+    ``model``'s weights, its scheduler, its host pool, and its prefix cache where the trace
+    carries block identities: without them the cache would only return a preempted request's own
+    blocks)."""
     m = _model(model)
     if setting.kv_cache_dtype != m.kv_cache_dtype:
         m = with_precision(m, kv_cache_dtype=setting.kv_cache_dtype, weights=m.weight_dtype)
@@ -315,7 +325,8 @@ def serving_config(setting: Setting, *, model: str, gpu: str, tp: int, block_siz
                          max_num_seqs=setting.max_num_seqs, policy=setting.policy,
                          policy_params=dict(setting.policy_params), max_new_tokens=cap, block_size=block_size,
                          pool_pages=pages, preemption_mode=setting.preemption_mode, cost_model=cost_model,
-                         engine=engine)
+                         engine=engine, prefix_caching=setting.prefix_caching and trace_has_block_ids
+                         and setting.preemption_mode == "recompute")
 
 
 # ------------------------------------------------------------------------------ the jobs
@@ -337,7 +348,20 @@ def _at_load(args: tuple[pd.DataFrame, ServingConfig, SLO, int, int]) -> dict[st
             "median_e2el_ms": s["e2e_p50_s"] * ms, "p99_e2el_ms": s["e2e_p99_s"] * ms,
             "preempted_request_frac": s["preempted_request_frac"],
             "unserved_frac": (int(s["num_aborted"]) + truncated) / len(rq),
-            "slo_at_load": slo_verdict(res, slo)}
+            "slo_at_load": slo_verdict(res, slo), **_prefix_figures(s, config)}
+
+
+def _prefix_figures(summary: dict[str, float] | None, config: ServingConfig) -> dict[str, Any]:
+    """The :data:`PREFIX_COLUMNS` of a run's summary (None: no run, NaN figures)."""
+    out: dict[str, Any] = {"prefix_caching": config.prefix_caching}
+    for col in PREFIX_COLUMNS[1:]:
+        if summary is None:
+            out[col] = float("nan")
+        elif col == "hit_pages":
+            out[col] = summary["saved_prefill_tokens"] / config.block_size
+        else:
+            out[col] = summary[col]
+    return out
 
 
 def _no_load(requests: pd.DataFrame, config: ServingConfig, trace_cap: int) -> dict[str, Any]:
@@ -346,7 +370,7 @@ def _no_load(requests: pd.DataFrame, config: ServingConfig, trace_cap: int) -> d
     truncated = int((np.minimum(requests["output_tokens"], trace_cap) > cap).sum())
     return {"offered_rate_per_s": None, **{c: float("nan") for c in LATENCY_COLUMNS},
             "preempted_request_frac": float("nan"), "unserved_frac": truncated / len(requests),
-            "slo_at_load": "no offered load (the trace has no arrival times; give qps)"}
+            "slo_at_load": "no offered load (the trace has no arrival times; give qps)", **_prefix_figures(None, config)}
 
 
 def _capacity(args: tuple[pd.DataFrame, ServingConfig, SLO, dict[str, Any]]) -> tuple[float, str, str, float, float]:
@@ -680,7 +704,8 @@ def recommend(trace: pd.DataFrame, *, model: Any, gpu: Any, system: str | None =
     # the trace's own arrival process needs times that span some seconds in every window
     timed = all(offered_rate_per_s(w.get("arrival_s")) is not None for w in windows)
     process = arrivals if timed else "poisson"
-    cols = ["prompt_tokens", "output_tokens"] + (["arrival_s"] if timed else [])
+    has_ids = HASH_IDS in served.columns
+    cols = ["prompt_tokens", "output_tokens"] + (["arrival_s"] if timed else []) + ([HASH_IDS] if has_ids else [])
     windows = [w[cols] for w in windows]
     warnings = fit.warnings()
     if not timed and arrivals != "poisson":
@@ -701,7 +726,13 @@ def recommend(trace: pd.DataFrame, *, model: Any, gpu: Any, system: str | None =
 
     priced = [priced_with(s, cost_model) for s in candidates]
     configs = [serving_config(s, model=model_spec, gpu=gpu_spec, tp=tp, block_size=block_size, max_new_tokens=cap,
-                              cost_model=cm, engine=engine) for s, cm in zip(candidates, priced)]
+                              cost_model=cm, engine=engine, trace_has_block_ids=has_ids)
+               for s, cm in zip(candidates, priced)]
+    cached = sorted({c.system for c in candidates if c.prefix_caching})
+    if cached and not has_ids:
+        warnings.append(f"{', '.join(cached)} run a prefix cache by default, but the trace carries no block "
+                        f"identities (hash_ids): no prefix hit is simulated, so where prompts share prefixes the "
+                        f"prefill work and KV use are overstated")
     if model_spec.weight_dtype != "bf16" and configs[0].cost_label().startswith("measured"):
         warnings.append(f"{model_spec.weight_dtype} weights: the measured cost model was fitted on BF16 GEMMs, so "
                         f"here the precision changes the weight and KV memory, not the GEMM time (--cost-model "
@@ -944,6 +975,7 @@ def render_text(rec: Recommendation) -> str:
     for w in rec.warnings:
         if w not in fit.refused_parts():  # those are in the headline
             lines += _wrap(f"warning: {w}")
+    lines += _prefix_lines(rec)
     srv = s.get("server") or {}
     if srv:
         lines += ["", *_wrap(f"server: {srv['overflow']}; prefix cache {srv['prefix_cache']}; host KV tier "
@@ -957,6 +989,25 @@ def render_text(rec: Recommendation) -> str:
             lines += [f"  {name}:"] + [f"    {line}" for line in text.splitlines()]
     lines += ["", f"({rec.elapsed_s:.1f} s; full table: --json or --csv -o FILE)"]
     return "\n".join(line.rstrip() for line in lines)
+
+
+def _prefix_lines(rec: Recommendation) -> list[str]:
+    """What the prefix cache saves and holds at the offered load (the chosen setting, else the first)."""
+    t = rec.table
+    if not len(t) or not t["prefix_caching"].any():
+        return []
+    pick = t[t["recommended"]] if t["recommended"].any() else t[t["prefix_caching"]]
+    r = pick.iloc[0]
+    if r["prefix_hit_rate"] != r["prefix_hit_rate"]:
+        return _wrap("prefix cache: simulated from the trace's hash_ids, but no load was served to measure it")
+    pool = r["pool_pages"]
+    return ["", *_wrap(f"prefix cache ({r['setting']}, simulated from the trace's hash_ids at the offered load): "
+                       f"{r['prefix_hit_rate']:.1%} of prompt tokens hit; {r['saved_prefill_tokens']:,.0f} prefill "
+                       f"tokens not computed ({r['hit_pages']:,.0f} pages reused); sharing saves "
+                       f"{r['mean_pages_shared_saved']:,.1f} pages on average; the cache holds "
+                       f"{r['mean_pages_cached']:,.0f} pages no request uses on average (peak "
+                       f"{r['max_pages_cached']:,.0f}, {r['max_pages_cached'] / pool:.0%} of the {pool:,}-page pool; "
+                       f"evicted on demand)")]
 
 
 def _wrap(text: str, indent: str = "") -> list[str]:

@@ -18,6 +18,7 @@ from ..backend import get_xp
 from ..costmodel import describe as _describe_cost, resolve as _resolve_cost
 from ..policies import Policy, create_policy, policy_class
 from ..swap import DEFAULT_COPY_LATENCY_S, swap_model
+from ..prefix_blocks import MOONCAKE_HASH_BLOCK_TOKENS, PrefixModel, block_ids, shared_keys
 from ..reservation import pool_pages as _pool_pages
 from ..specs import GIB, GPUSpec, ModelSpec, gpu as _gpu, model as _model
 from .context import apply_context as _apply_context, merge as _merge_context
@@ -60,7 +61,10 @@ class SimResult:
                 f"{s['tokens_per_s']:.1f} tokens/s, {s['requests_per_s']:.2f} requests/s, "
                 f"TTFT p50 {s['ttft_p50_s']:.3f} s, e2e p50/p99 {s['e2e_p50_s']:.3f}/{s['e2e_p99_s']:.3f} s, "
                 f"{s['preemptions_per_request']:.3f} preemptions/request, "
-                f"KV used {s['mean_kv_used_frac']:.1%} of the pool")
+                f"KV used {s['mean_kv_used_frac']:.1%} of the pool"
+                + (f", prefix cache: {s['prefix_hit_rate']:.1%} of prompt tokens hit, "
+                   f"{s['saved_prefill_tokens']:,.0f} prefill tokens saved, {s['mean_pages_cached']:,.0f} pages "
+                   f"cached and unused on average" if p.get("prefix_caching") else ""))
 
 
 def _workload_columns(workload: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]:
@@ -80,7 +84,8 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
              burst_cv: float = 1.0, cpu_pool_pages: int | None = None, copy_latency_s: float = DEFAULT_COPY_LATENCY_S,
              seed: int = 0, record_iterations: bool = False, engine: str = "fast",
              cost_model: Any = None, max_model_len: int | None = None, stack: str | None = None,
-             **policy_params: Any) -> SimResult:
+             prefix_caching: bool = False, hash_block_tokens: int = MOONCAKE_HASH_BLOCK_TOKENS,
+             prefix_model: PrefixModel | None = None, **policy_params: Any) -> SimResult:
     """Serve ``workload`` under one reservation policy and return per-request and summary figures.
 
     Parameters
@@ -148,6 +153,22 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
         model's context"); the others generate at most ``max_model_len - prompt_tokens`` tokens
         (length-capped when that cuts them); see :mod:`kvlab.sim.context`. Given explicitly, it
         is also passed to a policy that takes ``max_model_len`` (Orca (Max)'s reservation).
+    prefix_caching : bool
+        Simulate a prefix cache (:mod:`kvlab.prefix_cache`: vLLM V1's automatic prefix caching;
+        recompute preemption only). Off by default. Block identities come from the workload's
+        ``hash_ids`` column (Mooncake traces), else from ``prefix_model``, else no block is
+        shared between requests (a preempted request still finds its own); see
+        :mod:`kvlab.prefix_blocks`. Both engines simulate it (the fast engine's compiled loop
+        keeps the same block tables, :mod:`kvlab.sim.fast.prefix`). The result gains
+        ``prefix_hit_tokens`` and ``saved_prefill_tokens`` request columns, ``pages_cached`` and
+        ``pages_shared_saved`` iteration columns, and its summary the prefix figures
+        (:func:`kvlab.sim.metrics.summarize`; zeros when caching is off).
+    hash_block_tokens : int
+        Tokens per block of the ``hash_ids`` (512, the Mooncake traces'); must be a multiple of
+        ``block_size``.
+    prefix_model : PrefixModel, optional
+        The stated prefix model for a workload without ``hash_ids`` (system-prompt length and
+        share); ignored when the workload has ids.
 
     Returns
     -------
@@ -158,20 +179,22 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
                   max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                   preemption_mode=preemption_mode, arrivals=arrivals, qps=qps, burst_cv=burst_cv,
                   cpu_pool_pages=cpu_pool_pages, copy_latency_s=copy_latency_s, seed=seed, engine=engine,
-                  cost_model=cost_model, max_model_len=max_model_len, stack=stack, warn_stacklevel=3,
+                  cost_model=cost_model, max_model_len=max_model_len, stack=stack, prefix_caching=prefix_caching,
+                  hash_block_tokens=hash_block_tokens, prefix_model=prefix_model, warn_stacklevel=3,
                   **policy_params)
-    if engine == "fast":
+    if run.params["engine"] == "fast":
         req_table, it_table = run_fast(prompt_tokens=run.prompt, output_tokens=run.output, arrival_s=run.arrival_s,
                                        request_ids=run.ids, max_new_tokens=run.max_new_tokens, policy=run.policy,
                                        pool=run.pool, scheduler=run.scheduler, swap=run.swap, cost_model=run.cost,
-                                       xp=get_xp())
+                                       xp=get_xp(), blocks=run.blocks)
     else:
         requests = [Request(index=i, prompt_tokens=int(run.prompt[i]), output_tokens=int(run.output[i]),
                             arrival_s=float(run.arrival_s[i]), max_new_tokens=run.max_new_tokens)
                     for i in range(len(run.prompt))]
         done, rows = ReferenceEngine(requests, policy=run.policy, pool=run.pool, scheduler=run.scheduler,
-                                     swap=run.swap, cost_model=run.cost).run()
-        req_table, it_table = request_table(done, run.ids), iteration_table(rows)
+                                     swap=run.swap, cost_model=run.cost, blocks=run.blocks).run()
+        req_table = request_table(done, run.ids, prefix_caching=run.blocks is not None)
+        it_table = iteration_table(rows, prefix_caching=run.blocks is not None)
     return finish(run, req_table, it_table, record_iterations=record_iterations)
 
 
@@ -196,6 +219,9 @@ class PreparedRun:
         Which workload rows the context rejected or cut (for :func:`finish`).
     all_prompt, all_output, all_arrival_s, all_ids : ndarray
         The whole workload's columns (for :func:`finish`).
+    blocks : BlockIds or None
+        The requests' prefix-cache block identities (:mod:`kvlab.prefix_blocks`) when caching is
+        simulated, else ``None``.
     params : dict
         ``SimResult.params`` of the run.
     """
@@ -215,6 +241,7 @@ class PreparedRun:
     all_output: np.ndarray
     all_arrival_s: np.ndarray
     all_ids: np.ndarray
+    blocks: Any
     params: dict[str, Any]
 
 
@@ -225,7 +252,9 @@ def prepare(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: str
             preemption_mode: str = "recompute", arrivals: str = "auto", qps: float | None = None,
             burst_cv: float = 1.0, cpu_pool_pages: int | None = None, copy_latency_s: float = DEFAULT_COPY_LATENCY_S,
             seed: int = 0, engine: str = "fast", cost_model: Any = None, max_model_len: int | None = None,
-            stack: str | None = None, warn_stacklevel: int = 2, **policy_params: Any) -> PreparedRun:
+            stack: str | None = None, prefix_caching: bool = False,
+            hash_block_tokens: int = MOONCAKE_HASH_BLOCK_TOKENS, prefix_model: PrefixModel | None = None,
+            warn_stacklevel: int = 2, **policy_params: Any) -> PreparedRun:
     """Check and resolve :func:`simulate`'s arguments (the same ones) without running an engine."""
     all_prompt, all_output, trace_arrival, all_ids = _workload_columns(workload)
     m, g = _model(model), _gpu(gpu)
@@ -276,17 +305,29 @@ def prepare(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: str
     pol.bind(output_tokens=output, max_new_tokens=max_new_tokens, block_size=block_size, num_pages=num_pages,
              seed=seed)
     pool = PoolConfig(num_pages=num_pages, block_size=block_size)
+    blocks, prefix_source = None, "off"
+    if not isinstance(prefix_caching, bool):
+        raise ValueError(f"prefix_caching must be True or False, got {prefix_caching!r}")
+    if prefix_caching:
+        if mode != PreemptionMode.RECOMPUTE:
+            raise ValueError(f"prefix caching preempts by recompute only (vLLM V1), not preemption_mode={mode.value!r}")
+        keys, prefix_source = shared_keys(workload, block_size=block_size, hash_block_tokens=hash_block_tokens,
+                                          model=prefix_model)
+        target = np.minimum(output, max_new_tokens)
+        kept_keys = [k for k, keep in zip(keys, kept) if keep]
+        blocks = block_ids(kept_keys, -(-(prompt + target) // block_size))
     params = {"policy": pol.name, "max_new_tokens": max_new_tokens, "block_size": block_size,
               "pool_pages": num_pages, "scheduler": kind.value, "max_num_seqs": sched.max_num_seqs,
               "max_num_batched_tokens": max_num_batched_tokens, "preemption_mode": mode.value,
               "cpu_pool_pages": swap.cpu_pool_pages, "page_copy_s": swap.page_copy_s, "model": m.name,
               "gpu": g.name, "tp": tp, "engine": engine, "cost_model": _describe_cost(cost),
               "stack": _stack_name(cost_model, stack),
-              "max_model_len": context.max_model_len}
+              "max_model_len": context.max_model_len, "prefix_caching": bool(prefix_caching),
+              "prefix_blocks": prefix_source}
     return PreparedRun(prompt=prompt, output=output, arrival_s=arrival_s, ids=ids, max_new_tokens=max_new_tokens,
                        policy=pol, pool=pool, scheduler=sched, swap=swap, cost=cost, context=context,
                        all_prompt=all_prompt, all_output=all_output, all_arrival_s=all_arrival_s, all_ids=all_ids,
-                       params=params)
+                       blocks=blocks, params=params)
 
 
 def finish(run: PreparedRun, req_table: pd.DataFrame, it_table: pd.DataFrame, *,

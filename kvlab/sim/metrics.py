@@ -1,20 +1,24 @@
 """Tables and summary figures of a finished simulation."""
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
 from .context import CONTEXT_REJECT_REASON
-from .reference import ITERATION_COLUMNS
+from .reference import ITERATION_COLUMNS, PREFIX_ITERATION_COLUMNS
 from .request import FINISH_REASON, Request, RequestStatus
 
 PERCENTILES = (50, 90, 99)
 
 
-def request_table(requests: list[Request], request_ids: np.ndarray) -> pd.DataFrame:
+def request_table(requests: list[Request], request_ids: np.ndarray, *, prefix_caching: bool = False) -> pd.DataFrame:
     """One row per request: timings (seconds), iteration indices, tokens, pages, outcome.
 
-    Iteration indices are -1 where the event never happened; times are NaN there.
+    Iteration indices are -1 where the event never happened; times are NaN there. Under prefix
+    caching two more columns: ``prefix_hit_tokens`` (its hit at first admission) and
+    ``saved_prefill_tokens`` (its hits over all admissions), in tokens.
     """
     rows = []
     for r in requests:
@@ -35,12 +39,17 @@ def request_table(requests: list[Request], request_ids: np.ndarray) -> pd.DataFr
     table.insert(table.columns.get_loc("mean_tbt_s"), "e2e_s", table["finish_s"] - table["arrival_s"])
     aborted = table["outcome"] == RequestStatus.FINISHED_ABORTED.name.lower()
     table.loc[aborted, "e2e_s"] = np.nan
+    if prefix_caching:
+        table["prefix_hit_tokens"] = np.array([r.prefix_hit_tokens for r in requests], dtype=np.int64)
+        table["saved_prefill_tokens"] = np.array([r.saved_prefill_tokens for r in requests], dtype=np.int64)
     return table
 
 
-def iteration_table(rows: list[tuple]) -> pd.DataFrame:
-    """One row per iteration (times in seconds, counts in requests, tokens and pages)."""
-    return pd.DataFrame(rows, columns=list(ITERATION_COLUMNS))
+def iteration_table(rows: list[tuple], *, prefix_caching: bool = False) -> pd.DataFrame:
+    """One row per iteration (times in seconds, counts in requests, tokens and pages); under prefix
+    caching with :data:`kvlab.sim.reference.PREFIX_ITERATION_COLUMNS` too."""
+    cols = list(ITERATION_COLUMNS) + (list(PREFIX_ITERATION_COLUMNS) if prefix_caching else [])
+    return pd.DataFrame(rows, columns=cols)
 
 
 def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, num_pages: int) -> dict[str, float]:
@@ -60,7 +69,13 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, num_pages: in
     * ``preemptions_per_request``, ``preempted_request_frac``;
     * ``mean_kv_used_frac``, ``mean_kv_reserved_frac``: time-weighted shares of the pool held
       / promised; ``reserved_unused_page_s``: promised-but-empty pages x seconds;
-    * ``max_running``, ``mean_batch_size`` (time-weighted), ``num_iterations``.
+    * ``max_running``, ``mean_batch_size`` (time-weighted), ``num_iterations``;
+    * prefix caching (0 when it is off): ``prefix_hit_rate`` (tokens hit at first admission /
+      prompt tokens of the requests admitted), ``saved_prefill_tokens`` (hit tokens over all
+      admissions: prefill not computed), ``mean_pages_cached`` / ``max_pages_cached``
+      (time-weighted mean and peak of the pages no request holds that keep a cached block),
+      ``mean_pages_shared_saved`` / ``max_pages_shared_saved`` (pages sharing saves: block-table
+      entries minus distinct pages in use).
     """
     done = (requests["outcome"] != RequestStatus.FINISHED_ABORTED.name.lower()).to_numpy()  # completed (mask)
     num_done = int(done.sum())
@@ -107,6 +122,22 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, num_pages: in
         "mean_batch_size": tw(iterations["batch_size"]),
         "num_iterations": float(len(iterations)),
     })
+    out.update(_prefix_figures(requests, iterations, tw))
+    return out
+
+
+def _prefix_figures(requests: pd.DataFrame, iterations: pd.DataFrame, tw: Any) -> dict[str, float]:
+    """The prefix cache's summary figures (see :func:`summarize`); zeros when it was off."""
+    if "prefix_hit_tokens" not in requests.columns:
+        return {"prefix_hit_rate": 0.0, "saved_prefill_tokens": 0.0, "mean_pages_cached": 0.0,
+                "max_pages_cached": 0.0, "mean_pages_shared_saved": 0.0, "max_pages_shared_saved": 0.0}
+    admitted = (requests["admitted_iter"] >= 0).to_numpy()
+    prompt = float(requests["prompt_tokens"].to_numpy()[admitted].sum())
+    out = {"prefix_hit_rate": float(requests["prefix_hit_tokens"].sum()) / prompt if prompt else 0.0,
+           "saved_prefill_tokens": float(requests["saved_prefill_tokens"].sum())}
+    for col in ("pages_cached", "pages_shared_saved"):
+        out[f"mean_{col}"] = tw(iterations[col]) if len(iterations) else 0.0
+        out[f"max_{col}"] = float(iterations[col].max()) if len(iterations) else 0.0
     return out
 
 

@@ -39,6 +39,17 @@ NOTE (the model; a fast engine must reproduce every integer below exactly)
   never idles with work queued). A request that does not fit an empty pool is aborted
   ("exceeds_pool"); under prefill_first, one whose prefill exceeds ``max_num_batched_tokens`` is
   aborted ("exceeds_token_budget").
+* Prefix caching (only when the engine is given block ids; :mod:`kvlab.prefix_cache` states the
+  pool's rules): at (re)admission a request's hit is its longest cached prefix of full blocks,
+  at most ``(prompt + generated - 1) // block_size`` blocks; it starts with those pages in its
+  block table and ``computed_tokens`` = hit blocks x ``block_size`` (its prefill skips them).
+  Admission asks the policy with ``free_pages`` = unpromised pages + the hit pages other
+  requests already hold (they cost nothing more); under prefill_first the whole-prefill checks
+  use the tokens left after the hit. A scheduled chunk enters the blocks it fills in the cache.
+  Finished, preempted and aborted requests release their pages (the cached ones stay cached,
+  evictable, least recently freed first). Preemption is recompute only. The hit at a request's
+  first admission is its ``prefix_hit_tokens``; the hits of all its admissions add up to its
+  ``saved_prefill_tokens``.
 * All scheduling decisions compare integers; the only float comparison is arrival visibility.
   Every iteration must compute a token or abort a request, or else preempt one right after an
   iteration that did; otherwise ``RuntimeError`` is raised with the state (no livelock).
@@ -53,6 +64,7 @@ import numpy as np
 from .._intmath import ceil_div
 from ..costmodel import CostModel, prefill_attention_pairs
 from ..paged import BlockPool
+from ..prefix_cache import BlockIds, PrefixPool
 from ..policies import Policy, Requests
 from .config import PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind, SwapConfig
 from .request import Request, RequestStatus
@@ -81,17 +93,25 @@ class _Step:
 ITERATION_COLUMNS = ("iteration", "start_s", "duration_s", "batch_size", "prefill_tokens", "decode_tokens",
                      "num_running", "num_waiting", "num_swapped", "num_preempted", "pages_used",
                      "pages_reserved", "pages_free", "pages_swapped", "swap_pages_moved")
+#: Iteration columns added under prefix caching (pages, counted when ``pages_used`` is):
+#: pages no request holds that keep a cached block, and pages sharing saves (block-table entries
+#: minus distinct pages in use).
+PREFIX_ITERATION_COLUMNS = ("pages_cached", "pages_shared_saved")
 
 
 class ReferenceEngine:
     """Runs one simulation; :meth:`run` returns the requests and the per-iteration rows."""
 
     def __init__(self, requests: list[Request], *, policy: Policy, pool: PoolConfig, scheduler: SchedulerConfig,
-                 swap: SwapConfig, cost_model: CostModel) -> None:
+                 swap: SwapConfig, cost_model: CostModel, blocks: BlockIds | None = None) -> None:
         self.requests = requests
         self.policy, self.cfg, self.swap_cfg, self.cost = policy, scheduler, swap, cost_model
         self.block_size = pool.block_size
-        self.pool = BlockPool(num_pages=pool.num_pages, num_owners=len(requests), xp=np)
+        self.caching = blocks is not None
+        if self.caching and scheduler.preemption_mode != PreemptionMode.RECOMPUTE:
+            raise ValueError(f"prefix caching preempts by recompute only, not {scheduler.preemption_mode.value!r}")
+        self.pool: BlockPool | PrefixPool = (PrefixPool(num_pages=pool.num_pages, blocks=blocks) if self.caching
+                                             else BlockPool(num_pages=pool.num_pages, num_owners=len(requests), xp=np))
         order = sorted(requests, key=lambda r: (r.arrival_s, r.index))
         self.pending: deque[Request] = deque(order)
         self.waiting: deque[Request] = deque()
@@ -172,16 +192,19 @@ class ReferenceEngine:
                 self.waiting.popleft()
                 self._abort(req, "exceeds_pool", step, preempted=False)
                 continue
-            if whole and req.remaining_tokens > self.cfg.max_num_batched_tokens:
+            hit, shared = self._match(req)
+            if whole and req.remaining_tokens - hit * self.block_size > self.cfg.max_num_batched_tokens:
                 self.waiting.popleft()
                 self._abort(req, "exceeds_token_budget", step, preempted=False)
                 continue
-            if whole and req.remaining_tokens > step.budget_tokens:
+            if whole and req.remaining_tokens - hit * self.block_size > step.budget_tokens:
                 break
-            if self.running and not self._can_admit(req):
+            if self.running and not self._can_admit(req, shared):
                 break
             self.waiting.popleft()
             req.admit(iteration=step.k, seq=self._next_seq(), start_s=step.start_s)
+            if hit:
+                self._take_hits(req, hit)
             self._reserve(req)
             self.running.append(req)
             self._allocate(req, min(req.remaining_tokens, step.budget_tokens), step)
@@ -208,9 +231,23 @@ class ReferenceEngine:
         return True
 
     # ------------------------------------------------------------------ asking the policy
-    def _can_admit(self, req: Request) -> bool:
+    def _can_admit(self, req: Request, shared_pages: int = 0) -> bool:
         running = None if self.policy.admits_on_own_pages else self._batch(self.running)
-        return bool(self.policy.can_admit(req.view(), free_pages=self.pool.num_uncommitted_pages, running=running))
+        free = self.pool.num_uncommitted_pages + shared_pages
+        return bool(self.policy.can_admit(req.view(), free_pages=free, running=running))
+
+    def _match(self, req: Request) -> tuple[int, int]:
+        """``req``'s prefix-cache hit if admitted now: (blocks, of them pages others hold); (0, 0) without caching."""
+        if not self.caching:
+            return 0, 0
+        return self.pool.match(req.index, (req.prompt_tokens + req.generated_tokens - 1) // self.block_size)
+
+    def _take_hits(self, req: Request, blocks: int) -> None:
+        self.pool.take_hits(req.index, blocks)
+        req.computed_tokens = blocks * self.block_size
+        req.saved_prefill_tokens += req.computed_tokens
+        if req.num_preemptions == 0:
+            req.prefix_hit_tokens = req.computed_tokens
 
     @staticmethod
     def _batch(reqs: list[Request]) -> Requests:
@@ -237,6 +274,8 @@ class ReferenceEngine:
         extra = self._pages(req.computed_tokens + chunk) - self.pool.used_pages(req.index)
         if extra > 0:
             self.pool.allocate([req.index], [extra])
+        if self.caching:
+            self.pool.cache_blocks(req.index, (req.computed_tokens + chunk) // self.block_size)
         used = self.pool.used_pages(req.index)
         req.max_used_pages = max(req.max_used_pages, used)
         req.max_reserved_pages = max(req.max_reserved_pages, self.pool.reserved_pages(req.index))
@@ -282,6 +321,7 @@ class ReferenceEngine:
         end_s = step.start_s + duration_s
         decode_tokens = sum(1 for r in step.chunks if r.is_decoding)
         pages_used, pages_reserved = self.pool.num_used_pages, self.pool.num_committed_pages
+        cache_cols = ((self.pool.num_cached_free_pages, self.pool.num_shared_saved_pages) if self.caching else ())
         for req, chunk in step.chunks.items():
             if req.compute(chunk, iteration=step.k, end_s=end_s):
                 self.running.remove(req)
@@ -289,7 +329,7 @@ class ReferenceEngine:
         self.rows.append((step.k, step.start_s, duration_s, len(step.chunks), num_tokens - decode_tokens,
                           decode_tokens, len(self.running), len(self.waiting), len(self.swapped),
                           step.num_preempted, pages_used, pages_reserved, self.pool.num_pages - pages_reserved,
-                          self.cpu_pages_used, step.swap_pages))
+                          self.cpu_pages_used, step.swap_pages, *cache_cols))
         self.idle_before = not step.chunks and not step.num_aborted
         self.now_s = end_s
         self.k += 1

@@ -59,6 +59,8 @@ class Request:
         self.num_swaps = 0
         self.max_reserved_pages = 0
         self.max_used_pages = 0
+        self.prefix_hit_tokens = 0  # prefix-cache hit at its first admission (tokens)
+        self.saved_prefill_tokens = 0  # prefix-cache hits of all its admissions (tokens not computed)
         self.abort_reason = ""
         self.first_token_s = math.nan
         self.last_token_s = math.nan

@@ -64,6 +64,9 @@ class Setting:
     output_cap_tokens : int, optional
         A server-side output cap below the trace's (tokens; it truncates longer outputs);
         None keeps the trace's cap.
+    prefix_caching : bool
+        The server runs its prefix cache (simulated by :mod:`kvlab.prefix_cache` where the trace
+        carries block identities; see :func:`kvlab.recommend.core.serving_config`).
     flags : dict
         The system's own option -> value for this setting, as printed (before the context clamp).
     """
@@ -84,6 +87,7 @@ class Setting:
     host_pool_gib: float | None = None
     overflow_kind: str = ""
     output_cap_tokens: int | None = None
+    prefix_caching: bool = False
     flags: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -207,8 +211,11 @@ class ServerProfile:
     sources : tuple of str
         Release and source file each fact was read from.
     overflow, prefix_cache, host_offload : str
-        What the server does with a request the pool cannot hold; its prefix cache (kvlab does
-        not simulate prefix caching yet); its host KV tier ("" when it has none).
+        What the server does with a request the pool cannot hold; its prefix cache in words;
+        its host KV tier ("" when it has none).
+    prefix_caching : bool
+        Whether the release runs its prefix cache by default (every setting of the profile
+        inherits it; :attr:`Setting.prefix_caching`).
     block_sizes : tuple of int or None
         ``--block-size`` values the release accepts (None: the system has no such flag).
     kv_cache_dtypes : dict
@@ -234,6 +241,7 @@ class ServerProfile:
     sources: tuple[str, ...] = ()
     overflow: str = ""
     prefix_cache: str = ""
+    prefix_caching: bool = False
     host_offload: str = ""
     block_sizes: tuple[int, ...] | None = None
     kv_cache_dtypes: Mapping[str, str] = {"auto": "auto"}
@@ -279,7 +287,7 @@ class ServerProfile:
     def base(self, **fields: Any) -> Setting:
         """The default :class:`Setting` of this family with ``fields``."""
         return Setting(**{"system": self.system, "family": self.key, "version": self.family, "label": "default",
-                          "knob": "default", **fields})
+                          "knob": "default", "prefix_caching": self.prefix_caching, **fields})
 
     def check_block_size(self, block_size: int) -> int:
         """``block_size`` if this release accepts it as ``--block-size``, else ``ValueError``."""

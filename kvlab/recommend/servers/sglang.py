@@ -58,7 +58,10 @@ class SGLang(ServerProfile):
     sources = ("sgl-project/sglang python/sglang/srt/server_args.py (_handle_gpu_memory_settings, ServerArgs)",
                "sgl-project/sglang python/sglang/srt/model_executor/model_runner.py (max_num_reqs)")
     overflow = "retract (recompute) when decoding runs out of pages"
-    prefix_cache = "radix cache on by default (--disable-radix-cache turns it off); kvlab does not credit its hits yet"
+    prefix_cache = ("radix cache on by default (--disable-radix-cache turns it off); simulated "
+                    "(kvlab.prefix_cache) when the trace carries block ids (hash_ids), at kvlab's block size "
+                    "(SGLang matches tokens, page_size 1)")
+    prefix_caching = True
     host_offload = ("--enable-hierarchical-cache --hicache-ratio R (host pool R x the device pool; priced as a swap "
                     "over the host link)")
     kv_knobs = ("mem_fraction_static", "kv_cache_dtype", "hierarchical_cache", "schedule_conservativeness")

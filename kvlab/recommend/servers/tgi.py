@@ -72,7 +72,9 @@ class TGI(ServerProfile):
                "v3.3.7 server/text_generation_server/models/globals.py (TGI_WIGGLE_ROOM)",
                "v3.3.7 backends/v3/src/backend.rs (max_batch_size ignored with chunking)")
     overflow = "re-queue (recompute) a request that outgrows its reservation"
-    prefix_cache = "on by default with flashinfer / flashdecoding attention; kvlab does not credit its hits yet"
+    prefix_cache = ("on by default with flashinfer / flashdecoding attention; simulated (kvlab.prefix_cache) "
+                    "when the trace carries block ids (hash_ids)")
+    prefix_caching = True
     host_offload = ""
     kv_knobs = ("kv_cache_dtype",)
     kv_cache_dtypes = {"auto": "auto", "fp8": "fp8_e4m3fn"}

@@ -51,7 +51,9 @@ class TensorRTLLM(ServerProfile):
     sources = ("NVIDIA/TensorRT-LLM tensorrt_llm/commands/serve.py (CLI, get_llm_args)",
                "NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py (KvCacheConfig, SchedulerConfig)")
     overflow = "none under GUARANTEED_NO_EVICT (reserves prompt + max_tokens); MAX_UTILIZATION pauses and recomputes"
-    prefix_cache = "KV block reuse on by default (kv_cache_config.enable_block_reuse); kvlab does not credit it yet"
+    prefix_cache = ("KV block reuse on by default (kv_cache_config.enable_block_reuse); simulated "
+                    "(kvlab.prefix_cache) when the trace carries block ids (hash_ids)")
+    prefix_caching = True
     host_offload = ("kv_cache_config.host_cache_size keeps evicted reusable blocks on the host (block reuse only; "
                     "not offered until kvlab simulates reuse)")
     kv_knobs = ("kv_cache_free_gpu_memory_fraction", "kv_cache_dtype", "capacity_scheduler_policy", "max_tokens")

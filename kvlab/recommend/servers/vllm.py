@@ -22,6 +22,11 @@ not available to read):
 - V1 always runs chunked prefill (``_set_default_chunked_prefill_and_prefix_caching_args``);
   ``--preemption-mode`` and ``--swap-space`` are gone: a preempted request is recomputed, its
   full blocks kept in the prefix cache for its return.
+- Prefix caching (``vllm/v1/core/kv_cache_manager.py``, ``block_pool.py``, commit 003df296 of
+  ``main``): on by default (``CacheConfig.enable_prefix_caching`` True); a hit is the longest
+  cached run of full blocks, capped at ``num_tokens - 1`` tokens; blocks are cached when
+  scheduled and freed tail first into an LRU free queue. kvlab simulates it with
+  :mod:`kvlab.prefix_cache` when the trace carries block identities.
 """
 from __future__ import annotations
 
@@ -42,7 +47,8 @@ class VLLM(ServerProfile):
     sources = ("vllm-project/vllm vllm/engine/arg_utils.py (get_batch_defaults)",
                "vllm-project/vllm vllm/config/cache.py (CacheConfig, commit 002f10e0; BlockSize of v0.11)")
     overflow = "recompute (V1 has no swap; a preempted request's full blocks stay in the prefix cache)"
-    prefix_cache = "on by default (--enable-prefix-caching); kvlab does not credit its hits yet"
+    prefix_cache = "on by default (--enable-prefix-caching); simulated (kvlab.prefix_cache) when the trace carries block ids (hash_ids)"
+    prefix_caching = True
     host_offload = "--kv-offloading-size GiB (native CPU offload; priced as a swap over the host link)"
     block_sizes = (1, 8, 16, 32, 64, 128, 256)
     kv_knobs = ("gpu_memory_utilization", "kv_cache_dtype", "kv_offloading_size")

@@ -64,6 +64,8 @@ stats = BatchStats()
 def why_not(run: PreparedRun) -> str | None:
     """Why the batched engine cannot run ``run`` (a reason to show), or ``None`` when it can."""
     pol = run.policy
+    if run.blocks is not None:
+        return "prefix caching (the batched engine has no prefix cache)"
     if run.scheduler.kind != SchedulerKind.CHUNKED:
         return f"scheduler {run.scheduler.kind.value} (the batched engine runs the chunked scheduler)"
     if run.scheduler.preemption_mode == PreemptionMode.SWAP:

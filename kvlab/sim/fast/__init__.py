@@ -14,8 +14,9 @@ speed up; the backend's array module (``kvlab.backend``: CuPy, or the strict sta
 rules) is where the policy's array rules are asked, once for all requests and again after a
 preemption.
 
-Modules: :mod:`.loop` (the compiled loop), :mod:`.compiled` (its arrays and the answers to its
-questions), :mod:`.tables` (the result tables), :mod:`.state` (status codes, the livelock error).
+Modules: :mod:`.loop` (the compiled loop), :mod:`.prefix` (the prefix cache's pool rules,
+compiled), :mod:`.compiled` (its arrays and the answers to its questions), :mod:`.tables` (the
+result tables), :mod:`.state` (status codes, the livelock error).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import pandas as pd
 
 from ...costmodel import CostModel
 from ...policies import Policy
+from ...prefix_cache import BlockIds
 from ..config import PoolConfig, SchedulerConfig, SwapConfig
 from ..request import RequestStatus
 from .compiled import run_compiled, why_not
@@ -35,16 +37,18 @@ __all__ = ["run_compiled", "run_fast", "why_not"]
 
 def run_fast(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arrival_s: np.ndarray, request_ids: np.ndarray,
              max_new_tokens: int, policy: Policy, pool: PoolConfig, scheduler: SchedulerConfig, swap: SwapConfig,
-             cost_model: CostModel, xp: ModuleType = np) -> tuple[pd.DataFrame, pd.DataFrame]:
+             cost_model: CostModel, xp: ModuleType = np,
+             blocks: BlockIds | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Simulate with the compiled loop; return the request table and the iteration table.
 
     The tables are those of :func:`kvlab.sim.metrics.request_table` and
-    :func:`kvlab.sim.metrics.iteration_table` for the reference engine, column for column.
+    :func:`kvlab.sim.metrics.iteration_table` for the reference engine, column for column
+    (with the prefix-cache columns when ``blocks`` are given: a prefix cache is simulated).
     """
     requests, iterations = run_compiled(
         prompt_tokens=prompt_tokens, output_tokens=output_tokens, arrival_s=arrival_s,
         max_new_tokens=max_new_tokens, policy=policy, pool=pool, scheduler=scheduler, swap=swap,
-        cost_model=cost_model, xp=xp)
+        cost_model=cost_model, xp=xp, blocks=blocks)
     requests.insert(0, "request_id", request_ids)
     at = requests.columns.get_loc("mean_tbt_s")
     requests.insert(at, "ttft_s", requests["first_token_s"] - requests["arrival_s"])

@@ -28,11 +28,12 @@ from ..._intmath import ceil_div
 from ...backend import to_numpy
 from ...costmodel import CostModel
 from ...policies import Policy, Requests
+from ...prefix_cache import BlockIds
 from ..config import PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind, SwapConfig
 from .state import WAITING, no_progress
-from .tables import STATE_COLUMNS, iteration_frame, request_columns
+from .tables import PREFIX_STATE_COLUMNS, STATE_COLUMNS, iteration_frame, request_columns
 
-#: Iteration rows the buffer first holds per request (13 ints and 2 floats each; it doubles when
+#: Iteration rows the buffer first holds per request (15 ints and 2 floats each; it doubles when
 #: full, and pages of it that are never written cost no memory).
 ROWS_PER_REQUEST = 16
 MIN_ROWS = 1 << 12
@@ -58,8 +59,8 @@ def why_not(policy: Policy, cost_model: CostModel) -> str | None:
 
 
 def _config(policy: Policy, cost_model: CostModel, pool: PoolConfig, scheduler: SchedulerConfig,
-            swap: SwapConfig) -> tuple[np.ndarray, int, np.ndarray]:
-    """The loop's configuration vector, cost-model kind and constants."""
+            swap: SwapConfig, caching: bool = False) -> tuple[np.ndarray, int, np.ndarray]:
+    """The loop's configuration vector, cost-model kind and constants (``caching``: a prefix cache)."""
     from ...costmodel.compiled import constants
     from . import loop as lp
 
@@ -77,7 +78,8 @@ def _config(policy: Policy, cost_model: CostModel, pool: PoolConfig, scheduler: 
     consts = tuple(form.constants) + (0, 1, 1, 0, 1)[len(form.constants):]
     C = np.array([bs, pool.num_pages, scheduler.max_num_batched_tokens, scheduler.max_num_seqs,
                   scheduler.kind == SchedulerKind.PREFILL_FIRST, policy.on_demand, mode, swap.cpu_pool_pages, shift,
-                  admission, victim, state, policy.orders_queue, policy.max_new_tokens, *consts[:5]], dtype=np.int64)
+                  admission, victim, state, policy.orders_queue, policy.max_new_tokens, *consts[:5], caching],
+                 dtype=np.int64)
     compiled_cost = constants(cost_model) if forms else None
     kind, params = compiled_cost if compiled_cost is not None else (lp.COST_ASK, np.zeros(1))
     return C, kind, params
@@ -169,7 +171,7 @@ def _request_state(prompt: np.ndarray, output: np.ndarray, max_new_tokens: int) 
 
 
 def _tables(Q: np.ndarray, T: np.ndarray, E: np.ndarray, R: np.ndarray, RT: np.ndarray, num_rows: int,
-            arrival_s: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
+            arrival_s: np.ndarray, caching: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
     from . import loop as lp
 
     state = {name: E[:, col] for name, col in (("admitted_iter", lp.ADM_ITER), ("first_token_iter", lp.FT_ITER),
@@ -180,16 +182,24 @@ def _tables(Q: np.ndarray, T: np.ndarray, E: np.ndarray, R: np.ndarray, RT: np.n
     state.update({name: Q[:, col] for name, col in (
         ("prompt", lp.PROMPT), ("output", lp.OUTPUT), ("gen", lp.GEN), ("num_preemptions", lp.NPRE),
         ("num_swaps", lp.NSWAP), ("max_res", lp.MAX_RES), ("max_used", lp.MAX_USED), ("status", lp.STATUS),
-        ("abort_code", lp.ABORT))})
-    return request_columns({name: np.ascontiguousarray(state[name]) for name in STATE_COLUMNS}, arrival_s), \
-        iteration_frame(R[:, :num_rows], RT[:, :num_rows])
+        ("abort_code", lp.ABORT), ("prefix_hit", lp.HIT), ("saved_prefill", lp.SAVED))})
+    names = STATE_COLUMNS + (PREFIX_STATE_COLUMNS if caching else ())
+    ints = R[:lp.NUM_ROW_INTS if caching else lp.R_CACHED, :num_rows]
+    return request_columns({name: np.ascontiguousarray(state[name]) for name in names}, arrival_s), \
+        iteration_frame(ints, RT[:, :num_rows])
 
 
 def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arrival_s: np.ndarray,
                  max_new_tokens: int, policy: Policy, pool: PoolConfig, scheduler: SchedulerConfig, swap: SwapConfig,
-                 cost_model: CostModel, xp: ModuleType = np) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Simulate with the compiled loop; the reference engine's tables (the policy asked on ``xp``)."""
+                 cost_model: CostModel, xp: ModuleType = np,
+                 blocks: BlockIds | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Simulate with the compiled loop; the reference engine's tables (the policy asked on ``xp``).
+
+    ``blocks``: the requests' prefix-cache block ids (:mod:`kvlab.prefix_blocks`) to simulate a
+    prefix cache (:mod:`kvlab.prefix_cache`; recompute preemption only), else ``None``.
+    """
     from . import loop as lp
+    from .prefix import pool_arrays  # with the loop: importing Numba waits for the first run
 
     prompt, output = (np.ascontiguousarray(a, dtype=np.int64) for a in (prompt_tokens, output_tokens))
     n, arrival_h = prompt.shape[0], np.asarray(arrival_s, dtype=np.float64)
@@ -199,7 +209,11 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
     run = np.zeros(cap, dtype=np.int64)
     asker = _Asker(policy, cost_model, Q, run, xp)
     asker.ask_facts(np.arange(n, dtype=np.int64))
-    C, cost_kind, cost_params = _config(policy, cost_model, pool, scheduler, swap)
+    caching = blocks is not None
+    if caching and scheduler.preemption_mode != PreemptionMode.RECOMPUTE:
+        raise ValueError(f"prefix caching preempts by recompute only, not {scheduler.preemption_mode.value!r}")
+    C, cost_kind, cost_params = _config(policy, cost_model, pool, scheduler, swap, caching)
+    prefix_pool = pool_arrays(blocks, pool.num_pages, n)
     S, F = np.zeros(lp.NUM_INT_STATE, dtype=np.int64), np.zeros(lp.NUM_FLOAT_STATE)
     S[lp.STATE0], S[lp.STATE1] = policy.compiled_state()
     queues = [np.zeros(max(n, 1), dtype=np.int64) for _ in range(2)]  # waiting (ring or heap), swapped (ring)
@@ -212,7 +226,7 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
         if S[lp.NROWS] == R.shape[1]:  # full: double it
             R, RT = (np.concatenate([a, np.zeros_like(a)], axis=1) for a in (R, RT))
         event = lp.run_loop(S, F, C, swap.page_copy_s, cost_kind, cost_params, Q, asker.facts, T, E, order,
-                            arrival_sorted, *queues, run, *scratch, R, RT)
+                            arrival_sorted, *queues, run, *scratch, R, RT, *prefix_pool)
         if compile_start is not None:
             print(f"kvlab: compiled the simulator's loop in {time.perf_counter() - compile_start:.0f} s",
                   file=sys.stderr, flush=True)
@@ -229,4 +243,4 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
         elif event != lp.ROWS_FULL:
             asker.answer(event, S, F)
     policy.load_compiled_state((int(S[lp.STATE0]), int(S[lp.STATE1])))
-    return _tables(Q, T, E, R, RT, int(S[lp.NROWS]), arrival_h)
+    return _tables(Q, T, E, R, RT, int(S[lp.NROWS]), arrival_h, caching)

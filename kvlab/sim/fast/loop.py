@@ -15,7 +15,16 @@ question in ``S`` (``ASK_R``, ``ASK_FREE``, ``ASK_TOKENS`` ...), and resumes whe
 once Python has put the answer in ``S[ANSWER]`` (``F[ANSWER_S]`` for a duration) and set
 ``S[HAS_ANSWER]``. Every scalar of the loop's state lives in ``S`` and ``F``, and a phase
 reaches its question again on resuming before it changes anything, so a hand-back can happen in
-the middle of an iteration. Events:
+the middle of an iteration.
+
+Under prefix caching (``C[CACHING]``) the pool's page arrays of :mod:`kvlab.prefix_cache` come
+in too (``pg``, ``page_of``, ``blk``, ``rb``; the rules compiled in :mod:`.prefix`): admission
+matches and takes a request's hit, a chunk's new pages come from the free queue's head (evicting)
+and its full blocks enter the cache, and a release walks the block table. ``S[USED_PAGES]`` then
+counts distinct pages in use, ``S[TABLE]`` block-table entries and ``S[CACHED_FREE]`` unreferenced
+pages that keep a block; ``S[COMMITTED]`` is pages in use plus every request's reservation beyond
+its table, as the specification's. Without caching the same counters reduce to the per-request
+sums. Events:
 
 * ``DONE``: every request has finished; ``ROWS_FULL``: the row buffer is full (handed back
   doubled); ``NO_PROGRESS``: the iteration at ``S[K]`` computes nothing (the reference's error);
@@ -35,6 +44,7 @@ import numpy as np
 
 from ..._intmath import ceil_div
 from ...costmodel.compiled import iteration_s
+from . import prefix as px
 from .state import ABORT_REASONS, ABORTED, CAPPED, PREEMPTED, RUNNING, STOPPED, SWAPPED
 
 _jit = njit(nogil=True, inline="always")
@@ -43,24 +53,25 @@ _ceil_div = _jit(ceil_div)  # kvlab's one ceiling division, compiled
 # ---- scalar state: S (int64) and F (float64) slots
 (K, ARRIVED, COMMITTED, USED_PAGES, CPU_USED, IDLE, NROWS, WQ_HEAD, WQ_LEN, SW_HEAD, SW_LEN, NRUN, NSTALE,
  NLIMBO, STAGE, BUDGET, NSCHED, NPREEMPTED, SWAP_PAGES, NABORTED, CURSOR, NUM_DEC, NUM_OTHER, CUR_R, CUR_CHUNK,
- HAS_ANSWER, ANSWER, ASK_R, ASK_FREE, ASK_TOKENS, ASK_PAIRS, ASK_KV, STATE0, STATE1) = range(34)
-NUM_INT_STATE = 34
+ HAS_ANSWER, ANSWER, ASK_R, ASK_FREE, ASK_TOKENS, ASK_PAIRS, ASK_KV, STATE0, STATE1, TABLE, CACHED_FREE) = range(36)
+NUM_INT_STATE = 36  # under prefix caching USED_PAGES counts distinct pages, TABLE block-table entries
 NOW, START, ANSWER_S = 0, 1, 2
 NUM_FLOAT_STATE = 3
 # ---- stages of an iteration (S[STAGE])
 BETWEEN, WHOLE, RUNNING_PHASE, SWAPPED_PHASE, CHUNKED, END_SCHEDULE, EXECUTE = range(7)
 # ---- configuration: C (int64)
 BLOCK_SIZE, NUM_PAGES, MNBT, MAX_SEQS, PREFILL_FIRST, ON_DEMAND, MODE, CPU_POOL, SHIFT, ADMISSION, VICTIM, \
-    STATE_RULE, ORDERED, MAX_NEW, CLIP, FLOOR_NUM, FLOOR_DEN, STEP_NUM, STEP_DEN = range(19)
-NUM_CONFIG = 19
+    STATE_RULE, ORDERED, MAX_NEW, CLIP, FLOOR_NUM, FLOOR_DEN, STEP_NUM, STEP_DEN, CACHING = range(20)
+NUM_CONFIG = 20
 MODE_RECOMPUTE, MODE_SWAP, MODE_REJECT = 0, 1, 2
 # compiled forms of the policy's rules (ASK: hand the question back to Python)
 ASK, OWN_PAGES, FUTURE_CHARGE, NEWEST, NO_STATE, RATIO_DECAY = 0, 1, 2, 3, 4, 5
 COST_ASK = -1  # cost_kind of a cost model without a compiled form
 # ---- per-request state: Q (int64 columns; the fields an iteration touches share a cache line or two),
 # T (float64: last token, largest token gap, admitted, first token, finish; seconds), E (int64 iterations)
-PROMPT, GEN, COMP, RES, USED, TARGET, MAX_USED, MAX_RES, STATUS, OUTPUT, CPU, NPRE, NSWAP, ABORT = range(14)
-NUM_REQUEST_INTS = 16  # 14 used; rows of 128 bytes start on cache lines (large arrays are page-aligned)
+PROMPT, GEN, COMP, RES, USED, TARGET, MAX_USED, MAX_RES, STATUS, OUTPUT, CPU, NPRE, NSWAP, ABORT, HIT, SAVED = \
+    range(16)  # HIT, SAVED: prefix_hit_tokens, saved_prefill_tokens
+NUM_REQUEST_INTS = 16  # rows of 128 bytes start on cache lines (large arrays are page-aligned)
 LAST_S, MAX_TBT, ADM_S, FT_S, FIN_S = range(5)
 ADM_ITER, FT_ITER, FIN_ITER = range(3)
 # ---- the policy's facts per request: Fct (int64)
@@ -73,8 +84,8 @@ EXCEEDS_POOL, EXCEEDS_TOKEN_BUDGET, KV_EXCEEDS_POOL, PREEMPTED_REJECTED = (
                                                "preempted_rejected"))
 # ---- iteration rows: R (int64, one row per column) and RT (start, duration)
 R_K, R_BATCH, R_PREFILL, R_DECODE, R_RUNNING, R_WAITING, R_SWAPPED, R_PREEMPTED, R_USED, R_RESERVED, R_FREE, \
-    R_CPU, R_MOVED = range(13)
-NUM_ROW_INTS = 13
+    R_CPU, R_MOVED, R_CACHED, R_SHARED_SAVED = range(15)
+NUM_ROW_INTS = 15  # the last two under prefix caching only
 _LIMIT = 1 << 62  # products of the compiled rules stay below it, or the question goes to Python
 
 
@@ -168,11 +179,40 @@ def _abort(r, code, S, F, Q, T, E):  # pragma: no cover (compiled)
 
 
 @_jit
-def _release(r, S, Q):  # pragma: no cover (compiled)
-    """Free ``r``'s GPU pages (used and promised)."""
-    S[COMMITTED] -= _promised(Q[r, RES], Q[r, USED])
-    S[USED_PAGES] -= Q[r, USED]
+def _release(r, S, C, Q, pg, blk, rb):  # pragma: no cover (compiled)
+    """Free ``r``'s GPU pages (used and promised); under prefix caching, those no other request holds."""
+    if C[CACHING]:
+        freed, cached = px.release(r, Q[r, USED], C[NUM_PAGES], pg, blk, rb)
+        S[COMMITTED] -= max(0, Q[r, RES] - Q[r, USED]) + freed
+        S[USED_PAGES] -= freed
+        S[TABLE] -= Q[r, USED]
+        S[CACHED_FREE] += cached
+    else:
+        S[COMMITTED] -= _promised(Q[r, RES], Q[r, USED])
+        S[USED_PAGES] -= Q[r, USED]
     Q[r, RES] = Q[r, USED] = 0
+
+
+@_jit
+def _take_new(r, count, S, C, Q, pg, page_of, blk, rb):  # pragma: no cover (compiled)
+    """Under prefix caching: ``count`` new pages for ``r``'s table, from the free queue (before ``Q[r, USED]`` grows)."""
+    S[CACHED_FREE] -= px.take_pages(r, Q[r, USED], count, C[NUM_PAGES], pg, page_of, blk, rb)
+    S[TABLE] += count
+
+
+@_jit
+def _take_hits(r, hit, S, C, Q, pg, page_of, blk, rb):  # pragma: no cover (compiled)
+    """``r`` (admitted, holding nothing) starts with its ``hit`` cached blocks and skips their tokens."""
+    taken = px.take_hits(r, hit, pg, page_of, blk, rb)
+    S[USED_PAGES] += taken
+    S[COMMITTED] += taken
+    S[CACHED_FREE] -= taken
+    S[TABLE] += hit
+    Q[r, USED] = hit
+    Q[r, COMP] = hit * C[BLOCK_SIZE]
+    Q[r, SAVED] += Q[r, COMP]
+    if Q[r, NPRE] == 0:
+        Q[r, HIT] = Q[r, COMP]
 
 
 @_jit
@@ -189,13 +229,20 @@ def _remove(r, S, lst, count):  # pragma: no cover (compiled)
 
 
 @_jit
-def _allocate(r, chunk, S, C, Q, sched_ids, sched_chunk):  # pragma: no cover (compiled)
-    """Pages for ``r``'s chunk (beyond its reservation they are promised too); ``r`` joins the iteration."""
+def _allocate(r, chunk, S, C, Q, sched_ids, sched_chunk, pg, page_of, blk, rb):  # pragma: no cover (compiled)
+    """Pages for ``r``'s chunk (beyond its reservation they are promised too); ``r`` joins the iteration.
+
+    Under prefix caching the blocks the chunk fills enter the cache.
+    """
     need = _pages_of(Q[r, COMP] + chunk, C[BLOCK_SIZE], C[SHIFT])
     if need > Q[r, USED]:
         S[COMMITTED] += _promised(Q[r, RES], need) - _promised(Q[r, RES], Q[r, USED])
         S[USED_PAGES] += need - Q[r, USED]
+        if C[CACHING]:
+            _take_new(r, need - Q[r, USED], S, C, Q, pg, page_of, blk, rb)
         Q[r, USED] = need
+    if C[CACHING]:
+        px.cache_blocks(r, (Q[r, COMP] + chunk) // C[BLOCK_SIZE], pg, page_of, blk, rb)
     Q[r, MAX_USED] = max(Q[r, MAX_USED], Q[r, USED])
     Q[r, MAX_RES] = max(Q[r, MAX_RES], Q[r, RES])
     sched_ids[S[NSCHED]] = r
@@ -205,7 +252,8 @@ def _allocate(r, chunk, S, C, Q, sched_ids, sched_chunk):  # pragma: no cover (c
 
 
 @_jit
-def _preempt(v, S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, wq, sw, stale, limbo):  # pragma: no cover
+def _preempt(v, S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, wq, sw, stale, limbo, pg, blk,
+             rb):  # pragma: no cover (compiled)
     """Preempt running request ``v``: recompute, swap or reject (``preemption_mode``)."""
     _remove(v, S, run, NRUN)
     j = _remove(v, S, sched_ids, NSCHED)  # a victim already scheduled in this iteration is unscheduled first
@@ -216,7 +264,7 @@ def _preempt(v, S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, wq, sw, stal
     S[NPREEMPTED] += 1
     Q[v, NPRE] += 1
     kv_pages = _pages_of(Q[v, COMP], C[BLOCK_SIZE], C[SHIFT])
-    _release(v, S, Q)
+    _release(v, S, C, Q, pg, blk, rb)
     if C[MODE] == MODE_REJECT:
         _abort(v, PREEMPTED_REJECTED, S, F, Q, T, E)
         return
@@ -242,7 +290,7 @@ def _preempt(v, S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, wq, sw, stal
 
 # ------------------------------------------------------------------ asking the policy
 @_jit
-def _future_charge(r, S, C, Q, Fct, run):  # pragma: no cover (compiled)
+def _future_charge(r, shared, S, C, Q, Fct, run):  # pragma: no cover (compiled)
     """Admission charged with the running requests' estimated future tokens x ratio (1 yes, 0 no, -1 ask)."""
     future = min(C[MAX_NEW] - Q[r, GEN], C[CLIP])
     for j in range(S[NRUN]):
@@ -250,21 +298,25 @@ def _future_charge(r, S, C, Q, Fct, run):  # pragma: no cover (compiled)
     if S[STATE0] > 0 and future > _LIMIT // S[STATE0]:
         return -1
     charge = _ceil_div(future * S[STATE0], S[STATE1])
-    return 1 if Fct[r, F_RES_TOKENS] + charge <= (C[NUM_PAGES] - S[COMMITTED]) * C[BLOCK_SIZE] else 0
+    return 1 if Fct[r, F_RES_TOKENS] + charge <= (C[NUM_PAGES] - S[COMMITTED] + shared) * C[BLOCK_SIZE] else 0
 
 
 @_jit
-def _can_admit(r, S, C, Q, Fct, run):  # pragma: no cover (compiled)
-    """Whether ``r`` may be admitted with something running: 1 yes, 0 no, -1 the question is for Python."""
+def _can_admit(r, shared, S, C, Q, Fct, run):  # pragma: no cover (compiled)
+    """Whether ``r`` may be admitted with something running: 1 yes, 0 no, -1 the question is for Python.
+
+    The free pages it is asked with are the unpromised ones plus ``shared``, its prefix-cache hit
+    pages other requests hold.
+    """
     if S[HAS_ANSWER]:
         return _answer(S)
     ok = -1
     if C[ADMISSION] == OWN_PAGES:
-        ok = 1 if Fct[r, F_ADM_PAGES] <= C[NUM_PAGES] - S[COMMITTED] else 0
+        ok = 1 if Fct[r, F_ADM_PAGES] <= C[NUM_PAGES] - S[COMMITTED] + shared else 0
     elif C[ADMISSION] == FUTURE_CHARGE:
-        ok = _future_charge(r, S, C, Q, Fct, run)
+        ok = _future_charge(r, shared, S, C, Q, Fct, run)
     if ok < 0:
-        S[ASK_R], S[ASK_FREE] = r, C[NUM_PAGES] - S[COMMITTED]
+        S[ASK_R], S[ASK_FREE] = r, C[NUM_PAGES] - S[COMMITTED] + shared
     return ok
 
 
@@ -339,49 +391,65 @@ def _start_running(r, swapped, S, F, Q, Fct, T, E, run):  # pragma: no cover (co
     Q[r, STATUS] = RUNNING
     if E[r, ADM_ITER] < 0:
         E[r, ADM_ITER], T[r, ADM_S] = S[K], F[START]
-    Q[r, RES] = Fct[r, F_RES_PAGES]  # it holds no GPU pages yet
+    Q[r, RES] = Fct[r, F_RES_PAGES]  # it holds no GPU pages yet, or only its prefix-cache hits (counted)
     if swapped:
         Q[r, USED] = Q[r, CPU]
         S[USED_PAGES] += Q[r, CPU]
         S[SWAP_PAGES] += Q[r, CPU]
         Q[r, CPU] = 0
-    S[COMMITTED] += _promised(Q[r, RES], Q[r, USED])
+        S[COMMITTED] += _promised(Q[r, RES], Q[r, USED])
+    else:
+        S[COMMITTED] += _promised(Q[r, RES], Q[r, USED]) - Q[r, USED]
     run[S[NRUN]] = r
     S[NRUN] += 1
 
 
 @_jit
-def _admit_waiting(whole, S, F, C, Q, Fct, T, E, wq, run, sched_ids, sched_chunk):  # pragma: no cover
-    """Admit from the front of the waiting queue until one does not fit (head-of-line blocking)."""
+def _admit_waiting(whole, S, F, C, Q, Fct, T, E, wq, run, sched_ids, sched_chunk, pg, page_of, blk,
+                   rb):  # pragma: no cover (compiled)
+    """Admit from the front of the waiting queue until one does not fit (head-of-line blocking).
+
+    Under prefix caching a request's hit (at most ``(prompt + generated - 1) // block_size``
+    blocks) is matched before each check and taken on admission.
+    """
     while S[WQ_LEN] > 0 and S[NRUN] < C[MAX_SEQS] and S[BUDGET] > 0:
         r = wq[S[WQ_HEAD]]  # (0 for the heap)
-        rem = _remaining_of(Q[r, PROMPT], Q[r, GEN], Q[r, COMP])
-        code = EXCEEDS_POOL if not Fct[r, F_FITS] else EXCEEDS_TOKEN_BUDGET if whole and rem > C[MNBT] else 0
-        if code:
+        if not Fct[r, F_FITS]:
             _pop_waiting(S, C, Fct, wq)
-            _abort(r, code, S, F, Q, T, E)
+            _abort(r, EXCEEDS_POOL, S, F, Q, T, E)
+            continue
+        hit = shared = 0
+        if C[CACHING]:
+            hit, shared = px.match(r, (Q[r, PROMPT] + Q[r, GEN] - 1) // C[BLOCK_SIZE], pg, page_of, blk, rb)
+        rem = _remaining_of(Q[r, PROMPT], Q[r, GEN], Q[r, COMP]) - hit * C[BLOCK_SIZE]
+        if whole and rem > C[MNBT]:
+            _pop_waiting(S, C, Fct, wq)
+            _abort(r, EXCEEDS_TOKEN_BUDGET, S, F, Q, T, E)
             continue
         if whole and rem > S[BUDGET]:
             break
         if S[NRUN] > 0:
-            ok = _can_admit(r, S, C, Q, Fct, run)
+            ok = _can_admit(r, shared, S, C, Q, Fct, run)
             if ok < 0:
                 return ASK_ADMIT
             if ok == 0:
                 break
         _pop_waiting(S, C, Fct, wq)
+        if hit:
+            _take_hits(r, hit, S, C, Q, pg, page_of, blk, rb)
         _start_running(r, False, S, F, Q, Fct, T, E, run)
-        _allocate(r, min(rem, S[BUDGET]), S, C, Q, sched_ids, sched_chunk)
+        _allocate(r, min(rem, S[BUDGET]), S, C, Q, sched_ids, sched_chunk, pg, page_of, blk, rb)
     return CONTINUE
 
 
 @_jit
-def _resume_swapped(S, F, C, Q, Fct, T, E, sw, run, sched_ids, sched_chunk):  # pragma: no cover (compiled)
+def _resume_swapped(S, F, C, Q, Fct, T, E, sw, run, sched_ids, sched_chunk, pg, page_of, blk,
+                    rb):  # pragma: no cover (compiled)
     """Swap requests back in from the front of the swapped queue (FCFS) until one does not fit."""
     while S[SW_LEN] > 0 and S[NRUN] < C[MAX_SEQS] and S[BUDGET] > 0:
         r = sw[S[SW_HEAD]]
         if Fct[r, F_FITS] and S[NRUN] > 0:
-            ok = _can_admit(r, S, C, Q, Fct, run)
+            ok = _can_admit(r, 0, S, C, Q, Fct, run)
             if ok < 0:
                 return ASK_ADMIT
             if ok == 0:
@@ -394,20 +462,21 @@ def _resume_swapped(S, F, C, Q, Fct, T, E, sw, run, sched_ids, sched_chunk):  # 
             _abort(r, EXCEEDS_POOL, S, F, Q, T, E)
             continue
         _start_running(r, True, S, F, Q, Fct, T, E, run)
-        _allocate(r, min(_remaining_of(Q[r, PROMPT], Q[r, GEN], Q[r, COMP]), S[BUDGET]), S, C, Q, sched_ids, sched_chunk)
+        _allocate(r, min(_remaining_of(Q[r, PROMPT], Q[r, GEN], Q[r, COMP]), S[BUDGET]), S, C, Q, sched_ids,
+                  sched_chunk, pg, page_of, blk, rb)
     return CONTINUE
 
 
 @_jit
-def _preempt_until_fits(r, chunk, S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, wq, sw, stale,
-                        limbo):  # pragma: no cover (compiled)
+def _preempt_until_fits(r, chunk, S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, wq, sw, stale, limbo, pg,
+                        blk, rb):  # pragma: no cover (compiled)
     """Make room for ``r``'s chunk: 1 it fits, 0 ``r`` was preempted or aborted, -1 ask for a victim."""
     need = _pages_of(Q[r, COMP] + chunk, C[BLOCK_SIZE], C[SHIFT])
     beyond = need - _promised(Q[r, RES], Q[r, USED])
     if beyond <= 0:
         return 1
     if not C[ON_DEMAND]:
-        _preempt(r, S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, wq, sw, stale, limbo)
+        _preempt(r, S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, wq, sw, stale, limbo, pg, blk, rb)
         return 0
     while beyond > C[NUM_PAGES] - S[COMMITTED]:
         victim = _victim(S, C, run)
@@ -415,10 +484,10 @@ def _preempt_until_fits(r, chunk, S, F, C, Q, Fct, T, E, run, sched_ids, sched_c
             return -1
         if victim == r and S[NRUN] == 1:
             S[NRUN] = 0
-            _release(r, S, Q)
+            _release(r, S, C, Q, pg, blk, rb)
             _abort(r, KV_EXCEEDS_POOL, S, F, Q, T, E)
             return 0
-        _preempt(victim, S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, wq, sw, stale, limbo)
+        _preempt(victim, S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, wq, sw, stale, limbo, pg, blk, rb)
         if victim == r:
             return 0
     S[COMMITTED] += _promised(need, Q[r, USED]) - _promised(Q[r, RES], Q[r, USED])
@@ -442,8 +511,8 @@ def _snapshot(S, Q, run, snap):  # pragma: no cover (compiled)
 
 
 @_jit
-def _schedule_running(S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, snap, wq, sw, stale,
-                      limbo):  # pragma: no cover (compiled)
+def _schedule_running(S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, snap, wq, sw, stale, limbo, pg,
+                      page_of, blk, rb):  # pragma: no cover (compiled)
     """Running requests take ``min(remaining, budget left)`` tokens: decodes first, each in admission order.
 
     A chunk within the request's promised pages is scheduled on local counters (the common case);
@@ -466,8 +535,12 @@ def _schedule_running(S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, snap, 
             if need <= _promised(Q[r, RES], Q[r, USED]):  # no page beyond its promise: nothing to preempt
                 if need > Q[r, USED]:
                     num_used += need - Q[r, USED]
+                    if C[CACHING]:
+                        _take_new(r, need - Q[r, USED], S, C, Q, pg, page_of, blk, rb)
                     Q[r, USED] = need
                     Q[r, MAX_USED] = max(Q[r, MAX_USED], need)
+                if C[CACHING]:
+                    px.cache_blocks(r, (Q[r, COMP] + chunk) // C[BLOCK_SIZE], pg, page_of, blk, rb)
                 sched_ids[nsched], sched_chunk[nsched] = r, chunk
                 nsched += 1
                 budget -= chunk
@@ -476,11 +549,11 @@ def _schedule_running(S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, snap, 
             S[CUR_R], S[CUR_CHUNK] = r, chunk
         S[CURSOR], S[BUDGET], S[NSCHED], S[USED_PAGES] = i, budget, nsched, num_used
         fits = _preempt_until_fits(r, S[CUR_CHUNK], S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, wq, sw,
-                                   stale, limbo)
+                                   stale, limbo, pg, blk, rb)
         if fits < 0:
             return ASK_VICTIM
         if fits:
-            _allocate(r, S[CUR_CHUNK], S, C, Q, sched_ids, sched_chunk)
+            _allocate(r, S[CUR_CHUNK], S, C, Q, sched_ids, sched_chunk, pg, page_of, blk, rb)
         S[CUR_R] = -1
         i, budget, nsched, num_used = S[CURSOR] + 1, S[BUDGET], S[NSCHED], S[USED_PAGES]
     S[CURSOR], S[BUDGET], S[NSCHED], S[USED_PAGES] = i, budget, nsched, num_used
@@ -499,7 +572,8 @@ def _cost_s(S, F, num_tokens, pairs, kv):  # pragma: no cover (compiled)
 
 
 @_jit
-def _execute(S, F, C, page_copy_s, Q, T, E, run, sched_ids, sched_chunk, R, RT):  # pragma: no cover (compiled)
+def _execute(S, F, C, page_copy_s, Q, T, E, run, sched_ids, sched_chunk, R, RT, pg, blk,
+             rb):  # pragma: no cover (compiled)
     """Price the iteration, compute its chunks, finish requests, write its row."""
     nsched = S[NSCHED]
     if nsched == 0 and S[NABORTED] == 0 and (S[IDLE] or S[NPREEMPTED] == 0):
@@ -520,6 +594,7 @@ def _execute(S, F, C, page_copy_s, Q, T, E, run, sched_ids, sched_chunk, R, RT):
     start, k = F[START], S[K]
     end = start + duration
     pages_used, pages_reserved = S[USED_PAGES], S[COMMITTED]
+    pages_cached, pages_shared_saved = S[CACHED_FREE], S[TABLE] - S[USED_PAGES]
     finished = 0
     for i in range(nsched):  # each caches its chunk; a complete context gives its next token (inline: hot)
         r = sched_ids[i]
@@ -536,7 +611,7 @@ def _execute(S, F, C, page_copy_s, Q, T, E, run, sched_ids, sched_chunk, R, RT):
             continue
         Q[r, STATUS] = CAPPED if Q[r, OUTPUT] > Q[r, TARGET] else STOPPED
         E[r, FIN_ITER], T[r, FIN_S] = k, end
-        _release(r, S, Q)
+        _release(r, S, C, Q, pg, blk, rb)
         finished += 1
     if finished > 0:
         j = 0
@@ -550,6 +625,7 @@ def _execute(S, F, C, page_copy_s, Q, T, E, run, sched_ids, sched_chunk, R, RT):
     R[R_RUNNING, n], R[R_WAITING, n], R[R_SWAPPED, n] = S[NRUN], S[WQ_LEN] + S[NLIMBO], S[SW_LEN]
     R[R_PREEMPTED, n], R[R_USED, n], R[R_RESERVED, n] = S[NPREEMPTED], pages_used, pages_reserved
     R[R_FREE, n], R[R_CPU, n], R[R_MOVED, n] = C[NUM_PAGES] - pages_reserved, S[CPU_USED], S[SWAP_PAGES]
+    R[R_CACHED, n], R[R_SHARED_SAVED, n] = pages_cached, pages_shared_saved
     RT[0, n], RT[1, n] = start, duration
     S[NROWS] = n + 1
     S[IDLE] = 1 if nsched == 0 and S[NABORTED] == 0 else 0
@@ -566,46 +642,48 @@ def _execute(S, F, C, page_copy_s, Q, T, E, run, sched_ids, sched_chunk, R, RT):
 # each iteration between two calls of :func:`_iterate`.
 @njit(nogil=True, _nrt=False)
 def _iterate(S, F, C, page_copy_s, Q, Fct, T, E, order, arrival, wq, sw, run, sched_ids, sched_chunk, snap, stale,
-             limbo, R, RT):  # pragma: no cover (compiled)
+             limbo, R, RT, pg, page_of, blk, rb):  # pragma: no cover (compiled)
     """Run the phases until a question or event; return its code."""
     while True:
         stage = S[STAGE]
         if stage == BETWEEN:
             ev = _begin(S, F, C, Fct, order, arrival, wq, limbo, R)
         elif stage == WHOLE:
-            ev = _admit_waiting(True, S, F, C, Q, Fct, T, E, wq, run, sched_ids, sched_chunk)
+            ev = _admit_waiting(True, S, F, C, Q, Fct, T, E, wq, run, sched_ids, sched_chunk, pg, page_of, blk, rb)
             S[STAGE] = stage if ev != CONTINUE else RUNNING_PHASE if S[NSCHED] == 0 else END_SCHEDULE
         elif stage == RUNNING_PHASE:
-            ev = _schedule_running(S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, snap, wq, sw, stale, limbo)
+            ev = _schedule_running(S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, snap, wq, sw, stale, limbo,
+                                   pg, page_of, blk, rb)
             S[STAGE] = stage if ev != CONTINUE else SWAPPED_PHASE if S[NPREEMPTED] == 0 else END_SCHEDULE
         elif stage == SWAPPED_PHASE:
-            ev = _resume_swapped(S, F, C, Q, Fct, T, E, sw, run, sched_ids, sched_chunk)
+            ev = _resume_swapped(S, F, C, Q, Fct, T, E, sw, run, sched_ids, sched_chunk, pg, page_of, blk, rb)
             S[STAGE] = stage if ev != CONTINUE else CHUNKED if S[SW_LEN] == 0 and not C[PREFILL_FIRST] \
                 else END_SCHEDULE
         elif stage == CHUNKED:
-            ev = _admit_waiting(False, S, F, C, Q, Fct, T, E, wq, run, sched_ids, sched_chunk)
+            ev = _admit_waiting(False, S, F, C, Q, Fct, T, E, wq, run, sched_ids, sched_chunk, pg, page_of, blk, rb)
             S[STAGE] = stage if ev != CONTINUE else END_SCHEDULE
         elif stage == END_SCHEDULE:
             ev = _end_schedule(S, C)
             S[STAGE] = stage if ev != CONTINUE else EXECUTE
         else:
-            ev = _execute(S, F, C, page_copy_s, Q, T, E, run, sched_ids, sched_chunk, R, RT)
+            ev = _execute(S, F, C, page_copy_s, Q, T, E, run, sched_ids, sched_chunk, R, RT, pg, blk, rb)
         if ev != CONTINUE:
             return ev
 
 
 @njit(nogil=True)
 def run_loop(S, F, C, page_copy_s, cost_kind, cost_params, Q, Fct, T, E, order, arrival, wq, sw, run, sched_ids,
-             sched_chunk, snap, stale, limbo, R, RT):  # pragma: no cover (compiled)
+             sched_chunk, snap, stale, limbo, R, RT, pg, page_of, blk, rb):  # pragma: no cover (compiled)
     """Run iterations until an event; return its code (see the module note). Arrays are mutated in place.
 
     ``order`` lists request ids in arrival order (ties by row) and ``arrival`` their arrival times
-    in that same order (seconds, non-decreasing). A cost model with a compiled form
+    in that same order (seconds, non-decreasing). ``pg``, ``page_of``, ``blk``, ``rb`` are the
+    prefix cache's pool (:mod:`.prefix`; stand-ins unless ``C[CACHING]``). A cost model with a compiled form
     (``cost_kind != COST_ASK``) is priced here; any other question goes back to Python.
     """
     while True:
         ev = _iterate(S, F, C, page_copy_s, Q, Fct, T, E, order, arrival, wq, sw, run, sched_ids, sched_chunk, snap,
-                      stale, limbo, R, RT)
+                      stale, limbo, R, RT, pg, page_of, blk, rb)
         if ev != ASK_COST or cost_kind == COST_ASK:
             return ev
         F[ANSWER_S] = iteration_s(cost_kind, cost_params, S[ASK_TOKENS], S[ASK_PAIRS], S[ASK_KV], S[NSCHED])

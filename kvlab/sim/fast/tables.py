@@ -6,7 +6,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from ..reference import ITERATION_COLUMNS
+from ..reference import ITERATION_COLUMNS, PREFIX_ITERATION_COLUMNS
 from ..request import FINISH_REASON, RequestStatus
 from .state import ABORT_REASONS
 
@@ -14,17 +14,20 @@ from .state import ABORT_REASONS
 STATE_COLUMNS = ("prompt", "output", "admitted_iter", "first_token_iter", "finish_iter", "admitted_s",
                  "first_token_s", "finish_s", "gen", "num_preemptions", "num_swaps", "max_res", "max_used",
                  "last_token_s", "max_tbt_s", "status", "abort_code")
+#: The state columns added under prefix caching (tokens).
+PREFIX_STATE_COLUMNS = ("prefix_hit", "saved_prefill")
 
 
 def request_columns(h: Mapping[str, np.ndarray], arrival_s: np.ndarray) -> pd.DataFrame:
-    """The per-request columns from the engine state ``h`` (:data:`STATE_COLUMNS`; tokens, pages, seconds)."""
+    """The per-request columns from the engine state ``h`` (:data:`STATE_COLUMNS`, and
+    :data:`PREFIX_STATE_COLUMNS` under prefix caching; tokens, pages, seconds)."""
     gen = h["gen"]
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_tbt_s = np.where(gen > 1, (h["last_token_s"] - h["first_token_s"]) / (gen - 1), np.nan)
     names = np.array([s.name.lower() for s in RequestStatus], dtype=object)
     reasons = np.array([FINISH_REASON.get(s, "") for s in RequestStatus], dtype=object)
     status = h["status"].astype(np.int64)
-    return pd.DataFrame({
+    table = pd.DataFrame({
         "prompt_tokens": h["prompt"], "output_tokens": h["output"], "arrival_s": arrival_s,
         "admitted_iter": h["admitted_iter"], "first_token_iter": h["first_token_iter"],
         "finish_iter": h["finish_iter"], "admitted_s": h["admitted_s"], "first_token_s": h["first_token_s"],
@@ -33,6 +36,9 @@ def request_columns(h: Mapping[str, np.ndarray], arrival_s: np.ndarray) -> pd.Da
         "mean_tbt_s": mean_tbt_s, "max_tbt_s": h["max_tbt_s"], "outcome": names[status],
         "finish_reason": reasons[status], "abort_reason": np.array(ABORT_REASONS, dtype=object)[h["abort_code"]],
     })
+    if "prefix_hit" in h:
+        table["prefix_hit_tokens"], table["saved_prefill_tokens"] = h["prefix_hit"], h["saved_prefill"]
+    return table
 
 
 def _dtype(name: str) -> type:
@@ -43,9 +49,11 @@ def iteration_frame(ints: np.ndarray, times: np.ndarray) -> pd.DataFrame:
     """The iteration table around row-per-column arrays, without copying them.
 
     ``ints``: int64 of shape (13, iterations), the integer columns of :data:`ITERATION_COLUMNS`
-    in order; ``times``: float64 of shape (2, iterations), ``start_s`` and ``duration_s``.
+    in order, or (15, iterations) with :data:`PREFIX_ITERATION_COLUMNS` after them (prefix
+    caching); ``times``: float64 of shape (2, iterations), ``start_s`` and ``duration_s``.
     """
     names = [name for name in ITERATION_COLUMNS if _dtype(name) is np.int64]
+    names += list(PREFIX_ITERATION_COLUMNS)[:ints.shape[0] - len(names)]
     frame = pd.DataFrame(ints.T, columns=names, copy=False)
     for i, name in enumerate(("start_s", "duration_s")):
         frame.insert(ITERATION_COLUMNS.index(name), name, times[i])
