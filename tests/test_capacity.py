@@ -305,3 +305,21 @@ def test_the_window_check_warns_when_twice_the_requests_fail():
     assert steady.window_verdict.startswith("steady: 2,048 requests")
     assert capacity(work.iloc[:1500], cfg, slo, num_requests=1024, qps_start=10).window_verdict.startswith(
         "not checked")
+
+
+def test_a_constant_rate_trace_gets_a_gamma_capacity_not_an_error():
+    """Evenly spaced arrivals (a constant-rate benchmark stage) have gap CV 0, which no Gamma
+    renewal has: the search uses a nearly deterministic one (MIN_GAP_CV), the same search as
+    asking for that CV explicitly, instead of refusing its own measured CV."""
+    from kvlab.capacity import MIN_GAP_CV
+
+    rng = np.random.default_rng(3)
+    n = 200
+    work = pd.DataFrame({"prompt_tokens": rng.integers(100, 400, n), "output_tokens": rng.integers(20, 200, n),
+                         "arrival_s": np.arange(n) * 0.5})
+    config = ServingConfig(model="Llama-2-7B", gpu="A100-80GB-SXM", pool_pages=400)
+    slo = SLO(tbt_p99_s=0.2, scheduling_delay_p50_s=2.0)
+    even = capacity(work, config, slo, num_requests=n, arrivals="gamma", rel_tol=0.1)
+    asked = capacity(work, config, slo, num_requests=n, arrivals="gamma", burst_cv=MIN_GAP_CV, rel_tol=0.1)
+    assert even.burst_cv == MIN_GAP_CV == 0.01 and even.capacity_qps > 0
+    assert even.capacity_qps == asked.capacity_qps

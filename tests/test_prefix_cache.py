@@ -308,3 +308,27 @@ def test_mooncake_trace_in_a_pool_that_never_evicts_hits_every_previously_seen_p
         seen.update(keys)
     assert (res.requests["prefix_hit_tokens"].to_numpy() == expected).all()
     assert res.summary["prefix_hit_rate"] == pytest.approx(expected.sum() / trace["prompt_tokens"][admitted].sum())
+
+
+def test_recommend_does_not_compare_a_setting_stripped_of_its_prefix_cache():
+    """vLLM's host tier is priced as a swap, which the prefix cache cannot run with: on a trace
+    with hash_ids that row would be simulated without the cache the server keeps, so it is left
+    out and said so; without hash_ids nobody caches and it is searched as before."""
+    from kvlab.recommend import recommend, settings
+
+    rng = np.random.default_rng(2)
+    n = 60
+    prompt = rng.integers(600, 1000, n)
+    trace = pd.DataFrame({"prompt_tokens": prompt, "output_tokens": rng.integers(5, 30, n),
+                          "arrival_s": np.arange(n) * 1.0 + rng.uniform(0, 0.5, n),
+                          "hash_ids": [[0, *range(1 + 2 * k, 3 + 2 * k)] for k in range(n)]})
+    every = settings("vllm", model="Llama-2-7B", gpu="A100-40GB")
+    offload = [s for s in every if s.knob == "kv_offloading_size"]
+    assert offload and offload[0].preemption_mode != "recompute"
+    candidates = [every[0], offload[0]]
+    kw = dict(model="Llama-2-7B", gpu="A100-40GB", num_windows=1, window_requests=n)
+    rec = recommend(trace, candidates=candidates, **kw)
+    assert list(rec.table["setting"]) == [every[0].label]
+    assert any(w.startswith(f"not searched: {offload[0].label}") for w in rec.warnings)
+    plain = recommend(trace.drop(columns="hash_ids"), candidates=candidates, **kw)
+    assert list(plain.table["setting"]) == [every[0].label, offload[0].label]

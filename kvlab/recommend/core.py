@@ -728,6 +728,12 @@ def recommend(trace: pd.DataFrame, *, model: Any, gpu: Any, system: str | None =
     configs = [serving_config(s, model=model_spec, gpu=gpu_spec, tp=tp, block_size=block_size, max_new_tokens=cap,
                               cost_model=cm, engine=engine, trace_has_block_ids=has_ids)
                for s, cm in zip(candidates, priced)]
+    uncached = [s.label for s, c in zip(candidates, configs) if s.prefix_caching and has_ids and not c.prefix_caching]
+    if uncached and len(uncached) < len(candidates):  # compared without their cache they would look worse than they are
+        keep = [k for k, (s, c) in enumerate(zip(candidates, configs)) if not (s.prefix_caching and not c.prefix_caching)]
+        candidates, priced, configs = ([x[k] for k in keep] for x in (candidates, priced, configs))
+        warnings.append(f"not searched: {', '.join(uncached)}: kvlab prices that host tier as a swap, which its prefix "
+                        f"cache cannot run with, and without the cache the setting would be compared unfairly")
     cached = sorted({c.system for c in candidates if c.prefix_caching})
     if cached and not has_ids:
         warnings.append(f"{', '.join(cached)} run a prefix cache by default, but the trace carries no block "
