@@ -378,3 +378,14 @@ def test_ties_are_paired_by_window_not_by_overlapping_intervals():
     # higher in every window but within the search's resolution: a tie
     close = np.array([[19.5, 18.5, 24.0, 17.5, 20.5], best, level])
     assert list(_ties(table, pd.Series(True, index=table.index), close, 0.05)[1]) == [True, True, True]
+
+
+def test_workers_inherit_the_loop_the_parent_loaded():
+    """Before a worker pool forks, recommend runs the compiled loop once in the parent, so the
+    workers inherit the compiled code (Numba records a signature on the dispatcher when it
+    compiles or loads one)."""
+    from kvlab.recommend.core import _load_loop
+    from kvlab.sim.fast import loop
+
+    _load_loop()
+    assert loop.run_loop.signatures
