@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import os
 
-import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -24,8 +23,9 @@ from kvlab.costmodel import roofline
 from kvlab.policies import policy_names
 from kvlab.sim import simulate
 
+from test_differential_fuzz import FAST_PATHS, _assert_same as assert_same_columns
+
 COST = dataclasses.replace(roofline("Llama-2-7B", "A100-80GB-SXM"), iteration_overhead_s=0.002)
-FAST_PATHS = {"compiled": "1", "asks": "0"}
 POLICY_PARAMS = {
     "vllm": lambda: st.fixed_dictionaries({"watermark_frac": st.sampled_from([0.0, 0.01, 0.2])}),
     "tgi": lambda: st.fixed_dictionaries({"cap_tokens": st.integers(1, 40)}),
@@ -73,14 +73,9 @@ def _run(work: pd.DataFrame, policy: str, engine: str, kw: dict):
 
 
 def _assert_same_table(ref: pd.DataFrame, got: pd.DataFrame, what: str) -> None:
-    assert list(ref.columns) == list(got.columns), what
-    for col in ref.columns:
-        x, y = ref[col].to_numpy(), got[col].to_numpy()
-        assert x.dtype == y.dtype, f"{what}: {col} {x.dtype} vs {y.dtype}"
-        if x.dtype.kind == "f":
-            np.testing.assert_allclose(y, x, rtol=1e-9, atol=1e-12, equal_nan=True, err_msg=f"{what}: {col}")
-        else:
-            np.testing.assert_array_equal(y, x, err_msg=f"{what}: {col}")
+    """The differential fuzz's comparison of one table, and the same dtypes column by column."""
+    assert [ref[c].dtype for c in ref.columns] == [got[c].dtype for c in got.columns], what
+    assert_same_columns(ref, got, what)
 
 
 def _assert_same(ref, got, what: str) -> None:
@@ -95,7 +90,8 @@ def _assert_same(ref, got, what: str) -> None:
 @pytest.mark.filterwarnings("ignore:max_new_tokens .* exceeds max_model_len")
 @pytest.mark.parametrize("path", sorted(FAST_PATHS))
 def test_compiled_prefix_cache_equals_the_reference(path, monkeypatch):
-    monkeypatch.setenv("KVLAB_COMPILED_FORMS", FAST_PATHS[path])
+    for var, value in FAST_PATHS[path].items():
+        monkeypatch.setenv(var, value)
 
     @settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None)
     @given(case=cases())
