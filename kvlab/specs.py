@@ -376,9 +376,29 @@ def _unknown(name: str, names: Any, what: str) -> ValueError:
     return ValueError(f"unknown {what} {name!r}{hint} (known {what}s are {', '.join(names)})")
 
 
+#: GPUs by the product names ``nvidia-smi --query-gpu=name`` prints (which servers' logs and
+#: benchmark records carry, e.g. LLMServingSim's ``meta.json``: "NVIDIA GeForce RTX 4090").
+GPU_PRODUCT_NAMES = {
+    "NVIDIA H100 80GB HBM3": "H100-SXM", "NVIDIA H100 PCIe": "H100-PCIe", "NVIDIA H200": "H200",
+    "NVIDIA H200 141GB HBM3e": "H200", "NVIDIA B200": "B200", "NVIDIA A100-SXM4-80GB": "A100-80GB-SXM",
+    "NVIDIA A100-SXM4-40GB": "A100-40GB", "NVIDIA A100 80GB PCIe": "A100-80GB-PCIe",
+    "NVIDIA A100-PCIE-40GB": "A100-40GB-PCIe", "NVIDIA A40": "A40", "NVIDIA A10G": "A10G", "NVIDIA L4": "L4",
+    "NVIDIA L40S": "L40S", "NVIDIA GeForce RTX 4090": "RTX4090",
+    "NVIDIA RTX PRO 6000 Blackwell Server Edition": "RTXPRO6000",
+    "NVIDIA RTX PRO 6000 Blackwell Workstation Edition": "RTXPRO6000",
+}
+
+
 def _lookup(table: pd.DataFrame, name: str, what: str) -> pd.Series:
-    keys = table["name"].map(_key)
-    hit = table[keys == _key(name)]
+    """The row called ``name``: by catalogue name, else (models) by Hugging Face id, else (GPUs) by the
+    product name ``nvidia-smi`` prints; spaces, dashes, underscores and case do not matter."""
+    key = _key(name)
+    hit = table[table["name"].map(_key) == key]
+    if hit.empty and "hf_id" in table.columns:
+        hit = table[table["hf_id"].fillna("").map(_key) == key]
+    if hit.empty:
+        alias = {_key(k): _key(v) for k, v in GPU_PRODUCT_NAMES.items()}.get(key) if what == "GPU" else None
+        hit = table[table["name"].map(_key) == alias] if alias else hit
     if hit.empty:
         raise _unknown(name, table["name"], what)
     return hit.iloc[0]

@@ -8,7 +8,7 @@ import pytest
 import kvlab
 from kvlab.costmodel import cost_model
 from kvlab.costmodel.stacks import StackTerms, StackedCostModel, apply, load, save
-from kvlab.validate import RunRecord, SetUp, compare, error_table, overloaded, read_bench_result, replay
+from kvlab.validate import RunRecord, SetUp, compare, error_table, overloaded, read_bench_results, replay
 from kvlab.validate import calibrate as C
 from kvlab.validate import trust_figures as T
 
@@ -192,7 +192,7 @@ def test_bench_result_reader(tmp_path, runs):
             "errors": [""] * len(rec)}
     (tmp_path / "r.json").write_text(json.dumps(data))
     (tmp_path / "s.yaml").write_text(f"name: mine\nmodel: {MODEL}\ngpu: {GPU}\nmax_num_seqs: 64\n")
-    got = read_bench_result(tmp_path / "r.json", tmp_path / "s.yaml")
+    (got,) = read_bench_results(tmp_path / "r.json", tmp_path / "s.yaml")
     assert got.setup.max_num_seqs == 64 and len(got.requests) == len(rec)
     assert np.allclose(got.requests["e2e_s"], rec["ttft_s"] + rec["tpot_s"] * (rec["output_tokens"] - 1))
     row = compare(replay(got, cost_model=apply(cost_model(MODEL, GPU), TRUE)))  # the terms that made it
@@ -201,10 +201,10 @@ def test_bench_result_reader(tmp_path, runs):
     del data["itls"]
     (tmp_path / "r2.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match="lacks itls"):
-        read_bench_result(tmp_path / "r2.json", tmp_path / "s.yaml")
+        read_bench_results(tmp_path / "r2.json", tmp_path / "s.yaml")
     (tmp_path / "s2.yaml").write_text("name: x\nmodel: Llama-2-7B\ngpu: A100-80GB-SXM\nmax_num_sqs: 3\n")
     with pytest.raises(ValueError, match="unknown set-up key.*max_num_sqs"):
-        read_bench_result(tmp_path / "r.json", tmp_path / "s2.yaml")
+        read_bench_results(tmp_path / "r.json", tmp_path / "s2.yaml")
 
 
 def test_error_table_medians(runs):

@@ -9,10 +9,10 @@
 * :mod:`.trust_figures`: :func:`trust`, one line on how far a cost model's answers can be trusted on real servers.
 """
 from .records import REQUEST_COLUMNS, RunRecord, SetUp
-from .readers import SHARED_SERVING, read_bench_result, read_distserve, read_llmservingsim, read_shared
+from .readers import SHARED_SERVING, read_bench_results, read_distserve, read_llmservingsim, read_shared
 from .replay import HEADLINE, Replay, backlog, compare, error_table, overloaded, replay, ttft_growth
 from .trust_figures import trust
 
 __all__ = ["HEADLINE", "REQUEST_COLUMNS", "Replay", "RunRecord", "SHARED_SERVING", "SetUp", "backlog", "compare",
-           "error_table", "overloaded", "read_bench_result", "read_distserve", "read_llmservingsim",
+           "error_table", "overloaded", "read_bench_results", "read_distserve", "read_llmservingsim",
            "read_shared", "replay", "trust", "ttft_growth"]

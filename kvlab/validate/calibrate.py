@@ -109,7 +109,9 @@ def design(rep: Replay, terms: StackTerms) -> dict[str, np.ndarray]:
             gpu = (dur - cpu) / terms.gpu_time_scale
             cols = np.column_stack([gpu, np.ones_like(gpu), seqs])
         ends = starts + dur
-        a = arr[idx]  # the engine's first and last token: the predicted times less the front end's latency
+        # from the client's send (its arrival unless a --max-concurrency cap held it) to the engine's first
+        # and last token: the predicted times less the front end's latency
+        a = arr[idx] + pred["client_queue_s"].to_numpy(dtype=np.float64)[idx]
         first = a + pred["ttft_s"].to_numpy(dtype=np.float64)[idx] - rep.front_end_s
         fin = a + pred["e2e_s"].to_numpy(dtype=np.float64)[idx] - rep.front_end_s
         rows["ttft"][idx] = _window_sums(ends, starts, cols, a, first)

@@ -1,7 +1,8 @@
 """The ``kvlab validate`` and ``kvlab calibrate`` commands (registered by :mod:`kvlab.cli`).
 
-RESULTS are ``vllm bench serve --save-result`` JSON files (each with a ``--set-up`` YAML: one for
-all, or one per file in order) or ``shared:<dataset>`` for a dataset of ``../shared/data/serving``
+RESULTS are ``vllm bench serve --save-result`` JSON files (one result each, or stages appended with
+``--append-result``; each file with a ``--set-up`` YAML: one for all, or one per file in order) or
+``shared:<dataset>`` for a dataset of ``../shared/data/serving``
 (``shared:distserve-vllm-opt13b``, ``shared:llmservingsim-vllm-0.19``; ``shared`` alone: both).
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ from .._validate import output_file, write_text_atomically
 
 def load_runs(results: list[str], setups: list[str] | None) -> list:
     """Run records of the RESULTS arguments (see the module note)."""
-    from .readers import read_bench_result, read_shared
+    from .readers import read_bench_results, read_shared
 
     files = [r for r in results if not r.startswith("shared")]
     setups = setups or []
@@ -38,7 +39,7 @@ def load_runs(results: list[str], setups: list[str] | None) -> list:
                                  f"{', '.join(sorted({x.setup.dataset for x in shared}))}")
             runs += picked
         else:
-            runs.append(read_bench_result(r, setups[k] if len(setups) > 1 else setups[0]))
+            runs += read_bench_results(r, setups[k] if len(setups) > 1 else setups[0])
             k += 1
     return runs
 
@@ -122,7 +123,8 @@ def add_commands(sub) -> None:
                          description="Replay measured runs (default: every run of ../shared/data/serving) in "
                                      "their own set-up and print predicted vs measured errors per run and the "
                                      "error table per dataset.")
-    val.add_argument("results", nargs="*", help="vllm bench serve result JSON files, or shared[:DATASET]")
+    val.add_argument("results", nargs="*", help="vllm bench serve result JSON files (one result or several "
+                                                         "appended), or shared[:DATASET]")
     val.add_argument("--set-up", action="append", metavar="YAML", help="set-up of the result files")
     val.add_argument("--cost-model", help="measured, roofline, a shipped stack (vllm-v0, vllm-v1) or a "
                                           "cost-model file (.json, from kvlab calibrate)")

@@ -6,9 +6,10 @@
   record's ``assumptions``).
 * :func:`read_llmservingsim`: LLMServingSim's vLLM 0.19.0 runs (``llmservingsim_vllm_*.csv``).
 * :func:`read_shared`: both, from the folder that holds them (empty when it is absent).
-* :func:`read_bench_result`: a ``vllm bench serve --save-result`` JSON file (per-request
-  ``input_lens``, ``output_lens``, ``ttfts``, ``itls``) with a set-up YAML (:class:`SetUp`'s
-  keys, plus ``request_rate``, ``burstiness`` and ``seed`` where the JSON lacks them).
+* :func:`read_bench_results`: a ``vllm bench serve --save-result`` JSON file (per-request
+  ``input_lens``, ``output_lens``, ``ttfts``, ``itls``; one result or several appended) with a
+  set-up YAML (:class:`SetUp`'s keys, plus ``request_rate``, ``burstiness``, ``arrivals`` and
+  ``seed`` where the JSON lacks them).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import yaml
 
 from .._paths import SHARED_DATA_DIR
 from .._validate import read_text_file
-from .records import RunRecord, SetUp
+from .records import CLIENT_QUEUE, RunRecord, SetUp
 
 #: Where the shared serving runs live (``../shared/data/serving`` from the project root).
 SHARED_SERVING = SHARED_DATA_DIR / "serving"
@@ -105,12 +106,97 @@ def read_llmservingsim(folder: str | Path = SHARED_SERVING) -> list[RunRecord]:
     return out
 
 
+#: Summary columns a generic dataset may give, by the :class:`SetUp` key they fill (first match wins).
+_SUMMARY_KEYS = {"server_version": ("server_version", "vllm_version"), "server": ("server",),
+                 "tp": ("tp",), "dp": ("dp",), "max_num_seqs": ("max_num_seqs",),
+                 "max_num_batched_tokens": ("max_num_batched_tokens",), "max_model_len": ("max_model_len",),
+                 "block_size": ("block_size",), "pool_pages": ("pool_pages", "num_gpu_blocks"),
+                 "gpu_memory_utilization": ("gpu_memory_utilization",), "kv_cache_dtype": ("kv_cache_dtype",),
+                 "prefix_caching": ("prefix_caching", "enable_prefix_caching"),
+                 "max_concurrency": ("max_concurrency",), "clock_start": ("clock_start",),
+                 "scheduler": ("scheduler",), "engine": ("engine",)}
+_INT_KEYS = {"tp", "dp", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size", "pool_pages",
+             "max_concurrency"}
+
+
+def _cell(value, key: str, where: str):
+    """A summary cell as the set-up key wants it (int, bool, float or str)."""
+    if key in _INT_KEYS:
+        try:
+            return int(float(value))
+        except ValueError:
+            raise ValueError(f"{where}: {key} must be a whole number, got {value!r}") from None
+    if key == "prefix_caching":
+        return str(value).strip().lower() in ("true", "1", "yes", "on")
+    if key == "gpu_memory_utilization":
+        return float(value)
+    return str(value).strip()
+
+
+def read_dataset(summary: str | Path, requests: str | Path) -> list[RunRecord]:
+    """The runs of a dataset in the shared folder's layout: one summary row per run, one request row per request.
+
+    ``summary`` needs ``run``, ``model`` (catalogue name or Hugging Face id) and ``gpu`` (catalogue or
+    ``nvidia-smi`` name; a trailing parenthesis is dropped), and may give the set-up's engine flags
+    (:data:`_SUMMARY_KEYS`: ``vllm_version``, ``tp``, ``num_gpu_blocks``, ``enable_prefix_caching``,
+    ...); what it lacks is the server's default for its version (:func:`with_server_defaults`).
+    ``requests`` needs ``run``, ``arrival_s``, ``prompt_tokens`` (or ``input_tokens``),
+    ``output_tokens``, ``ttft_s``, ``tpot_s``, ``e2e_s``, and may give ``client_queue_s``. The
+    dataset is named after the files (``h100_vllm_summary.csv``: ``h100-vllm``).
+    """
+    summary, requests = Path(summary), Path(requests)
+    dataset = summary.name.removesuffix("_summary.csv").replace("_", "-")
+    summ = _read_csv(summary)
+    req = _read_csv(requests).rename(columns={"input_tokens": "prompt_tokens"})
+    for path, table, need in ((summary, summ, ("run", "model", "gpu")),
+                              (requests, req, ("run", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s",
+                                               "tpot_s", "e2e_s"))):
+        missing = [c for c in need if c not in table.columns]
+        if missing:
+            raise ValueError(f"{path}: lacks column(s) {', '.join(missing)}")
+    out = []
+    for i, row in summ.iterrows():
+        where = f"{summary} row {i + 2}"
+        name = str(row["run"])
+        rows = req[req["run"].astype(str) == name]
+        if rows.empty:
+            raise ValueError(f"{where}: run {name} has no requests in {requests}")
+        setup: dict = {"name": name, "dataset": dataset, "model": str(row["model"]).strip(),
+                       "gpu": str(row["gpu"]).split("(")[0].strip(),
+                       "source": " ".join(str(row[c]) for c in ("source_repo", "commit", "file")
+                                          if c in summ.columns and not pd.isna(row[c])) or str(summary)}
+        for key, cols in _SUMMARY_KEYS.items():
+            col = next((c for c in cols if c in summ.columns and not pd.isna(row[c]) and str(row[c]).strip()), None)
+            if col is not None:
+                setup[key] = _cell(row[col], key, where)
+        if setup.get("server_version") and "server" not in setup:
+            setup["server"] = "vLLM"
+        assumptions: list[str] = []
+        setup = with_server_defaults(setup, assumptions)
+        setup["assumptions"] = tuple(assumptions)
+        out.append(RunRecord(SetUp.from_mapping(setup, where), rows))
+    return out
+
+
+#: The shared datasets with a reader of their own (their sources recorded what the generic layout lacks).
+_OWN_READERS = {"distserve_vllm_opt13b": read_distserve, "llmservingsim_vllm": read_llmservingsim}
+
+
 def read_shared(folder: str | Path = SHARED_SERVING) -> list[RunRecord]:
-    """Every run of the shared serving datasets; ``[]`` when ``folder`` does not exist."""
+    """Every run of the shared serving datasets: DistServe's and LLMServingSim's by their own readers,
+    any other ``<name>_summary.csv`` + ``<name>_requests.csv`` pair by :func:`read_dataset`;
+    ``[]`` when ``folder`` does not exist."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    return read_distserve(folder) + read_llmservingsim(folder)
+    out: list[RunRecord] = []
+    for summary in sorted(folder.glob("*_summary.csv")):
+        stem = summary.name.removesuffix("_summary.csv")
+        if stem in _OWN_READERS:
+            out += _OWN_READERS[stem](folder)
+        elif (folder / f"{stem}_requests.csv").exists():
+            out += read_dataset(summary, folder / f"{stem}_requests.csv")
+    return out
 
 
 def _read_mapping(path: str | Path, what: str, parse, error: type[Exception], fmt: str) -> dict:
@@ -129,58 +215,167 @@ def read_setup_yaml(path: str | Path) -> dict:
     return _read_mapping(path, "set-up file", yaml.safe_load, yaml.YAMLError, "YAML")
 
 
-def read_bench_result(path: str | Path, setup: str | Path | dict) -> RunRecord:
-    """A ``vllm bench serve --save-result`` JSON file as a run record, with its set-up.
+#: Set-up keys filled from the server's own defaults when a record lacks them: profile key -> set-up key.
+_DEFAULTED = {"max_num_seqs": "max_num_seqs", "max_num_batched_tokens": "max_num_batched_tokens",
+              "gpu_memory_utilization": "gpu_memory_utilization", "block_size": "block_size",
+              "kv_cache_dtype": "kv_cache_dtype", "enable_prefix_caching": "prefix_caching"}
 
-    Per request: ``prompt_tokens`` = ``input_lens``, ``output_tokens`` = ``output_lens``,
-    ``ttft_s`` = ``ttfts``, ``e2e_s`` = TTFT + the sum of its ``itls``, ``tpot_s`` = (E2E - TTFT) /
-    (output - 1) (vLLM's own per-request TPOT). Failed requests (``errors`` non-empty, or no
-    output) are dropped. Arrivals: the JSON's ``start_times`` when present (relative to the
-    first), else Poisson (``burstiness`` 1) or gamma arrivals at the ``request_rate`` of the
-    set-up or the JSON, seeded by ``seed`` (default 0): the same process as the benchmark's, not
-    its draws, and the record's assumptions say so.
+
+def with_server_defaults(setup_map: dict, assumptions: list[str]) -> dict:
+    """``setup_map`` with the engine flags it lacks set to its server's defaults for its version.
+
+    The defaults are those of the server profile that covers ``server_version``
+    (:func:`kvlab.recommend.servers.resolve`, e.g. vLLM >= 0.11 on an H100: ``max_num_seqs`` 1024,
+    ``max_num_batched_tokens`` 8192, prefix caching on), for the set-up's model, GPU, TP and
+    ``max_model_len``; the newest family when no version is given. Each value taken is appended to
+    ``assumptions``. A server kvlab has no profile for keeps :class:`SetUp`'s defaults.
     """
-    path = Path(path)
-    data = _read_mapping(path, "vllm bench serve result", json.loads, json.JSONDecodeError, "JSON")
+    import re
+
+    from ..recommend.servers import Context, profiles, resolve
+    from ..specs import gpu as _gpu, model as _model
+
+    out = dict(setup_map)
+    system = str(out.get("server", "vLLM")).strip().lower()
+    if "model" not in out or "gpu" not in out or not any(p.system == system for p in profiles().values()):
+        return out  # SetUp.from_mapping names what is missing
+    version = re.match(r"\d+(\.\d+){0,2}", str(out.get("server_version") or ""))
+    prof = resolve(f"{system}=={version.group(0)}" if version else system)
+    ctx = Context(model=_model(out["model"]), gpu_name=_gpu(out["gpu"]).name, tp=int(out.get("tp", 1)),
+                  max_model_len=int(out.get("max_model_len") or 0))
+    d = prof.defaults(ctx)
+    taken = []
+    for src, dst in _DEFAULTED.items():
+        if dst not in out and d.get(src) is not None:
+            out[dst] = d[src]
+            taken.append(f"{dst}={d[src]}")
+    if "scheduler" not in out and "enable_chunked_prefill" in d:
+        out["scheduler"] = "chunked" if d["enable_chunked_prefill"] else "prefill_first"
+        taken.append(f"scheduler={out['scheduler']}")
+    if "engine" not in out and prof.stack in ("vllm-v0", "vllm-v1"):
+        out["engine"] = prof.stack
+        taken.append(f"engine={prof.stack}")
+    if taken:
+        assumptions.append(f"not in the record, taken as {prof.family}'s defaults (kvlab.recommend.servers "
+                           f"{prof.key}, for {ctx.gpu_name}): {', '.join(taken)}")
+    return out
+
+
+#: How a result without ``start_times`` had its arrivals drawn (the set-up's ``arrivals`` key).
+ARRIVALS = ("poisson", "gamma", "constant")
+
+
+def _json_objects(path: Path) -> list[dict]:
+    """The JSON objects of a result file: one, or several one after another (``--append-result``)."""
+    text = read_text_file(path, "vllm bench serve result")
+    dec, pos, out = json.JSONDecoder(), 0, []
+    while True:
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        if pos == len(text):
+            break
+        try:
+            obj, pos = dec.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"vllm bench serve result {path} is not valid JSON: {' '.join(str(exc).split())}") from None
+        if not isinstance(obj, dict):
+            raise ValueError(f"vllm bench serve result {path} must hold JSON objects, got {type(obj).__name__}")
+        out.append(obj)
+    if not out:
+        raise ValueError(f"vllm bench serve result {path} is empty")
+    return out
+
+
+def _arrivals(data: dict, where: str, n: int, rate, burst: float, process: str | None, seed: int,
+              assumptions: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(offered arrival, client queue) per request (s): from ``start_times`` (send times) and
+    ``queue_times`` when the result has them, else redrawn at the rate."""
+    if "start_times" in data:
+        sent = np.asarray(data["start_times"], dtype=np.float64)
+        if "queue_times" in data:
+            queue = np.asarray([q or 0.0 for q in data["queue_times"]], dtype=np.float64)
+            return sent - queue, queue
+        if data.get("max_concurrency"):
+            assumptions.append("no queue_times: the send times (start_times) taken as the offered arrivals")
+        return sent, np.zeros(n)
+    from ..arrivals import arrival_times
+
+    if rate is None:
+        raise ValueError(f"{where}: no start_times and no request_rate; give request_rate in the set-up")
+    r = float(rate)  # the result writes an unlimited rate as "inf"
+    if math.isinf(r):
+        assumptions.append("request_rate inf: every request sent at once")
+        return np.zeros(n), np.zeros(n)
+    kind = process or ("poisson" if burst == 1.0 else "gamma")
+    if kind not in ARRIVALS:
+        raise ValueError(f"{where}: arrivals must be one of {', '.join(ARRIVALS)}, got {kind!r}")
+    if kind == "constant":
+        assumptions.append(f"arrivals: constant rate {r:g} req/s, one every {1 / r:.4g} s")
+        return np.arange(n) / r, np.zeros(n)
+    arrival = arrival_times(n, kind, qps=r, cv=1 / math.sqrt(burst) if kind == "gamma" else 1.0, seed=seed)
+    assumptions.append(f"arrivals redrawn: {'Poisson' if kind == 'poisson' else f'gamma (burstiness {burst})'} "
+                       f"at {r:g} req/s, seed {seed} (the benchmark's own draws are not in the file)")
+    return arrival, np.zeros(n)
+
+
+def _bench_record(data: dict, where: str, setup_map: dict, setup_where: str) -> RunRecord:
+    """One result object (``where`` names it in errors) as a run record under ``setup_map``."""
     missing = [k for k in ("input_lens", "output_lens", "ttfts", "itls") if k not in data]
     if missing:
-        raise ValueError(f"{path}: lacks {', '.join(missing)} (save it with vllm bench serve --save-result "
+        raise ValueError(f"{where}: lacks {', '.join(missing)} (save it with vllm bench serve --save-result "
                          "--save-detailed)")
     n = len(data["input_lens"])
     if any(len(data[k]) != n for k in ("output_lens", "ttfts", "itls")):
-        raise ValueError(f"{path}: input_lens, output_lens, ttfts and itls differ in length")
-    setup_map = dict(read_setup_yaml(setup) if not isinstance(setup, dict) else setup)
-    where = f"set-up {setup}" if not isinstance(setup, dict) else "set-up"
+        raise ValueError(f"{where}: input_lens, output_lens, ttfts and itls differ in length")
+    setup_map = dict(setup_map)
     rate = setup_map.pop("request_rate", data.get("request_rate"))
     burst = float(setup_map.pop("burstiness", data.get("burstiness", 1.0)) or 1.0)
+    process = setup_map.pop("arrivals", None)
     seed = int(setup_map.pop("seed", 0))
-    setup_map.setdefault("name", path.stem)
+    if "max_concurrency" not in setup_map and data.get("max_concurrency"):
+        setup_map["max_concurrency"] = int(data["max_concurrency"])
     assumptions = list(setup_map.pop("assumptions", None) or ())
     errors = data.get("errors") or [""] * n
     out = np.asarray(data["output_lens"], dtype=np.float64)
     ok = np.array([not e for e in errors]) & (out > 0)
     ttft = np.asarray([t if t is not None else np.nan for t in data["ttfts"]], dtype=np.float64)
     e2e = ttft + np.array([float(np.sum(x)) if x else 0.0 for x in data["itls"]])
-    if "start_times" in data:
-        arrival = np.asarray(data["start_times"], dtype=np.float64)
-    else:
-        from ..arrivals import arrival_times
-
-        if rate is None:
-            raise ValueError(f"{path}: no start_times and no request_rate; give request_rate in the set-up")
-        r = float(rate)
-        if math.isinf(r):
-            arrival = np.zeros(n)
-            assumptions.append("request_rate inf: every request sent at once")
-        else:
-            arrival = arrival_times(n, "gamma" if burst != 1.0 else "poisson", qps=r, cv=1 / math.sqrt(burst),
-                                    seed=seed)
-            assumptions.append(f"arrivals redrawn: {'Poisson' if burst == 1.0 else f'gamma (burstiness {burst})'} "
-                               f"at {r:g} req/s, seed {seed} (the benchmark's own draws are not in the file)")
+    arrival, queue = _arrivals(data, where, n, rate, burst, process, seed, assumptions)
+    setup_map = with_server_defaults(setup_map, assumptions)
+    if setup_map.get("prefix_caching"):
+        assumptions.append("prefix caching on: the result holds no token ids, so no shared prefix is known; "
+                           "replayed with no cache hits")
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = np.where(out > 1, (e2e - ttft) / (out - 1), 0.0)
     req = pd.DataFrame({"arrival_s": arrival, "prompt_tokens": data["input_lens"], "output_tokens": out,
-                        "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e})[ok]
+                        "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, CLIENT_QUEUE: queue})[ok]
     setup_map["assumptions"] = assumptions
-    setup_map.setdefault("source", str(path))
-    return RunRecord(SetUp.from_mapping(setup_map, where), req)
+    return RunRecord(SetUp.from_mapping(setup_map, setup_where), req)
+
+
+def read_bench_results(path: str | Path, setup: str | Path | dict) -> list[RunRecord]:
+    """The runs of a ``vllm bench serve --save-result --save-detailed`` JSON file, with their set-up.
+
+    A file holds one result, or several one per line (``--append-result``: stages of one server,
+    named ``<name>-1``, ``<name>-2``, ...). Per request: ``prompt_tokens`` = ``input_lens``,
+    ``output_tokens`` = ``output_lens``, ``ttft_s`` = ``ttfts``, ``e2e_s`` = TTFT + the sum of its
+    ``itls``, ``tpot_s`` = (E2E - TTFT) / (output - 1) (vLLM's own per-request TPOT). Failed
+    requests (``errors`` non-empty, or no output) are dropped. The client's cap is the result's
+    ``max_concurrency`` unless the set-up gives one. Arrivals: ``start_times`` (when each request
+    was sent) less ``queue_times`` (how long the cap held it) when present; else drawn at the
+    ``request_rate`` of the set-up or the result: Poisson (``burstiness`` 1), gamma, or ``arrivals:
+    constant`` in the set-up (one every 1 / rate s), seeded by ``seed`` (default 0): the same process
+    as the benchmark's, not its draws, and the record's assumptions say so.
+    """
+    path = Path(path)
+    objects = _json_objects(path)
+    base = dict(read_setup_yaml(setup) if not isinstance(setup, dict) else setup)
+    setup_where = f"set-up {setup}" if not isinstance(setup, dict) else "set-up"
+    name = str(base.pop("name", path.stem))
+    base.setdefault("source", str(path))
+    out = []
+    for i, data in enumerate(objects):
+        one = len(objects) == 1
+        where = str(path) if one else f"{path} result {i + 1} of {len(objects)}"
+        out.append(_bench_record(data, where, {**base, "name": name if one else f"{name}-{i + 1}"}, setup_where))
+    return out

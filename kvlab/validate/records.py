@@ -3,12 +3,17 @@
 A :class:`RunRecord` is what :mod:`kvlab.validate` replays and compares: the server's set-up
 (:class:`SetUp`: server and version, engine flags, model, GPU, parallelism, where the clock
 starts, and what had to be assumed) and one row per request (``arrival_s``, ``prompt_tokens``,
-``output_tokens`` and the measured ``ttft_s``, ``tpot_s``, ``e2e_s``). Readers for the shared
+``output_tokens`` and the measured ``ttft_s``, ``tpot_s``, ``e2e_s``; optionally ``client_queue_s``). Readers for the shared
 datasets, for ``vllm bench serve`` result files and for a user's set-up YAML are in
 :mod:`kvlab.validate.readers`.
 
 TPOT is per request, ``(last token - first token) / (output tokens - 1)`` (both shared sources
-and ``vllm bench serve``), which is kvlab's ``mean_tbt_s``; E2E and TTFT start at ``arrival_s``.
+and ``vllm bench serve``), which is kvlab's ``mean_tbt_s``. ``arrival_s`` is when the load offered
+the request; TTFT and E2E start when the client sent it, ``client_queue_s`` later (0 unless a client
+caps its requests in flight: ``vllm bench serve --max-concurrency`` holds a request behind a
+semaphore and starts its clock when it is sent: ``limited_request_func`` in
+``vllm/benchmarks/serve.py``, vllm-project/vllm 009e6d4, which saves the send times as
+``start_times`` and the waits as ``queue_times``).
 """
 from __future__ import annotations
 
@@ -20,6 +25,8 @@ import pandas as pd
 
 #: Per-request columns a run record holds (times in seconds, lengths in tokens).
 REQUEST_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s")
+#: Optional per-request column: seconds between the offered arrival and the client sending it.
+CLIENT_QUEUE = "client_queue_s"
 
 #: Engine schedulers kvlab replays: V1's chunked prefill, V0's whole prefills that stall decodes.
 SCHEDULERS = ("chunked", "prefill_first")
@@ -54,6 +61,13 @@ class SetUp:
         KV blocks when the server recorded them; None: derived from ``gpu_memory_utilization``.
     gpu_memory_utilization : float
         vLLM's flag.
+    kv_cache_dtype : {"auto", "fp8"}
+        vLLM's ``--kv-cache-dtype``: FP8 halves the KV bytes per token (pool and attention reads).
+    prefix_caching : bool
+        Whether the server ran its prefix cache (vLLM V1's default). A record carries no token ids,
+        so a replay cannot see shared prefixes: with it on, the replay assumes no hits and says so.
+    max_concurrency : int or None
+        The client's cap on requests in flight (``vllm bench serve --max-concurrency``); None: none.
     clock_start : str
         Where each request's clock starts (``"client issue"``, ``"engine queue"``, ...).
     assumptions : tuple of str
@@ -79,6 +93,9 @@ class SetUp:
     block_size: int = 16
     pool_pages: int | None = None
     gpu_memory_utilization: float = 0.9
+    kv_cache_dtype: str = "auto"
+    prefix_caching: bool = False
+    max_concurrency: int | None = None
     clock_start: str = "client issue"
     assumptions: tuple[str, ...] = ()
     source: str = ""
@@ -91,10 +108,17 @@ class SetUp:
             val = getattr(self, f)
             if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
                 raise ValueError(f"run {self.name}: {f} must be a positive integer, got {val!r}")
-        for f in ("max_model_len", "pool_pages"):
+        for f in ("max_model_len", "pool_pages", "max_concurrency"):
             val = getattr(self, f)
             if val is not None and (isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1):
                 raise ValueError(f"run {self.name}: {f} must be a positive integer or empty, got {val!r}")
+        from ..specs import KV_CACHE_DTYPES
+
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"run {self.name}: kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, "
+                             f"got {self.kv_cache_dtype!r}")
+        if not isinstance(self.prefix_caching, (bool, np.bool_)):
+            raise ValueError(f"run {self.name}: prefix_caching must be true or false, got {self.prefix_caching!r}")
         if not 0 < float(self.gpu_memory_utilization) <= 1:
             raise ValueError(f"run {self.name}: gpu_memory_utilization must be in (0, 1], "
                              f"got {self.gpu_memory_utilization!r}")
@@ -128,15 +152,19 @@ class SetUp:
         pool = f"{self.pool_pages:,} KV blocks (recorded)" if self.pool_pages else \
             f"KV pool from gpu_memory_utilization={self.gpu_memory_utilization}"
         par = f"TP{self.tp}" + (f" x DP{self.dp}" if self.dp > 1 else "")
+        extra = "".join([", FP8 KV" if self.kv_cache_dtype == "fp8" else "",
+                         ", prefix caching on" if self.prefix_caching else "",
+                         f", client max_concurrency={self.max_concurrency}" if self.max_concurrency else ""])
         return (f"{self.server} {self.server_version or '(version not recorded)'} [{self.engine}], {self.model} on "
                 f"{self.gpu} {par}, {self.scheduler}, max_num_seqs={self.max_num_seqs}, "
                 f"max_num_batched_tokens={self.max_num_batched_tokens}, "
-                f"max_model_len={self.max_model_len or 'model'}, block {self.block_size}, {pool}")
+                f"max_model_len={self.max_model_len or 'model'}, block {self.block_size}, {pool}{extra}")
 
 
 @dataclass(frozen=True)
 class RunRecord:
-    """One measured run: its :class:`SetUp` and one row per request (:data:`REQUEST_COLUMNS`).
+    """One measured run: its :class:`SetUp` and one row per request (:data:`REQUEST_COLUMNS`, and
+    :data:`CLIENT_QUEUE`, 0 when absent).
 
     ``preemptions`` is the server's count of preemptions when it recorded one, else None.
     """
@@ -150,10 +178,13 @@ class RunRecord:
         missing = [c for c in REQUEST_COLUMNS if c not in self.requests.columns]
         if missing:
             raise ValueError(f"{where}: request table lacks column(s) {', '.join(missing)}")
-        req = self.requests.loc[:, list(REQUEST_COLUMNS)].reset_index(drop=True)
+        cols = list(REQUEST_COLUMNS) + ([CLIENT_QUEUE] if CLIENT_QUEUE in self.requests.columns else [])
+        req = self.requests.loc[:, cols].reset_index(drop=True)
+        if CLIENT_QUEUE not in req.columns:
+            req[CLIENT_QUEUE] = 0.0
         if len(req) < 2:
             raise ValueError(f"{where}: needs at least 2 requests, got {len(req)}")
-        for c in REQUEST_COLUMNS:
+        for c in (*REQUEST_COLUMNS, CLIENT_QUEUE):
             col = pd.to_numeric(req[c], errors="coerce")
             bad = ~np.isfinite(col.to_numpy(dtype=np.float64))
             if bad.any():
@@ -164,7 +195,7 @@ class RunRecord:
             if (req[c] < 1).any() or (req[c] != req[c].round()).any():
                 raise ValueError(f"{where}: {c} must be positive integers")
             req[c] = req[c].astype(np.int64)
-        if (req[["ttft_s", "tpot_s", "e2e_s"]] < 0).any().any():
+        if (req[["ttft_s", "tpot_s", "e2e_s", CLIENT_QUEUE]] < 0).any().any():
             raise ValueError(f"{where}: negative measured times")
         req = req.sort_values("arrival_s", kind="stable").reset_index(drop=True)
         req["arrival_s"] = req["arrival_s"] - req["arrival_s"].iloc[0]

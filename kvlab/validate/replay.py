@@ -4,7 +4,13 @@
 exact lengths) with :func:`kvlab.simulate` under the run's set-up: the vLLM policy, V0's whole
 prefills or V1's chunked prefill, the run's ``max_num_seqs``, ``max_num_batched_tokens``,
 ``max_model_len``, block size and KV pool (the recorded block count where there is one), its model,
-GPU and TP; ``dp`` replicas each serve every ``dp``-th request. :func:`compare` puts the
+GPU and TP, its KV dtype; ``dp`` replicas each serve every ``dp``-th request. A client that caps its
+requests in flight (``max_concurrency`` C) is replayed exactly without preemptions: with FCFS
+admission the engine's schedule under the cap is the one of ``max_num_seqs = min(max_num_seqs, C)``
+(a request admitted while fewer than C run has had C fewer predecessors finish, so it was sent), and
+the k-th request is sent at ``max(arrival_k, the (k - C + 1)-th finish among the first k)``
+(:func:`client_send_times`); TTFT and E2E count from that send, as the client measures them, and the
+wait before it is the client's queue. :func:`compare` puts the
 predicted and measured TTFT, TPOT and E2E (mean, p50, p90, p99), output throughput and
 preemptions side by side, with the relative errors and the overload calls.
 
@@ -21,6 +27,7 @@ arrives (the first token is the one admission mark both the servers' records and
 from __future__ import annotations
 
 import inspect
+import heapq
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +35,8 @@ import numpy as np
 import pandas as pd
 
 from ..capacity import MIN_BACKLOG_REQUESTS, capacity as _capacity
-from .records import RunRecord
+from ..specs import model as _model, with_precision
+from .records import CLIENT_QUEUE, RunRecord
 
 #: Share of a run's requests still waiting at the last arrival above which its queue grows
 #: (:func:`kvlab.capacity.capacity`'s default ``max_backlog_frac``).
@@ -43,7 +51,8 @@ class Replay:
     """kvlab's replay of one run: predicted per-request times beside the record.
 
     ``predicted`` has one row per request of ``record.requests`` (same order): ``ttft_s``,
-    ``tpot_s``, ``e2e_s``, ``num_preemptions``, ``replica``; ``iterations`` one table per replica
+    ``tpot_s``, ``e2e_s`` (from the client's send), ``client_queue_s`` (send - arrival),
+    ``num_preemptions``, ``replica``; ``iterations`` one table per replica
     (the engine's per-iteration rows); ``cost_model`` and ``stack`` name what priced it;
     ``front_end_s`` is the per-request front-end latency added to each TTFT and E2E (s).
     """
@@ -60,6 +69,36 @@ class Replay:
 
 def _replicas(n: int, dp: int) -> list[np.ndarray]:
     return [np.arange(r, n, dp) for r in range(dp)]
+
+
+def client_send_times(arrival_s: np.ndarray, finish_s: np.ndarray, cap: int | None) -> np.ndarray:
+    """When a client that keeps at most ``cap`` requests in flight sends each one (seconds).
+
+    Requests in arrival order wait in FIFO order (``asyncio.Semaphore``); the k-th (0-based) is sent
+    at its arrival while fewer than ``cap`` earlier ones are unfinished, else at the
+    ``(k - cap + 1)``-th smallest finish among the first ``k``. ``cap`` None: every request is
+    sent on arrival. ``finish_s`` must respect causality (no request finishes before it is sent).
+    """
+    a = np.asarray(arrival_s, dtype=np.float64)
+    if cap is None or len(a) <= cap:
+        return a.copy()
+    f = np.asarray(finish_s, dtype=np.float64)
+    sent = a.copy()
+    pending: list[float] = []  # finishes of sent requests not yet counted as freeing a slot
+    for k in range(len(a)):
+        if k >= cap:
+            heapq.heappush(pending, f[k - 1])
+            sent[k] = max(a[k], heapq.heappop(pending))
+        elif k:
+            heapq.heappush(pending, f[k - 1])
+    return sent
+
+
+def _replica_caps(cap: int | None, dp: int) -> list[int | None]:
+    """The client's cap split over ``dp`` replicas dealt round-robin (the first ones take the remainder)."""
+    if cap is None:
+        return [None] * dp
+    return [max(1, cap // dp + (r < cap % dp)) for r in range(dp)]
 
 
 def expert_parallel_cost(record: RunRecord, cost_model: Any, stack: str | None) -> tuple[Any, str] | None:
@@ -107,13 +146,18 @@ def replay(record: RunRecord, *, cost_model: Any = None, stack: str | None = Non
     if ep_cost is not None:
         cost_model, stack = ep_cost[0], None
     work = record.workload()
-    pred = pd.DataFrame(index=work.index, columns=["ttft_s", "tpot_s", "e2e_s", "num_preemptions", "replica"],
-                        dtype=np.float64)
+    pred = pd.DataFrame(index=work.index, columns=["ttft_s", "tpot_s", "e2e_s", "client_queue_s", "num_preemptions",
+                                                   "replica"], dtype=np.float64)
     iters, labels, stacks, pools, ends = [], set(), set(), set(), []
     max_out = int(work["output_tokens"].max())
+    m = _model(s.model)
+    model = m if s.kv_cache_dtype == m.kv_cache_dtype else with_precision(m, kv_cache_dtype=s.kv_cache_dtype,
+                                                                          weights=m.weight_dtype)
+    caps = _replica_caps(s.max_concurrency, s.dp)
     for r, idx in enumerate(_replicas(len(work), s.dp)):
-        res = simulate(work.iloc[idx].reset_index(drop=True), "vllm", model=s.model, gpu=s.gpu, tp=s.tp,
-                       scheduler=s.scheduler, max_num_seqs=s.max_num_seqs,
+        seqs = s.max_num_seqs if caps[r] is None else min(s.max_num_seqs, caps[r])
+        res = simulate(work.iloc[idx].reset_index(drop=True), "vllm", model=model, gpu=s.gpu, tp=s.tp,
+                       scheduler=s.scheduler, max_num_seqs=seqs,
                        max_num_batched_tokens=s.max_num_batched_tokens, max_model_len=s.max_model_len,
                        block_size=s.block_size, pool_pages=s.pool_pages,
                        gpu_memory_utilization=s.gpu_memory_utilization,
@@ -123,8 +167,12 @@ def replay(record: RunRecord, *, cost_model: Any = None, stack: str | None = Non
             why = q.loc[q["outcome"] == "finished_aborted", "abort_reason"].iloc[0]
             raise ValueError(f"run {record.name}: kvlab aborted {int((q['outcome'] == 'finished_aborted').sum())} "
                              f"request(s) in the replay ({why}); the set-up cannot serve them")
-        pred.loc[idx, "ttft_s"] = q["ttft_s"].to_numpy() + front
-        pred.loc[idx, "e2e_s"] = q["e2e_s"].to_numpy() + front
+        arr = work["arrival_s"].to_numpy(dtype=np.float64)[idx]
+        first, fin = arr + q["ttft_s"].to_numpy(), arr + q["e2e_s"].to_numpy()
+        sent = client_send_times(arr, fin, caps[r])
+        pred.loc[idx, "ttft_s"] = np.maximum(first - sent, 0.0) + front
+        pred.loc[idx, "e2e_s"] = np.maximum(fin - sent, 0.0) + front
+        pred.loc[idx, "client_queue_s"] = sent - arr
         pred.loc[idx, "tpot_s"] = q["mean_tbt_s"].fillna(0.0).to_numpy()
         pred.loc[idx, "num_preemptions"] = q["num_preemptions"].to_numpy()
         pred.loc[idx, "replica"] = r
@@ -173,7 +221,7 @@ def compare(rep: Replay) -> dict[str, Any]:
     makespan, first arrival to last completion), ``preemptions_pred`` / ``preemptions_meas``
     (None where the server did not record them), ``overload_{pred,meas}``, ``overload_right``,
     ``backlog_{pred,meas}`` (requests waiting for their first token at the last arrival),
-    ``ttft_growth_{pred,meas}``.
+    ``ttft_growth_{pred,meas}``, ``client_queue_mean_{pred,meas}`` (s a client's cap held a request).
     """
     rec, pred = rep.record, rep.predicted
     meas = rec.requests
@@ -189,20 +237,25 @@ def compare(rep: Replay) -> dict[str, Any]:
             row[f"{m}_{st}_pred"], row[f"{m}_{st}_meas"] = p[st], q[st]
             row[f"{m}_{st}_err"] = p[st] / q[st] - 1 if q[st] > 0 else float("nan")
     out_tokens = float(meas["output_tokens"].sum())
-    meas_span = float((meas["arrival_s"] + meas["e2e_s"]).max() - meas["arrival_s"].min())
+    meas_span = float((meas["arrival_s"] + meas[CLIENT_QUEUE] + meas["e2e_s"]).max() - meas["arrival_s"].min())
     row["throughput_tok_s_pred"] = out_tokens / rep.makespan_s
     row["throughput_tok_s_meas"] = out_tokens / meas_span
     row["throughput_tok_s_err"] = row["throughput_tok_s_pred"] / row["throughput_tok_s_meas"] - 1
     row["preemptions_pred"] = int(pred["num_preemptions"].sum())
     row["preemptions_meas"] = rec.preemptions
     arr = meas["arrival_s"].to_numpy(dtype=np.float64)
-    gp, _ = ttft_growth(arr, pred["ttft_s"].to_numpy(dtype=np.float64))
-    gm, _ = ttft_growth(arr, meas["ttft_s"].to_numpy(dtype=np.float64))
+    # first token counted from the offered arrival: the client's queue (a --max-concurrency cap) included
+    wait_pred = (pred["ttft_s"] + pred[CLIENT_QUEUE]).to_numpy(dtype=np.float64)
+    wait_meas = (meas["ttft_s"] + meas[CLIENT_QUEUE]).to_numpy(dtype=np.float64)
+    row["client_queue_mean_pred"] = float(pred[CLIENT_QUEUE].mean())
+    row["client_queue_mean_meas"] = float(meas[CLIENT_QUEUE].mean())
+    gp, _ = ttft_growth(arr, wait_pred)
+    gm, _ = ttft_growth(arr, wait_meas)
     row["ttft_growth_pred"], row["ttft_growth_meas"] = gp, gm
-    row["backlog_pred"] = backlog(arr, pred["ttft_s"].to_numpy(dtype=np.float64))
-    row["backlog_meas"] = backlog(arr, meas["ttft_s"].to_numpy(dtype=np.float64))
-    row["overload_pred"] = overloaded(arr, pred["ttft_s"].to_numpy(dtype=np.float64))
-    row["overload_meas"] = overloaded(arr, meas["ttft_s"].to_numpy(dtype=np.float64))
+    row["backlog_pred"] = backlog(arr, wait_pred)
+    row["backlog_meas"] = backlog(arr, wait_meas)
+    row["overload_pred"] = overloaded(arr, wait_pred)
+    row["overload_meas"] = overloaded(arr, wait_meas)
     row["overload_right"] = row["overload_pred"] == row["overload_meas"]
     return row
 

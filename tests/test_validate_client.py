@@ -1,0 +1,166 @@
+"""kvlab.validate: a client that caps requests in flight, appended bench results, server defaults,
+the generic shared-dataset reader, and catalogue lookups by Hugging Face id and nvidia-smi name."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import kvlab
+from kvlab import specs
+from kvlab.validate import RunRecord, SetUp, compare, read_bench_results, read_shared, replay
+from kvlab.validate.readers import read_dataset, with_server_defaults
+from kvlab.validate.replay import client_send_times
+
+MODEL, GPU = "Llama-2-7B", "A100-80GB-SXM"
+
+
+def _brute_force_sends(arrival, service, cap):
+    """Sends of a FIFO client with ``cap`` in flight and requests that take ``service`` s once sent:
+    the k-th waits until fewer than ``cap`` earlier ones are unfinished (scanning candidate times)."""
+    sent, fin = [], []
+    for k, a in enumerate(arrival):
+        t = max(a, sent[-1] if sent else a)
+        for c in sorted([t] + [f for f in fin if f > t]):  # the moments the count can drop
+            if sum(f > c for f in fin) < cap:
+                t = c
+                break
+        sent.append(t)
+        fin.append(t + service[k])
+    return np.array(sent), np.array(fin)
+
+
+def test_client_send_times_hand_worked():
+    # four requests at 0 s, cap 2: #2 goes when #1 finishes (3 s), #3 when #2 finishes (4 s)
+    got = client_send_times(np.zeros(4), np.array([5.0, 3.0, 4.0, 10.0]), 2)
+    assert got.tolist() == [0.0, 0.0, 3.0, 4.0]
+    assert client_send_times(np.zeros(4), np.array([5.0, 3.0, 4.0, 10.0]), None).tolist() == [0.0] * 4
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_client_send_times_match_a_brute_force_client(seed):
+    rng = np.random.default_rng(seed)
+    n, cap = 60, int(rng.integers(1, 6))
+    arrival = np.cumsum(rng.exponential(0.3, n))
+    sent, fin = _brute_force_sends(arrival, rng.exponential(2.0, n), cap)
+    assert np.allclose(client_send_times(arrival, fin, cap), sent)
+
+
+def _server_record(n=80, rate=30.0, cap=None, seed=0, **setup):
+    """A record whose 'measurements' are kvlab's own replay of it (so errors are 0 by construction)."""
+    rng = np.random.default_rng(seed)
+    req = pd.DataFrame({"arrival_s": np.cumsum(rng.exponential(1 / rate, n)),
+                        "prompt_tokens": rng.integers(50, 600, n), "output_tokens": rng.integers(20, 200, n),
+                        "ttft_s": 0.0, "tpot_s": 0.0, "e2e_s": 0.0})
+    rec = RunRecord(SetUp(name=f"cap-{cap}", dataset="hand-made", model=MODEL, gpu=GPU, max_num_seqs=64,
+                          max_concurrency=cap, **setup), req)
+    p = replay(rec).predicted
+    meas = req.assign(ttft_s=p["ttft_s"], tpot_s=p["tpot_s"], e2e_s=p["e2e_s"], client_queue_s=p["client_queue_s"])
+    return RunRecord(rec.setup, meas)
+
+
+def test_capped_replay_is_the_schedule_of_its_send_times():
+    # Independent route: serve the predicted send times as plain arrivals on a server with a large
+    # max_num_seqs and no cap (the client never has more than the cap in flight, so the server sees
+    # the same requests at the same moments): TTFT and E2E from the send must be the same.
+    rec = _server_record(cap=6)
+    pred = replay(rec).predicted
+    sent = rec.requests["arrival_s"] + pred["client_queue_s"]
+    assert pred["client_queue_s"].max() > 1.0  # the cap binds at 30 req/s
+    # sent a nanosecond early: a send is a finish time, the start of the next iteration, and the
+    # arrival + queue sum may round above it
+    w = rec.workload().assign(arrival_s=np.maximum(sent - 1e-9, 0.0))
+    res = kvlab.simulate(w, "vllm", model=MODEL, gpu=GPU, max_num_seqs=256, max_num_batched_tokens=2048,
+                         gpu_memory_utilization=0.92, max_new_tokens=int(w["output_tokens"].max()))
+    assert np.allclose(res.requests["ttft_s"], pred["ttft_s"], atol=1e-8)
+    assert np.allclose(res.requests["e2e_s"], pred["e2e_s"], atol=1e-8)
+
+
+def test_a_cap_hides_overload_from_ttft_but_not_from_the_overload_call():
+    free, capped = replay(_server_record(n=200, rate=150.0)), replay(_server_record(n=200, rate=150.0, cap=6))
+    row_free, row_cap = compare(free), compare(capped)
+    assert row_free["overload_pred"]  # 150 req/s is past this server's capacity
+    assert row_cap["ttft_mean_pred"] < row_free["ttft_mean_pred"] / 3  # the client holds the queue
+    assert row_cap["client_queue_mean_pred"] > 1.0 and row_free["client_queue_mean_pred"] == 0.0
+    assert row_cap["overload_pred"] and row_cap["overload_meas"]  # the client's queue grows: overload
+    assert abs(row_cap["ttft_mean_err"]) < 1e-9 and abs(row_cap["e2e_mean_err"]) < 1e-9
+
+
+def _bench_json(rec: RunRecord, rate: float, cap: int | None) -> dict:
+    r = rec.requests
+    sent = r["arrival_s"] + r["client_queue_s"]
+    return {"request_rate": rate, "burstiness": 1.0, "max_concurrency": cap,
+            "input_lens": r["prompt_tokens"].tolist(), "output_lens": r["output_tokens"].tolist(),
+            "ttfts": r["ttft_s"].tolist(), "itls": [[t] * (int(n) - 1) for t, n in zip(r["tpot_s"], r["output_tokens"])],
+            "start_times": (100.0 + sent).tolist(), "queue_times": r["client_queue_s"].tolist(),
+            "errors": [""] * len(r)}
+
+
+def test_appended_results_are_stages_with_the_cap_and_queue_times(tmp_path):
+    a, b = _server_record(cap=6, rate=30.0), _server_record(cap=None, rate=5.0, seed=1)
+    path = tmp_path / "stages.json"
+    path.write_text(json.dumps(_bench_json(a, 30.0, 6)) + "\n" + json.dumps(_bench_json(b, 5.0, None)) + "\n")
+    (tmp_path / "s.yaml").write_text(f"name: h\nmodel: {specs.model(MODEL).hf_id}\ngpu: NVIDIA A100-SXM4-80GB\n"
+                                     "server_version: 0.15.1\nmax_num_seqs: 64\n")
+    got = read_bench_results(path, tmp_path / "s.yaml")
+    assert [g.name for g in got] == ["h-1", "h-2"]
+    assert got[0].setup.max_concurrency == 6 and got[1].setup.max_concurrency is None
+    assert np.allclose(got[0].requests["arrival_s"], a.requests["arrival_s"] - a.requests["arrival_s"].iloc[0])
+    assert np.allclose(got[0].requests["client_queue_s"], a.requests["client_queue_s"])
+    row = compare(replay(got[0]))
+    assert abs(row["ttft_mean_err"]) < 1e-6 and row["overload_right"]
+    (tmp_path / "bad.json").write_text(json.dumps(_bench_json(a, 30.0, 6)) + "\n{not json\n")
+    with pytest.raises(ValueError, match="bad.json is not valid JSON"):
+        read_bench_results(tmp_path / "bad.json", tmp_path / "s.yaml")
+
+
+def test_missing_flags_are_the_servers_defaults_for_its_version_and_gpu():
+    notes: list[str] = []
+    h100 = with_server_defaults({"name": "x", "model": "Llama-2-7B", "gpu": "H100-SXM", "server_version": "0.15.1"},
+                                notes)
+    # vLLM >= 0.11 on a >= 70 GiB GPU that is not an A100: 1024 sequences, 8192 tokens, prefix caching
+    assert (h100["max_num_seqs"], h100["max_num_batched_tokens"], h100["prefix_caching"]) == (1024, 8192, True)
+    assert h100["engine"] == "vllm-v1" and h100["scheduler"] == "chunked" and "max_num_seqs=1024" in notes[0]
+    a100 = with_server_defaults({"name": "x", "model": "Llama-2-7B", "gpu": "A100-80GB-SXM", "max_num_seqs": 64}, [])
+    assert (a100["max_num_seqs"], a100["max_num_batched_tokens"]) == (64, 2048)  # given value kept
+    v0 = with_server_defaults({"name": "x", "model": "OPT-13B", "gpu": "A100-80GB-SXM", "server_version": "0.6.3"}, [])
+    assert v0["engine"] == "vllm-v0" and v0["scheduler"] == "prefill_first" and not v0["prefix_caching"]
+
+
+def test_a_new_dataset_in_the_shared_layout_is_read(tmp_path):
+    recs = [_server_record(cap=None, rate=r, seed=s) for r, s in ((4.0, 2), (9.0, 3))]
+    summ = pd.DataFrame({"run": [f"r{i}" for i in range(2)], "model": specs.model(MODEL).hf_id,
+                         "gpu": "NVIDIA A100-SXM4-80GB (datasheet)", "tp": 1, "vllm_version": "0.15.1",
+                         "max_num_seqs": 64, "num_gpu_blocks": [np.nan, 5000], "enable_prefix_caching": "False"})
+    req = pd.concat([r.requests.drop(columns="client_queue_s").assign(run=f"r{i}") for i, r in enumerate(recs)])
+    summ.to_csv(tmp_path / "h100_vllm_summary.csv", index=False)
+    req.rename(columns={"prompt_tokens": "input_tokens"}).to_csv(tmp_path / "h100_vllm_requests.csv", index=False)
+    got = read_shared(tmp_path)
+    assert [g.setup.dataset for g in got] == ["h100-vllm"] * 2
+    assert got[0].setup.gpu == "NVIDIA A100-SXM4-80GB" and got[1].setup.pool_pages == 5000
+    assert got[0].setup.max_num_batched_tokens == 2048 and not got[0].setup.prefix_caching
+    assert np.allclose(got[0].requests["e2e_s"], recs[0].requests["e2e_s"])
+    assert abs(compare(replay(got[0]))["e2e_mean_err"]) < 1e-9
+    pd.DataFrame({"run": ["r0"], "model": [MODEL]}).to_csv(tmp_path / "bad_summary.csv", index=False)
+    req.to_csv(tmp_path / "bad_requests.csv", index=False)
+    with pytest.raises(ValueError, match="bad_summary.csv: lacks column.*gpu"):
+        read_dataset(tmp_path / "bad_summary.csv", tmp_path / "bad_requests.csv")
+
+
+def test_catalogue_answers_to_hugging_face_ids_and_nvidia_smi_names():
+    assert specs.model("meta-llama/Llama-2-70b-hf").name == "Llama-2-70B"
+    assert specs.model("CODELLAMA/codellama-34b-hf").name == "CodeLlama-34B"
+    assert specs.gpu("NVIDIA H100 80GB HBM3").name == "H100-SXM"
+    assert specs.gpu("NVIDIA GeForce RTX 4090").name == "RTX4090"
+    with pytest.raises(ValueError, match="unknown GPU 'NVIDIA H100 NVL'"):
+        specs.gpu("NVIDIA H100 NVL")
+
+
+def test_fp8_kv_set_up_doubles_the_replayed_pool():
+    rec = _server_record(cap=None, rate=4.0)
+    fp8 = RunRecord(SetUp(name="f", dataset="d", model=MODEL, gpu=GPU, max_num_seqs=64, kv_cache_dtype="fp8"),
+                    rec.requests)
+    auto, eight = replay(rec).pool_pages, replay(fp8).pool_pages
+    assert eight == pytest.approx(2 * auto, rel=0.01)
+    with pytest.raises(ValueError, match="kv_cache_dtype must be one of"):
+        SetUp(name="f", dataset="d", model=MODEL, gpu=GPU, kv_cache_dtype="int4")
