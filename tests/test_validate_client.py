@@ -137,7 +137,7 @@ def test_a_new_dataset_in_the_shared_layout_is_read(tmp_path):
     req.rename(columns={"prompt_tokens": "input_tokens"}).to_csv(tmp_path / "h100_vllm_requests.csv", index=False)
     got = read_shared(tmp_path)
     assert [g.setup.dataset for g in got] == ["h100-vllm"] * 2
-    assert got[0].setup.gpu == "NVIDIA A100-SXM4-80GB" and got[1].setup.pool_pages == 5000
+    assert got[0].setup.gpu == GPU and got[0].setup.model == MODEL and got[1].setup.pool_pages == 5000
     assert got[0].setup.max_num_batched_tokens == 2048 and not got[0].setup.prefix_caching
     assert np.allclose(got[0].requests["e2e_s"], recs[0].requests["e2e_s"])
     assert abs(compare(replay(got[0]))["e2e_mean_err"]) < 1e-9

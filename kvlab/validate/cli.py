@@ -63,6 +63,19 @@ def _fitted_runs(stack: str | None) -> set[tuple[str, str]]:
     return {(f.get("dataset", ""), f.get("run", "")) for f in load(stack).meta.get("fitted_to", [])}
 
 
+def _print_setups(runs: list) -> None:
+    """Each distinct set-up the runs were replayed in, with what had to be assumed (once per set-up)."""
+    seen: dict[str, list[str]] = {}
+    for r in runs:
+        key = r.setup.describe() + "\n" + "\n".join(r.setup.assumptions)
+        seen.setdefault(key, []).append(r.name)
+    for key, names in seen.items():
+        desc, *assumed = key.split("\n")
+        print(f"set-up of {', '.join(names) if len(names) <= 3 else f'{len(names)} runs ({names[0]}, ...)'}: {desc}")
+        for a in filter(None, assumed):
+            print(f"  assumed: {a}")
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from ..costmodel.stacks import is_cost_model_file
     from .replay import compare, error_table, replay
@@ -78,6 +91,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             "fitted_to_it"]
     print(f"cost model: {'; '.join(sorted(set(df['cost_model'])))}")
     print(f"stack: {'; '.join(sorted(set(df['stack'])))}")
+    _print_setups(runs)
     print(_fmt_table(df[cols]))
     if df["fitted_to_it"].any():
         print(f"note: {int(df['fitted_to_it'].sum())} run(s) were in the stack's own fit (fitted_to_it): their error "

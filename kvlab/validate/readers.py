@@ -87,6 +87,10 @@ def read_llmservingsim(folder: str | Path = SHARED_SERVING) -> list[RunRecord]:
         assumed = ["times from the engine's queue (queued_ts), as the source gives them"]
         if blocks is None:
             assumed.append("KV blocks not recorded: pool derived from gpu_memory_utilization=0.9")
+        prefix = str(row["enable_prefix_caching"]).strip().lower() == "true"
+        if prefix:
+            assumed.append("prefix caching on: the requests' token ids are not in the record, so no shared "
+                           "prefix is known; replayed with no cache hits")
         ep = int(row["tp"]) * dp if str(row["expert_parallel"]).strip().lower() == "true" else 1
         if dp > 1:
             assumed.append(f"DP{dp}: requests dealt round-robin to {dp} independent replicas (vLLM balances by load)"
@@ -100,7 +104,7 @@ def read_llmservingsim(folder: str | Path = SHARED_SERVING) -> list[RunRecord]:
                       block_size=16 if pd.isna(row["block_size"]) else int(row["block_size"]), pool_pages=blocks,
                       gpu_memory_utilization=(0.9 if pd.isna(row["gpu_memory_utilization"])
                                               else float(row["gpu_memory_utilization"])),
-                      clock_start="engine queue", assumptions=tuple(assumed),
+                      prefix_caching=prefix, clock_start="engine queue", assumptions=tuple(assumed),
                       source=f"{row['source_repo']} {str(row['commit'])[:7]} {row['requests_file']}")
         out.append(RunRecord(setup, rows))
     return out
@@ -236,9 +240,12 @@ def with_server_defaults(setup_map: dict, assumptions: list[str]) -> dict:
     from ..specs import gpu as _gpu, model as _model
 
     out = dict(setup_map)
-    system = str(out.get("server", "vLLM")).strip().lower()
-    if "model" not in out or "gpu" not in out or not any(p.system == system for p in profiles().values()):
+    if "model" not in out or "gpu" not in out:
         return out  # SetUp.from_mapping names what is missing
+    out["model"], out["gpu"] = _model(out["model"]).name, _gpu(out["gpu"]).name  # catalogue names
+    system = str(out.get("server", "vLLM")).strip().lower()
+    if not any(p.system == system for p in profiles().values()):
+        return out
     version = re.match(r"\d+(\.\d+){0,2}", str(out.get("server_version") or ""))
     prof = resolve(f"{system}=={version.group(0)}" if version else system)
     ctx = Context(model=_model(out["model"]), gpu_name=_gpu(out["gpu"]).name, tp=int(out.get("tp", 1)),
