@@ -164,3 +164,23 @@ def test_fp8_kv_set_up_doubles_the_replayed_pool():
     assert eight == pytest.approx(2 * auto, rel=0.01)
     with pytest.raises(ValueError, match="kv_cache_dtype must be one of"):
         SetUp(name="f", dataset="d", model=MODEL, gpu=GPU, kv_cache_dtype="int4")
+
+
+def test_overlapped_cpu_terms_hidden_behind_the_gpu_are_reported_not_identified(tmp_path):
+    from kvlab.costmodel.stacks import StackTerms, save
+    from kvlab.validate import calibrate as C
+    from kvlab.validate import trust_figures as T
+
+    runs = [_server_record(n=60, rate=r, seed=s, engine="vllm-v1") for r, s in ((3.0, 4), (8.0, 5), (14.0, 6))]
+    terms = C.calibrate(runs, name="gpu-only", holdout=False)
+    assert terms.overlap and terms.overhead_s == 0 and terms.overhead_s_per_seq == 0
+    # independently: the 10th percentile of the iteration times of the runs replayed with those terms
+    zero = StackTerms(name="z", overlap=True, gpu_time_scale=terms.gpu_time_scale)
+    dur = np.concatenate([it["duration_s"].to_numpy() for r in runs for it in C._replay_with(r, zero).iterations])
+    assert terms.meta["cpu_not_identified_below_s"] == pytest.approx(np.percentile(dur[dur > 0], 10))
+    path = save(terms, tmp_path / "gpu-only.json")
+    line = T.trust(str(path), gpu="H100-SXM")
+    assert "CPU time per iteration is not identified" in line
+    assert f"{terms.meta['cpu_not_identified_below_s'] * 1e3:.3g} ms" in line
+    # a stack whose CPU terms were fitted states no such caveat
+    assert C.hidden_cpu_bound_s(runs, StackTerms(name="f", overlap=True, overhead_s=0.004)) is None

@@ -274,6 +274,22 @@ def leave_one_out(runs: Sequence[RunRecord], *, replays: list | None = None, **f
     return pd.DataFrame(rows)
 
 
+#: Share of the fitted runs' iterations a CPU time must exceed to show in them (the percentile below).
+HIDDEN_PERCENTILE = 10.0
+
+
+def hidden_cpu_bound_s(runs: Sequence[RunRecord], terms: StackTerms) -> float | None:
+    """For overlapped CPU terms that fitted to 0: the GPU time per iteration (s) under which the runs
+    could not have shown a CPU time, the :data:`HIDDEN_PERCENTILE`-th percentile of their iterations
+    (a CPU time up to it binds fewer than that share of them); None when the CPU terms were fitted
+    (or the stack adds its CPU time, V0-style, where every iteration shows it)."""
+    if not terms.overlap or terms.overhead_s > 0 or terms.overhead_s_per_seq > 0:
+        return None
+    dur = np.concatenate([it["duration_s"].to_numpy(dtype=np.float64) for r in runs
+                          for it in _replay_with(r, terms).iterations])
+    return float(np.percentile(dur[dur > 0], HIDDEN_PERCENTILE))
+
+
 def calibrate(runs: Sequence[RunRecord], *, name: str, label: str = "", command: str = "",
               fit_scale: bool | str = "auto", base: str | None = None, holdout: bool = True,
               overlap: bool | None = None) -> StackTerms:
@@ -290,6 +306,9 @@ def calibrate(runs: Sequence[RunRecord], *, name: str, label: str = "", command:
                        f"{r.setup.server_version}".strip(), "requests": len(r.requests)} for r in runs],
         "fit": {"steps": f.steps, "residual": f.residual, "scale_fitted": f.scale_fitted},
         "command": command, "date": _dt.date.today().isoformat()}
+    hidden = hidden_cpu_bound_s(runs, f.terms)
+    if hidden is not None:
+        meta["cpu_not_identified_below_s"] = hidden
     if holdout and len(runs) >= 3:
         loo = leave_one_out(runs, name=name, fit_scale=fit_scale, base=base, overlap=overlap)
         keep = ["run", "dataset", "gpu", "model", "ttft_mean_err", "e2e_mean_err", "tpot_mean_err",

@@ -52,6 +52,27 @@ def trust(cost_model: Any = None, gpu: str = "", stack: str | None = None, famil
     stack's errors where it is validated). ``family`` is the server's version family, named first.
     A source asked for by name (``"measured"``, ``"roofline"``) counts only the runs that source priced.
     """
+    line = _validated(cost_model, gpu, stack, family)
+    hidden = _hidden_cpu(cost_model, stack)
+    return line if hidden is None else (
+        f"{line}; its CPU time per iteration is not identified: the fitted runs' GPU iterations (p10 "
+        f"{hidden * 1e3:.3g} ms) hid it, so where this set-up's iterations are shorter (a small model on a fast GPU) "
+        "the server may be CPU-bound and slower per token than kvlab predicts")
+
+
+def _hidden_cpu(cost_model: Any, stack: str | None) -> float | None:
+    """The ``cpu_not_identified_below_s`` of the stack a ``cost_model`` / ``stack`` pair prices with
+    (a cost-model file's, a stacked object's terms'; see :func:`kvlab.validate.calibrate.hidden_cpu_bound_s`)."""
+    from ..costmodel.stacks import is_cost_model_file, load
+
+    named = next((x for x in (cost_model, stack) if isinstance(x, str) and is_cost_model_file(x)), None)
+    terms = load(named) if named else getattr(cost_model, "terms", None)
+    value = None if terms is None else terms.meta.get("cpu_not_identified_below_s")
+    return None if value is None else float(value)
+
+
+def _validated(cost_model: Any, gpu: str, stack: str | None, family: str) -> str:
+    """:func:`trust`'s line without the identification caveat."""
     from ..specs import gpu as _gpu
 
     name = _gpu(gpu).name if gpu else ""
