@@ -184,3 +184,23 @@ def test_overlapped_cpu_terms_hidden_behind_the_gpu_are_reported_not_identified(
     assert f"{terms.meta['cpu_not_identified_below_s'] * 1e3:.3g} ms" in line
     # a stack whose CPU terms were fitted states no such caveat
     assert C.hidden_cpu_bound_s(runs, StackTerms(name="f", overlap=True, overhead_s=0.004)) is None
+
+
+def test_a_capped_result_without_send_times_is_a_closed_loop(tmp_path):
+    # --request-rate inf --max-concurrency 4 saved without start_times: every request offered at 0 s,
+    # at most 4 in flight; the replay's sends are the brute-force client's
+    rec = _server_record(n=40, rate=1e6, cap=4)
+    data = _bench_json(rec, float("inf"), 4)
+    data["request_rate"] = "inf"
+    for k in ("start_times", "queue_times"):
+        del data[k]
+    (tmp_path / "c.json").write_text(json.dumps(data))
+    (tmp_path / "s.yaml").write_text(f"name: c\nmodel: {MODEL}\ngpu: {GPU}\nmax_num_seqs: 64\n")
+    (got,) = read_bench_results(tmp_path / "c.json", tmp_path / "s.yaml")
+    rep = replay(got)
+    pred = rep.predicted
+    sent, _ = _brute_force_sends(np.zeros(40), (pred["e2e_s"]).to_numpy(), 4)
+    assert np.allclose(pred["client_queue_s"], sent, atol=1e-9)
+    row = compare(rep)
+    assert row["overload_right"] and abs(row["e2e_mean_err"]) < 1e-9
+    assert any("not recorded" in a for a in got.setup.assumptions)

@@ -310,6 +310,9 @@ def _arrivals(data: dict, where: str, n: int, rate, burst: float, process: str |
     if rate is None:
         raise ValueError(f"{where}: no start_times and no request_rate; give request_rate in the set-up")
     r = float(rate)  # the result writes an unlimited rate as "inf"
+    if data.get("max_concurrency"):
+        assumptions.append("the client's queue behind max_concurrency is not recorded: overload is called from "
+                           "the send on both sides")
     if math.isinf(r):
         assumptions.append("request_rate inf: every request sent at once")
         return np.zeros(n), np.zeros(n)

@@ -244,9 +244,12 @@ def compare(rep: Replay) -> dict[str, Any]:
     row["preemptions_pred"] = int(pred["num_preemptions"].sum())
     row["preemptions_meas"] = rec.preemptions
     arr = meas["arrival_s"].to_numpy(dtype=np.float64)
-    # first token counted from the offered arrival: the client's queue (a --max-concurrency cap) included
-    wait_pred = (pred["ttft_s"] + pred[CLIENT_QUEUE]).to_numpy(dtype=np.float64)
-    wait_meas = (meas["ttft_s"] + meas[CLIENT_QUEUE]).to_numpy(dtype=np.float64)
+    # first token counted from the offered arrival: the client's queue (a --max-concurrency cap) included,
+    # unless the record has none to compare with (a capped run saved without queue_times): then both
+    # sides count from the send
+    queue = 1.0 if not s.max_concurrency or (meas[CLIENT_QUEUE] > 0).any() else 0.0
+    wait_pred = (pred["ttft_s"] + queue * pred[CLIENT_QUEUE]).to_numpy(dtype=np.float64)
+    wait_meas = (meas["ttft_s"] + queue * meas[CLIENT_QUEUE]).to_numpy(dtype=np.float64)
     row["client_queue_mean_pred"] = float(pred[CLIENT_QUEUE].mean())
     row["client_queue_mean_meas"] = float(meas[CLIENT_QUEUE].mean())
     gp, _ = ttft_growth(arr, wait_pred)
