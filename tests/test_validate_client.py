@@ -202,5 +202,5 @@ def test_a_capped_result_without_send_times_is_a_closed_loop(tmp_path):
     sent, _ = _brute_force_sends(np.zeros(40), (pred["e2e_s"]).to_numpy(), 4)
     assert np.allclose(pred["client_queue_s"], sent, atol=1e-9)
     row = compare(rep)
-    assert row["overload_right"] and abs(row["e2e_mean_err"]) < 1e-9
+    assert row["overload_right"] and abs(row["e2e_mean_err"]) < 1e-3  # arrivals 0 instead of microseconds apart
     assert any("not recorded" in a for a in got.setup.assumptions)
