@@ -164,6 +164,14 @@ def test_fp8_kv_set_up_doubles_the_replayed_pool():
     assert eight == pytest.approx(2 * auto, rel=0.01)
     with pytest.raises(ValueError, match="kv_cache_dtype must be one of"):
         SetUp(name="f", dataset="d", model=MODEL, gpu=GPU, kv_cache_dtype="int4")
+    # FP8 weights free the weight bytes they save for KV: the pool grows by those bytes over a page's
+    w8 = RunRecord(SetUp(name="w", dataset="d", model=MODEL, gpu=GPU, max_num_seqs=64, weight_dtype="fp8"),
+                   rec.requests)
+    m = specs.model(MODEL)
+    page = m.kv_bytes_per_token() * 16
+    saved = m.weight_bytes_per_gpu() - specs.with_precision(m, weights="fp8").weight_bytes_per_gpu()
+    assert saved > 0.45 * m.weight_bytes_per_gpu()
+    assert replay(w8).pool_pages - auto == pytest.approx(saved / page, abs=1)
 
 
 def test_overlapped_cpu_terms_hidden_behind_the_gpu_are_reported_not_identified(tmp_path):

@@ -63,6 +63,8 @@ class SetUp:
         vLLM's flag.
     kv_cache_dtype : {"auto", "fp8"}
         vLLM's ``--kv-cache-dtype``: FP8 halves the KV bytes per token (pool and attention reads).
+    weight_dtype : {"bf16", "fp8", "int4"}
+        The weights' precision (vLLM's ``--quantization fp8``, or an FP8 / INT4 checkpoint).
     prefix_caching : bool
         Whether the server ran its prefix cache (vLLM V1's default). A record carries no token ids,
         so a replay cannot see shared prefixes: with it on, the replay assumes no hits and says so.
@@ -94,6 +96,7 @@ class SetUp:
     pool_pages: int | None = None
     gpu_memory_utilization: float = 0.9
     kv_cache_dtype: str = "auto"
+    weight_dtype: str = "bf16"
     prefix_caching: bool = False
     max_concurrency: int | None = None
     clock_start: str = "client issue"
@@ -112,11 +115,11 @@ class SetUp:
             val = getattr(self, f)
             if val is not None and (isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1):
                 raise ValueError(f"run {self.name}: {f} must be a positive integer or empty, got {val!r}")
-        from ..specs import KV_CACHE_DTYPES
+        from ..specs import KV_CACHE_DTYPES, WEIGHT_DTYPES
 
-        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
-            raise ValueError(f"run {self.name}: kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, "
-                             f"got {self.kv_cache_dtype!r}")
+        for f, known in (("kv_cache_dtype", KV_CACHE_DTYPES), ("weight_dtype", WEIGHT_DTYPES)):
+            if getattr(self, f) not in known:
+                raise ValueError(f"run {self.name}: {f} must be one of {', '.join(known)}, got {getattr(self, f)!r}")
         if not isinstance(self.prefix_caching, (bool, np.bool_)):
             raise ValueError(f"run {self.name}: prefix_caching must be true or false, got {self.prefix_caching!r}")
         if not 0 < float(self.gpu_memory_utilization) <= 1:
@@ -153,6 +156,7 @@ class SetUp:
             f"KV pool from gpu_memory_utilization={self.gpu_memory_utilization}"
         par = f"TP{self.tp}" + (f" x DP{self.dp}" if self.dp > 1 else "")
         extra = "".join([", FP8 KV" if self.kv_cache_dtype == "fp8" else "",
+                         f", {self.weight_dtype.upper()} weights" if self.weight_dtype != "bf16" else "",
                          ", prefix caching on" if self.prefix_caching else "",
                          f", client max_concurrency={self.max_concurrency}" if self.max_concurrency else ""])
         return (f"{self.server} {self.server_version or '(version not recorded)'} [{self.engine}], {self.model} on "

@@ -4,7 +4,7 @@
 exact lengths) with :func:`kvlab.simulate` under the run's set-up: the vLLM policy, V0's whole
 prefills or V1's chunked prefill, the run's ``max_num_seqs``, ``max_num_batched_tokens``,
 ``max_model_len``, block size and KV pool (the recorded block count where there is one), its model,
-GPU and TP, its KV dtype; ``dp`` replicas each serve every ``dp``-th request. A client that caps its
+GPU and TP, its KV and weight precision; ``dp`` replicas each serve every ``dp``-th request. A client that caps its
 requests in flight (``max_concurrency`` C) is replayed exactly without preemptions: with FCFS
 admission the engine's schedule under the cap is the one of ``max_num_seqs = min(max_num_seqs, C)``
 (a request admitted while fewer than C run has had C fewer predecessors finish, so it was sent), and
@@ -151,8 +151,8 @@ def replay(record: RunRecord, *, cost_model: Any = None, stack: str | None = Non
     iters, labels, stacks, pools, ends = [], set(), set(), set(), []
     max_out = int(work["output_tokens"].max())
     m = _model(s.model)
-    model = m if s.kv_cache_dtype == m.kv_cache_dtype else with_precision(m, kv_cache_dtype=s.kv_cache_dtype,
-                                                                          weights=m.weight_dtype)
+    same = (s.kv_cache_dtype, s.weight_dtype) == (m.kv_cache_dtype, m.weight_dtype)
+    model = m if same else with_precision(m, kv_cache_dtype=s.kv_cache_dtype, weights=s.weight_dtype)
     caps = _replica_caps(s.max_concurrency, s.dp)
     for r, idx in enumerate(_replicas(len(work), s.dp)):
         seqs = s.max_num_seqs if caps[r] is None else min(s.max_num_seqs, caps[r])
