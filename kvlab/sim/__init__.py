@@ -85,7 +85,8 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
              seed: int = 0, record_iterations: bool = False, engine: str = "fast",
              cost_model: Any = None, max_model_len: int | None = None, stack: str | None = None,
              prefix_caching: bool = False, hash_block_tokens: int = MOONCAKE_HASH_BLOCK_TOKENS,
-             prefix_model: PrefixModel | None = None, **policy_params: Any) -> SimResult:
+             prefix_model: PrefixModel | None = None, async_scheduling: bool = False,
+             **policy_params: Any) -> SimResult:
     """Serve ``workload`` under one reservation policy and return per-request and summary figures.
 
     Parameters
@@ -169,6 +170,11 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
     prefix_model : PrefixModel, optional
         The stated prefix model for a workload without ``hash_ids`` (system-prompt length and
         share); ignored when the workload has ids.
+    async_scheduling : bool
+        Schedule each iteration while the previous one runs, as vLLM V1 does by default since
+        v0.14.0: while the engine is busy, admissions see arrivals, and the pages and slots of
+        requests finishing, one iteration late (the reference engine's note states the rule). Off
+        by default.
 
     Returns
     -------
@@ -180,8 +186,8 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
                   preemption_mode=preemption_mode, arrivals=arrivals, qps=qps, burst_cv=burst_cv,
                   cpu_pool_pages=cpu_pool_pages, copy_latency_s=copy_latency_s, seed=seed, engine=engine,
                   cost_model=cost_model, max_model_len=max_model_len, stack=stack, prefix_caching=prefix_caching,
-                  hash_block_tokens=hash_block_tokens, prefix_model=prefix_model, warn_stacklevel=3,
-                  **policy_params)
+                  hash_block_tokens=hash_block_tokens, prefix_model=prefix_model, async_scheduling=async_scheduling,
+                  warn_stacklevel=3, **policy_params)
     if run.params["engine"] == "fast":
         req_table, it_table = run_fast(prompt_tokens=run.prompt, output_tokens=run.output, arrival_s=run.arrival_s,
                                        request_ids=run.ids, max_new_tokens=run.max_new_tokens, policy=run.policy,
@@ -254,7 +260,7 @@ def prepare(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: str
             seed: int = 0, engine: str = "fast", cost_model: Any = None, max_model_len: int | None = None,
             stack: str | None = None, prefix_caching: bool = False,
             hash_block_tokens: int = MOONCAKE_HASH_BLOCK_TOKENS, prefix_model: PrefixModel | None = None,
-            warn_stacklevel: int = 2, **policy_params: Any) -> PreparedRun:
+            async_scheduling: bool = False, warn_stacklevel: int = 2, **policy_params: Any) -> PreparedRun:
     """Check and resolve :func:`simulate`'s arguments (the same ones) without running an engine."""
     all_prompt, all_output, trace_arrival, all_ids = _workload_columns(workload)
     m, g = _model(model), _gpu(gpu)
@@ -274,8 +280,11 @@ def prepare(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: str
     if max_num_batched_tokens < block_size:
         raise ValueError(f"max_num_batched_tokens ({max_num_batched_tokens}) must be at least one page "
                          f"(block_size = {block_size} tokens)")
+    if not isinstance(async_scheduling, (bool, np.bool_)):
+        raise ValueError(f"async_scheduling must be True or False, got {async_scheduling!r}")
     sched = SchedulerConfig(kind=kind, max_num_seqs=v.positive_int(max_num_seqs, "max_num_seqs"),
-                            max_num_batched_tokens=max_num_batched_tokens, preemption_mode=mode)
+                            max_num_batched_tokens=max_num_batched_tokens, preemption_mode=mode,
+                            async_scheduling=bool(async_scheduling))
     page_bytes = block_size * m.kv_bytes_per_token(tp=tp)
     swap = SwapConfig(
         cpu_pool_pages=(int(4 * GIB // page_bytes) if cpu_pool_pages is None
@@ -323,6 +332,7 @@ def prepare(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: str
               "gpu": g.name, "tp": tp, "engine": engine, "cost_model": _describe_cost(cost),
               "stack": _stack_name(cost_model, stack),
               "max_model_len": context.max_model_len, "prefix_caching": bool(prefix_caching),
+              "async_scheduling": bool(async_scheduling),
               "prefix_blocks": prefix_source}
     return PreparedRun(prompt=prompt, output=output, arrival_s=arrival_s, ids=ids, max_new_tokens=max_new_tokens,
                        policy=pol, pool=pool, scheduler=sched, swap=swap, cost=cost, context=context,

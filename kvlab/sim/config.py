@@ -36,6 +36,9 @@ class SchedulerConfig:
     max_num_batched_tokens: int = field(default=2048, metadata={"help": "tokens computed per iteration (tokens)"})
     preemption_mode: PreemptionMode = field(default=PreemptionMode.RECOMPUTE,
                                             metadata={"help": "recompute, swap or reject"})
+    async_scheduling: bool = field(default=False, metadata={
+        "help": "schedule each iteration while the previous one runs (vLLM V1 >= 0.14's default): admissions "
+                "see arrivals and freed pages and slots one iteration late"})
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -35,7 +35,8 @@ NOTE (the model; a fast engine must reproduce every integer below exactly)
     every running request and resumes swapped ones.
   At most ``max_num_seqs`` requests run.
 * Admission checks ``policy.can_admit(req, free_pages=unpromised pages, running)``, except that
-  a server with nothing running admits its head whenever ``policy.fits_empty_pool(req)`` (so it
+  a server with nothing running (and no request finishing, under async scheduling) admits its head
+  whenever ``policy.fits_empty_pool(req)`` (so it
   never idles with work queued). A request that does not fit an empty pool is aborted
   ("exceeds_pool"); under prefill_first, one whose prefill exceeds ``max_num_batched_tokens`` is
   aborted ("exceeds_token_budget").
@@ -50,6 +51,15 @@ NOTE (the model; a fast engine must reproduce every integer below exactly)
   evictable, least recently freed first). Preemption is recompute only. The hit at a request's
   first admission is its ``prefix_hit_tokens``; the hits of all its admissions add up to its
   ``saved_prefill_tokens``.
+* Async scheduling (``async_scheduling``: vLLM V1's default since v0.14.0; ``EngineCore.step_with_batch_queue``
+  in ``vllm/v1/engine/core.py`` schedules iteration k while k - 1 runs and processes k - 1's outputs
+  after): while the engine is busy (the previous iteration ran into this one and a request is
+  running or swapped), iteration k is scheduled at the start of k - 1: only arrivals up to then
+  join the waiting queue, and the requests that finished in k - 1 still hold their pages and
+  running slots (counted against ``max_num_seqs``; they compute nothing) until k is scheduled.
+  Otherwise (an idle engine, or nothing running or swapped: the lagged schedule would be empty, so
+  vLLM waits for k - 1 and schedules after it) they are released first and arrivals up to the
+  iteration's start join, as without it. Tokens still stream when their iteration ends.
 * All scheduling decisions compare integers; the only float comparison is arrival visibility.
   Every iteration must compute a token or abort a request, or else preempt one right after an
   iteration that did; otherwise ``RuntimeError`` is raised with the state (no livelock).
@@ -123,20 +133,38 @@ class ReferenceEngine:
         self.admit_count = 0
         self.idle_before = False  # the previous iteration computed no token and aborted none
         self.rows: list[tuple] = []
+        self.finishing: list[Request] = []  # async: finished in the previous iteration, pages and slots held
+        self.prev_start_s: float | None = None  # async: when the iteration that ran into now started
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> tuple[list[Request], list[tuple]]:
         while self.pending or self.waiting or self.running or self.swapped:
-            while self.pending and self.pending[0].arrival_s <= self.now_s:
+            lagged = self.prev_start_s is not None and bool(self.running or self.swapped)
+            if not lagged:
+                self._release_finishing()
+            visible_s = self.prev_start_s if lagged else self.now_s
+            while self.pending and self.pending[0].arrival_s <= visible_s:
                 self.waiting.append(self.pending.popleft())
             if self.policy.orders_queue:
                 self.waiting = deque(sorted(self.waiting, key=lambda r: int(self.policy.queue_rank(r.view()))))
             if not (self.waiting or self.running or self.swapped):
                 self.now_s = self.pending[0].arrival_s
+                self.prev_start_s = None
                 continue
             step = self._schedule()
+            self._release_finishing()
             self._execute(step)
         return self.requests, self.rows
+
+    def _release_finishing(self) -> None:
+        """Async scheduling: the previous iteration's finished requests give back their pages and slots."""
+        for req in self.finishing:
+            self.pool.release(req.index)
+        self.finishing.clear()
+
+    def _slots_taken(self) -> int:
+        """Running slots in use: the running requests and (async) the ones finished in the previous iteration."""
+        return len(self.running) + len(self.finishing)
 
     # ------------------------------------------------------------------ scheduling phases
     def _schedule(self) -> _Step:
@@ -166,14 +194,14 @@ class ReferenceEngine:
                 self._allocate(req, chunk, step)
 
     def _resume_swapped(self, step: _Step) -> None:
-        while self.swapped and len(self.running) < self.cfg.max_num_seqs and step.budget_tokens > 0:
+        while self.swapped and self._slots_taken() < self.cfg.max_num_seqs and step.budget_tokens > 0:
             req = self.swapped[0]
             if not self.policy.fits_empty_pool(req.view()):
                 self.swapped.popleft()
                 self.cpu_pages_used -= req.cpu_pages
                 self._abort(req, "exceeds_pool", step, preempted=False)
                 continue
-            if self.running and not self._can_admit(req):
+            if self._slots_taken() and not self._can_admit(req):
                 break
             self.swapped.popleft()
             self.cpu_pages_used -= req.cpu_pages
@@ -186,7 +214,7 @@ class ReferenceEngine:
             self._allocate(req, min(req.remaining_tokens, step.budget_tokens), step)
 
     def _admit_waiting(self, step: _Step, *, whole: bool) -> None:
-        while self.waiting and len(self.running) < self.cfg.max_num_seqs and step.budget_tokens > 0:
+        while self.waiting and self._slots_taken() < self.cfg.max_num_seqs and step.budget_tokens > 0:
             req = self.waiting[0]
             if not self.policy.fits_empty_pool(req.view()):
                 self.waiting.popleft()
@@ -199,7 +227,7 @@ class ReferenceEngine:
                 continue
             if whole and req.remaining_tokens - hit * self.block_size > step.budget_tokens:
                 break
-            if self.running and not self._can_admit(req, shared):
+            if self._slots_taken() and not self._can_admit(req, shared):
                 break
             self.waiting.popleft()
             req.admit(iteration=step.k, seq=self._next_seq(), start_s=step.start_s)
@@ -325,11 +353,15 @@ class ReferenceEngine:
         for req, chunk in step.chunks.items():
             if req.compute(chunk, iteration=step.k, end_s=end_s):
                 self.running.remove(req)
-                self.pool.release(req.index)
+                if self.cfg.async_scheduling:
+                    self.finishing.append(req)
+                else:
+                    self.pool.release(req.index)
         self.rows.append((step.k, step.start_s, duration_s, len(step.chunks), num_tokens - decode_tokens,
                           decode_tokens, len(self.running), len(self.waiting), len(self.swapped),
                           step.num_preempted, pages_used, pages_reserved, self.pool.num_pages - pages_reserved,
                           self.cpu_pages_used, step.swap_pages, *cache_cols))
         self.idle_before = not step.chunks and not step.num_aborted
+        self.prev_start_s = step.start_s if self.cfg.async_scheduling else None
         self.now_s = end_s
         self.k += 1

@@ -70,6 +70,8 @@ def why_not(run: PreparedRun) -> str | None:
         return f"scheduler {run.scheduler.kind.value} (the batched engine runs the chunked scheduler)"
     if run.scheduler.preemption_mode == PreemptionMode.SWAP:
         return "swap preemption (the batched engine runs recompute and reject)"
+    if run.scheduler.async_scheduling:
+        return "async scheduling (the batched engine schedules each iteration at its start)"
     traits = [what for what, holds in (
         ("admission reads the running requests", not pol.admits_on_own_pages),
         ("keeps per-iteration state", pol.keeps_state), ("orders the waiting queue", pol.orders_queue),

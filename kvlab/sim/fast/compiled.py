@@ -78,7 +78,8 @@ def _config(policy: Policy, cost_model: CostModel, pool: PoolConfig, scheduler: 
     consts = tuple(form.constants) + (0, 1, 1, 0, 1)[len(form.constants):]
     C = np.array([bs, pool.num_pages, scheduler.max_num_batched_tokens, scheduler.max_num_seqs,
                   scheduler.kind == SchedulerKind.PREFILL_FIRST, policy.on_demand, mode, swap.cpu_pool_pages, shift,
-                  admission, victim, state, policy.orders_queue, policy.max_new_tokens, *consts[:5], caching],
+                  admission, victim, state, policy.orders_queue, policy.max_new_tokens, *consts[:5], caching,
+                  scheduler.async_scheduling],
                  dtype=np.int64)
     compiled_cost = constants(cost_model) if forms else None
     kind, params = compiled_cost if compiled_cost is not None else (lp.COST_ASK, np.zeros(1))
@@ -215,10 +216,11 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
     C, cost_kind, cost_params = _config(policy, cost_model, pool, scheduler, swap, caching)
     prefix_pool = pool_arrays(blocks, pool.num_pages, n)
     S, F = np.zeros(lp.NUM_INT_STATE, dtype=np.int64), np.zeros(lp.NUM_FLOAT_STATE)
+    F[lp.PREV_START] = -1.0  # no iteration has run
     S[lp.STATE0], S[lp.STATE1] = policy.compiled_state()
     queues = [np.zeros(max(n, 1), dtype=np.int64) for _ in range(2)]  # waiting (ring or heap), swapped (ring)
-    scratch = [np.zeros(cap * m, dtype=np.int64) for m in (1, 1, 2, 1, 1)]  # scheduled ids, chunks, snapshot,
-    rows = MIN_ROWS + ROWS_PER_REQUEST * n                                   # stale, limbo
+    scratch = [np.zeros(cap * m, dtype=np.int64) for m in (1, 1, 2, 1, 1, 1)]  # scheduled ids, chunks, snapshot,
+    rows = MIN_ROWS + ROWS_PER_REQUEST * n                                      # stale, limbo, finishing
     R, RT = np.zeros((lp.NUM_ROW_INTS, rows), dtype=np.int64), np.zeros((2, rows))
     arrival_sorted = np.ascontiguousarray(arrival_h[order])  # the loop reads arrivals in that order
     compile_start = _compile_notice(lp.run_loop)

@@ -53,16 +53,18 @@ _ceil_div = _jit(ceil_div)  # kvlab's one ceiling division, compiled
 # ---- scalar state: S (int64) and F (float64) slots
 (K, ARRIVED, COMMITTED, USED_PAGES, CPU_USED, IDLE, NROWS, WQ_HEAD, WQ_LEN, SW_HEAD, SW_LEN, NRUN, NSTALE,
  NLIMBO, STAGE, BUDGET, NSCHED, NPREEMPTED, SWAP_PAGES, NABORTED, CURSOR, NUM_DEC, NUM_OTHER, CUR_R, CUR_CHUNK,
- HAS_ANSWER, ANSWER, ASK_R, ASK_FREE, ASK_TOKENS, ASK_PAIRS, ASK_KV, STATE0, STATE1, TABLE, CACHED_FREE) = range(36)
-NUM_INT_STATE = 36  # under prefix caching USED_PAGES counts distinct pages, TABLE block-table entries
-NOW, START, ANSWER_S = 0, 1, 2
-NUM_FLOAT_STATE = 3
+ HAS_ANSWER, ANSWER, ASK_R, ASK_FREE, ASK_TOKENS, ASK_PAIRS, ASK_KV, STATE0, STATE1, TABLE, CACHED_FREE,
+ NFIN) = range(37)
+NUM_INT_STATE = 37  # under prefix caching USED_PAGES counts distinct pages, TABLE block-table entries; NFIN:
+# requests finished in the previous iteration still holding pages and slots (async scheduling, ids in fin)
+NOW, START, ANSWER_S, PREV_START = 0, 1, 2, 3  # PREV_START: start of the iteration that ran into NOW (async), or -1
+NUM_FLOAT_STATE = 4
 # ---- stages of an iteration (S[STAGE])
 BETWEEN, WHOLE, RUNNING_PHASE, SWAPPED_PHASE, CHUNKED, END_SCHEDULE, EXECUTE = range(7)
 # ---- configuration: C (int64)
 BLOCK_SIZE, NUM_PAGES, MNBT, MAX_SEQS, PREFILL_FIRST, ON_DEMAND, MODE, CPU_POOL, SHIFT, ADMISSION, VICTIM, \
-    STATE_RULE, ORDERED, MAX_NEW, CLIP, FLOOR_NUM, FLOOR_DEN, STEP_NUM, STEP_DEN, CACHING = range(20)
-NUM_CONFIG = 20
+    STATE_RULE, ORDERED, MAX_NEW, CLIP, FLOOR_NUM, FLOOR_DEN, STEP_NUM, STEP_DEN, CACHING, ASYNC = range(21)
+NUM_CONFIG = 21
 MODE_RECOMPUTE, MODE_SWAP, MODE_REJECT = 0, 1, 2
 # compiled forms of the policy's rules (ASK: hand the question back to Python)
 ASK, OWN_PAGES, FUTURE_CHARGE, NEWEST, NO_STATE, RATIO_DECAY = 0, 1, 2, 3, 4, 5
@@ -191,6 +193,14 @@ def _release(r, S, C, Q, pg, blk, rb):  # pragma: no cover (compiled)
         S[COMMITTED] -= _promised(Q[r, RES], Q[r, USED])
         S[USED_PAGES] -= Q[r, USED]
     Q[r, RES] = Q[r, USED] = 0
+
+
+@_jit
+def _release_finishing(S, C, Q, fin, pg, blk, rb):  # pragma: no cover (compiled)
+    """Async scheduling: the previous iteration's finished requests give back their pages and slots."""
+    for i in range(S[NFIN]):
+        _release(fin[i], S, C, Q, pg, blk, rb)
+    S[NFIN] = 0
 
 
 @_jit
@@ -360,21 +370,32 @@ def _end_schedule(S, C):  # pragma: no cover (compiled)
 
 # ------------------------------------------------------------------ scheduling phases
 @_jit
-def _begin(S, F, C, Fct, order, arrival, wq, limbo, R):  # pragma: no cover (compiled)
-    """Arrivals join the waiting queue; the clock jumps over idle gaps; a new iteration starts."""
+def _begin(S, F, C, Q, Fct, order, arrival, wq, limbo, fin, R, pg, blk, rb):  # pragma: no cover (compiled)
+    """Arrivals join the waiting queue; the clock jumps over idle gaps; a new iteration starts.
+
+    Async scheduling while busy (``F[PREV_START] >= 0`` and a request running or swapped): the
+    iteration is scheduled at ``F[PREV_START]``, so only arrivals up to then join, and the previous
+    iteration's finished requests keep their pages and slots until it is scheduled; otherwise they
+    are released first.
+    """
     n = order.shape[0]
     for i in range(S[NLIMBO]):
         _push_waiting(limbo[i], True, S, C, Fct, wq)
     S[NLIMBO] = 0
+    lagged = F[PREV_START] >= 0.0 and (S[NRUN] > 0 or S[SW_LEN] > 0)
+    if not lagged:
+        _release_finishing(S, C, Q, fin, pg, blk, rb)
+    visible = F[PREV_START] if lagged else F[NOW]
     while True:
-        while S[ARRIVED] < n and arrival[S[ARRIVED]] <= F[NOW]:
+        while S[ARRIVED] < n and arrival[S[ARRIVED]] <= visible:
             _push_waiting(order[S[ARRIVED]], False, S, C, Fct, wq)
             S[ARRIVED] += 1
         if S[WQ_LEN] or S[NRUN] or S[SW_LEN]:
             break
         if S[ARRIVED] == n:
             return DONE
-        F[NOW] = arrival[S[ARRIVED]]
+        F[NOW] = visible = arrival[S[ARRIVED]]
+        F[PREV_START] = -1.0
     if S[NROWS] == R.shape[1]:
         return ROWS_FULL
     F[START] = F[NOW]
@@ -412,7 +433,7 @@ def _admit_waiting(whole, S, F, C, Q, Fct, T, E, wq, run, sched_ids, sched_chunk
     Under prefix caching a request's hit (at most ``(prompt + generated - 1) // block_size``
     blocks) is matched before each check and taken on admission.
     """
-    while S[WQ_LEN] > 0 and S[NRUN] < C[MAX_SEQS] and S[BUDGET] > 0:
+    while S[WQ_LEN] > 0 and S[NRUN] + S[NFIN] < C[MAX_SEQS] and S[BUDGET] > 0:
         r = wq[S[WQ_HEAD]]  # (0 for the heap)
         if not Fct[r, F_FITS]:
             _pop_waiting(S, C, Fct, wq)
@@ -428,7 +449,7 @@ def _admit_waiting(whole, S, F, C, Q, Fct, T, E, wq, run, sched_ids, sched_chunk
             continue
         if whole and rem > S[BUDGET]:
             break
-        if S[NRUN] > 0:
+        if S[NRUN] + S[NFIN] > 0:
             ok = _can_admit(r, shared, S, C, Q, Fct, run)
             if ok < 0:
                 return ASK_ADMIT
@@ -446,9 +467,9 @@ def _admit_waiting(whole, S, F, C, Q, Fct, T, E, wq, run, sched_ids, sched_chunk
 def _resume_swapped(S, F, C, Q, Fct, T, E, sw, run, sched_ids, sched_chunk, pg, page_of, blk,
                     rb):  # pragma: no cover (compiled)
     """Swap requests back in from the front of the swapped queue (FCFS) until one does not fit."""
-    while S[SW_LEN] > 0 and S[NRUN] < C[MAX_SEQS] and S[BUDGET] > 0:
+    while S[SW_LEN] > 0 and S[NRUN] + S[NFIN] < C[MAX_SEQS] and S[BUDGET] > 0:
         r = sw[S[SW_HEAD]]
-        if Fct[r, F_FITS] and S[NRUN] > 0:
+        if Fct[r, F_FITS] and S[NRUN] + S[NFIN] > 0:
             ok = _can_admit(r, 0, S, C, Q, Fct, run)
             if ok < 0:
                 return ASK_ADMIT
@@ -572,9 +593,11 @@ def _cost_s(S, F, num_tokens, pairs, kv):  # pragma: no cover (compiled)
 
 
 @_jit
-def _execute(S, F, C, page_copy_s, Q, T, E, run, sched_ids, sched_chunk, R, RT, pg, blk,
+def _execute(S, F, C, page_copy_s, Q, T, E, run, sched_ids, sched_chunk, fin, R, RT, pg, blk,
              rb):  # pragma: no cover (compiled)
-    """Price the iteration, compute its chunks, finish requests, write its row."""
+    """Price the iteration, compute its chunks, finish requests, write its row (async scheduling: the
+    previous iteration's finished requests are released first, this one's held for the next schedule)."""
+    _release_finishing(S, C, Q, fin, pg, blk, rb)
     nsched = S[NSCHED]
     if nsched == 0 and S[NABORTED] == 0 and (S[IDLE] or S[NPREEMPTED] == 0):
         return NO_PROGRESS
@@ -611,7 +634,11 @@ def _execute(S, F, C, page_copy_s, Q, T, E, run, sched_ids, sched_chunk, R, RT, 
             continue
         Q[r, STATUS] = CAPPED if Q[r, OUTPUT] > Q[r, TARGET] else STOPPED
         E[r, FIN_ITER], T[r, FIN_S] = k, end
-        _release(r, S, C, Q, pg, blk, rb)
+        if C[ASYNC]:
+            fin[S[NFIN]] = r
+            S[NFIN] += 1
+        else:
+            _release(r, S, C, Q, pg, blk, rb)
         finished += 1
     if finished > 0:
         j = 0
@@ -630,6 +657,7 @@ def _execute(S, F, C, page_copy_s, Q, T, E, run, sched_ids, sched_chunk, R, RT, 
     S[NROWS] = n + 1
     S[IDLE] = 1 if nsched == 0 and S[NABORTED] == 0 else 0
     F[NOW] = end
+    F[PREV_START] = start if C[ASYNC] else -1.0
     S[K] = k + 1
     S[STAGE] = BETWEEN
     return STALE if S[NSTALE] > 0 else CONTINUE
@@ -642,12 +670,12 @@ def _execute(S, F, C, page_copy_s, Q, T, E, run, sched_ids, sched_chunk, R, RT, 
 # each iteration between two calls of :func:`_iterate`.
 @njit(nogil=True, _nrt=False)
 def _iterate(S, F, C, page_copy_s, Q, Fct, T, E, order, arrival, wq, sw, run, sched_ids, sched_chunk, snap, stale,
-             limbo, R, RT, pg, page_of, blk, rb):  # pragma: no cover (compiled)
+             limbo, fin, R, RT, pg, page_of, blk, rb):  # pragma: no cover (compiled)
     """Run the phases until a question or event; return its code."""
     while True:
         stage = S[STAGE]
         if stage == BETWEEN:
-            ev = _begin(S, F, C, Fct, order, arrival, wq, limbo, R)
+            ev = _begin(S, F, C, Q, Fct, order, arrival, wq, limbo, fin, R, pg, blk, rb)
         elif stage == WHOLE:
             ev = _admit_waiting(True, S, F, C, Q, Fct, T, E, wq, run, sched_ids, sched_chunk, pg, page_of, blk, rb)
             S[STAGE] = stage if ev != CONTINUE else RUNNING_PHASE if S[NSCHED] == 0 else END_SCHEDULE
@@ -666,14 +694,14 @@ def _iterate(S, F, C, page_copy_s, Q, Fct, T, E, order, arrival, wq, sw, run, sc
             ev = _end_schedule(S, C)
             S[STAGE] = stage if ev != CONTINUE else EXECUTE
         else:
-            ev = _execute(S, F, C, page_copy_s, Q, T, E, run, sched_ids, sched_chunk, R, RT, pg, blk, rb)
+            ev = _execute(S, F, C, page_copy_s, Q, T, E, run, sched_ids, sched_chunk, fin, R, RT, pg, blk, rb)
         if ev != CONTINUE:
             return ev
 
 
 @njit(nogil=True)
 def run_loop(S, F, C, page_copy_s, cost_kind, cost_params, Q, Fct, T, E, order, arrival, wq, sw, run, sched_ids,
-             sched_chunk, snap, stale, limbo, R, RT, pg, page_of, blk, rb):  # pragma: no cover (compiled)
+             sched_chunk, snap, stale, limbo, fin, R, RT, pg, page_of, blk, rb):  # pragma: no cover (compiled)
     """Run iterations until an event; return its code (see the module note). Arrays are mutated in place.
 
     ``order`` lists request ids in arrival order (ties by row) and ``arrival`` their arrival times
@@ -683,7 +711,7 @@ def run_loop(S, F, C, page_copy_s, cost_kind, cost_params, Q, Fct, T, E, order, 
     """
     while True:
         ev = _iterate(S, F, C, page_copy_s, Q, Fct, T, E, order, arrival, wq, sw, run, sched_ids, sched_chunk, snap,
-                      stale, limbo, R, RT, pg, page_of, blk, rb)
+                      stale, limbo, fin, R, RT, pg, page_of, blk, rb)
         if ev != ASK_COST or cost_kind == COST_ASK:
             return ev
         F[ANSWER_S] = iteration_s(cost_kind, cost_params, S[ASK_TOKENS], S[ASK_PAIRS], S[ASK_KV], S[NSCHED])
