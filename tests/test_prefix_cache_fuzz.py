@@ -57,6 +57,7 @@ def cases(draw):
               seed=draw(st.integers(0, 3)))
     if draw(st.booleans()):
         kw["max_model_len"] = draw(st.integers(2, 160))
+    kw["async_scheduling"] = draw(st.booleans())  # vLLM V1's default: finished requests hold their pages longer
     params = draw(POLICY_PARAMS[policy]()) if policy in POLICY_PARAMS else {}
     work = pd.DataFrame({"prompt_tokens": prompt, "output_tokens": output, "arrival_s": arrival,
                          "hash_ids": hash_ids})
