@@ -25,13 +25,13 @@ def _measured(terms, rate, seed, n=60):
     """A hand-made 'server': kvlab itself with known stack terms; its times are the record's measurements."""
     w = _workload(n, rate, seed)
     cost = apply(cost_model(MODEL, GPU), terms)
-    res = kvlab.simulate(w, "vllm", model=MODEL, gpu=GPU, cost_model=cost, max_num_seqs=64,
-                         max_num_batched_tokens=2048, max_new_tokens=256)
-    q = res.requests
-    req = w.assign(ttft_s=q["ttft_s"].to_numpy(), tpot_s=q["mean_tbt_s"].to_numpy(), e2e_s=q["e2e_s"].to_numpy())
     # engine: the terms' kind (an additive stack is V0-like; an overlapping one V1's async scheduling)
     setup = SetUp(name=f"rate-{rate}-{seed}", dataset="hand-made", model=MODEL, gpu=GPU, max_num_seqs=64,
                   engine="vllm-v1" if terms.overlap else "vllm-v0")
+    res = kvlab.simulate(w, "vllm", model=MODEL, gpu=GPU, cost_model=cost, max_num_seqs=64,
+                         max_num_batched_tokens=2048, max_new_tokens=256, async_scheduling=setup.schedules_async)
+    q = res.requests
+    req = w.assign(ttft_s=q["ttft_s"].to_numpy(), tpot_s=q["mean_tbt_s"].to_numpy(), e2e_s=q["e2e_s"].to_numpy())
     return RunRecord(setup, req)
 
 
@@ -191,7 +191,8 @@ def test_bench_result_reader(tmp_path, runs):
             "ttfts": rec["ttft_s"].tolist(), "itls": itls, "start_times": rec["arrival_s"].tolist(),
             "errors": [""] * len(rec)}
     (tmp_path / "r.json").write_text(json.dumps(data))
-    (tmp_path / "s.yaml").write_text(f"name: mine\nmodel: {MODEL}\ngpu: {GPU}\nmax_num_seqs: 64\n")
+    # the hand-made server scheduled synchronously (its additive terms are V0-like)
+    (tmp_path / "s.yaml").write_text(f"name: mine\nmodel: {MODEL}\ngpu: {GPU}\nmax_num_seqs: 64\nasync_scheduling: false\n")
     (got,) = read_bench_results(tmp_path / "r.json", tmp_path / "s.yaml")
     assert got.setup.max_num_seqs == 64 and len(got.requests) == len(rec)
     assert np.allclose(got.requests["e2e_s"], rec["ttft_s"] + rec["tpot_s"] * (rec["output_tokens"] - 1))

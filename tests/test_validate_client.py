@@ -71,7 +71,8 @@ def test_capped_replay_is_the_schedule_of_its_send_times():
     # arrival + queue sum may round above it
     w = rec.workload().assign(arrival_s=np.maximum(sent - 1e-9, 0.0))
     res = kvlab.simulate(w, "vllm", model=MODEL, gpu=GPU, max_num_seqs=256, max_num_batched_tokens=2048,
-                         gpu_memory_utilization=0.92, max_new_tokens=int(w["output_tokens"].max()))
+                         gpu_memory_utilization=0.92, max_new_tokens=int(w["output_tokens"].max()),
+                         async_scheduling=rec.setup.schedules_async)
     assert np.allclose(res.requests["ttft_s"], pred["ttft_s"], atol=1e-8)
     assert np.allclose(res.requests["e2e_s"], pred["e2e_s"], atol=1e-8)
 
@@ -212,3 +213,16 @@ def test_a_capped_result_without_send_times_is_a_closed_loop(tmp_path):
     row = compare(rep)
     assert row["overload_right"] and abs(row["e2e_mean_err"]) < 1e-3  # arrivals 0 instead of microseconds apart
     assert any("not recorded" in a for a in got.setup.assumptions)
+
+
+def test_async_scheduling_follows_the_version_and_moves_the_replay():
+    base = dict(name="a", dataset="d", model=MODEL, gpu=GPU)
+    assert SetUp(**base, engine="vllm-v1", server_version="0.15.1").schedules_async
+    assert not SetUp(**base, engine="vllm-v1", server_version="0.13.0").schedules_async  # on by default from 0.14
+    assert SetUp(**base, engine="vllm-v1").schedules_async and not SetUp(**base, engine="vllm-v0").schedules_async
+    assert not SetUp(**base, engine="vllm-v1", async_scheduling=False).schedules_async
+    rec = _server_record(n=120, rate=20.0)  # a V1 run of unrecorded version: replayed with async scheduling
+    sync = RunRecord(SetUp(**{**base, "max_num_seqs": 64}, engine="vllm-v1", async_scheduling=False), rec.requests)
+    lag, now = replay(rec).predicted, replay(sync).predicted
+    # a request arriving while the engine is busy waits about one more iteration for its first token
+    assert 0 < (lag["ttft_s"] - now["ttft_s"]).mean() < 0.05

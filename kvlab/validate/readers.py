@@ -118,7 +118,7 @@ _SUMMARY_KEYS = {"server_version": ("server_version", "vllm_version"), "server":
                  "gpu_memory_utilization": ("gpu_memory_utilization",), "kv_cache_dtype": ("kv_cache_dtype",),
                  "prefix_caching": ("prefix_caching", "enable_prefix_caching"),
                  "max_concurrency": ("max_concurrency",), "clock_start": ("clock_start",),
-                 "scheduler": ("scheduler",), "engine": ("engine",)}
+                 "scheduler": ("scheduler",), "engine": ("engine",), "async_scheduling": ("async_scheduling",)}
 _INT_KEYS = {"tp", "dp", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size", "pool_pages",
              "max_concurrency"}
 
@@ -130,7 +130,7 @@ def _cell(value, key: str, where: str):
             return int(float(value))
         except ValueError:
             raise ValueError(f"{where}: {key} must be a whole number, got {value!r}") from None
-    if key == "prefix_caching":
+    if key in ("prefix_caching", "async_scheduling"):
         return str(value).strip().lower() in ("true", "1", "yes", "on")
     if key == "gpu_memory_utilization":
         return float(value)

@@ -17,6 +17,7 @@ semaphore and starts its clock when it is sent: ``limited_request_func`` in
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
@@ -70,6 +71,9 @@ class SetUp:
         so a replay cannot see shared prefixes: with it on, the replay assumes no hits and says so.
     max_concurrency : int or None
         The client's cap on requests in flight (``vllm bench serve --max-concurrency``); None: none.
+    async_scheduling : bool or None
+        Whether the engine scheduled each iteration while the previous one ran (vLLM V1's
+        ``--async-scheduling``); None: the engine's default for its version (:attr:`schedules_async`).
     clock_start : str
         Where each request's clock starts (``"client issue"``, ``"engine queue"``, ...).
     assumptions : tuple of str
@@ -99,6 +103,7 @@ class SetUp:
     weight_dtype: str = "bf16"
     prefix_caching: bool = False
     max_concurrency: int | None = None
+    async_scheduling: bool | None = None
     clock_start: str = "client issue"
     assumptions: tuple[str, ...] = ()
     source: str = ""
@@ -145,6 +150,18 @@ class SetUp:
             raise ValueError(f"{where}: {exc}") from None
 
     @property
+    def schedules_async(self) -> bool:
+        """Whether the replay schedules asynchronously: ``async_scheduling`` when given, else vLLM V1's
+        default, on from v0.14.0 (release notes: "Async scheduling enabled by default (#27614)") and so
+        for a V1 run of unrecorded version; never for V0."""
+        if self.async_scheduling is not None:
+            return bool(self.async_scheduling)
+        if self.engine != "vllm-v1":
+            return False
+        parts = [int(x) for x in re.findall(r"\d+", self.server_version)[:2]]
+        return len(parts) < 2 or tuple(parts) >= (0, 14)
+
+    @property
     def client_clock(self) -> bool:
         """Whether each request's clock starts at the client (its TTFT and E2E include the front end's
         latency: HTTP, tokenisation, streaming the first token), not inside the engine."""
@@ -158,7 +175,8 @@ class SetUp:
         extra = "".join([", FP8 KV" if self.kv_cache_dtype == "fp8" else "",
                          f", {self.weight_dtype.upper()} weights" if self.weight_dtype != "bf16" else "",
                          ", prefix caching on" if self.prefix_caching else "",
-                         f", client max_concurrency={self.max_concurrency}" if self.max_concurrency else ""])
+                         f", client max_concurrency={self.max_concurrency}" if self.max_concurrency else "",
+                         ", async scheduling" if self.schedules_async else ""])
         return (f"{self.server} {self.server_version or '(version not recorded)'} [{self.engine}], {self.model} on "
                 f"{self.gpu} {par}, {self.scheduler}, max_num_seqs={self.max_num_seqs}, "
                 f"max_num_batched_tokens={self.max_num_batched_tokens}, "
