@@ -226,3 +226,18 @@ def test_async_scheduling_follows_the_version_and_moves_the_replay():
     lag, now = replay(rec).predicted, replay(sync).predicted
     # a request arriving while the engine is busy waits about one more iteration for its first token
     assert 0 < (lag["ttft_s"] - now["ttft_s"]).mean() < 0.05
+
+
+def test_a_run_held_out_on_another_gpu_gets_no_gpu_time_scale():
+    from kvlab.validate import calibrate as C
+
+    # two A100 runs whose server is 30% slower than kvlab's GPU time: a fit on them alone takes a scale
+    slow = [_server_record(n=50, rate=r, seed=s) for r, s in ((4.0, 7), (10.0, 8))]
+    runs = [RunRecord(r.setup, r.requests.assign(**{c: 1.3 * r.requests[c] for c in ("ttft_s", "tpot_s", "e2e_s")}))
+            for r in slow]
+    assert C.fit(runs).terms.gpu_time_scale > 1.1
+    other = _server_record(n=50, rate=6.0, seed=9)
+    other = RunRecord(SetUp(name="h100", dataset="hand-made", model=MODEL, gpu="H100-SXM", max_num_seqs=64),
+                      other.requests)
+    loo = C.leave_one_out([*runs, other])  # "auto": a scale is never carried to a GPU the fit did not see
+    assert loo.set_index("run").loc["h100", "held_out_scale"] == 1.0

@@ -255,7 +255,9 @@ def held_out_replay(record: RunRecord, terms: StackTerms) -> tuple[dict[str, Any
 def leave_one_out(runs: Sequence[RunRecord], *, replays: list | None = None, **fit_kw: Any) -> pd.DataFrame:
     """Each run predicted by terms fitted to the other runs: one :func:`compare` row per run.
 
-    Adds ``held_out_scale``, ``held_out_overhead_s``, ``held_out_overhead_s_per_seq``,
+    A run on a GPU none of the others ran on is predicted without a GPU-time scale (``fit_scale``
+    "auto" becomes False: a scale stands for one GPU's kernels). Adds ``held_out_scale``,
+    ``held_out_overhead_s``, ``held_out_overhead_s_per_seq``,
     ``held_out_overhead_s_per_request`` (the terms that predicted it). Needs at least 3 runs (2 to fit on).
     A list passed as ``replays`` receives each held-out :class:`~kvlab.validate.replay.Replay` (for per-request plots).
     """
@@ -263,7 +265,11 @@ def leave_one_out(runs: Sequence[RunRecord], *, replays: list | None = None, **f
         raise ValueError(f"leave-one-run-out needs at least 3 runs, got {len(runs)}")
     rows = []
     for i, held in enumerate(runs):
-        f = fit([r for j, r in enumerate(runs) if j != i], **fit_kw)
+        others = [r for j, r in enumerate(runs) if j != i]
+        kw = dict(fit_kw)
+        if kw.get("fit_scale", "auto") == "auto" and held.setup.gpu not in {r.setup.gpu for r in others}:
+            kw["fit_scale"] = False  # a GPU-time scale fitted on other GPUs' kernels does not carry to this one
+        f = fit(others, **kw)
         row, rep = held_out_replay(held, f.terms)
         row.update(held_out_scale=f.terms.gpu_time_scale, held_out_overhead_s=f.terms.overhead_s,
                    held_out_overhead_s_per_seq=f.terms.overhead_s_per_seq,

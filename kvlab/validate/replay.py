@@ -4,7 +4,8 @@
 exact lengths) with :func:`kvlab.simulate` under the run's set-up: the vLLM policy, V0's whole
 prefills or V1's chunked prefill, the run's ``max_num_seqs``, ``max_num_batched_tokens``,
 ``max_model_len``, block size and KV pool (the recorded block count where there is one), its model,
-GPU and TP, its KV and weight precision, V1's async scheduling (:attr:`SetUp.schedules_async`); ``dp`` replicas each serve every ``dp``-th request. A client that caps its
+GPU and TP, its KV and weight precision, V1's async scheduling
+(:attr:`SetUp.schedules_async`); ``dp`` replicas each serve every ``dp``-th request. A client that caps its
 requests in flight (``max_concurrency`` C) is replayed exactly without preemptions: with FCFS
 admission the engine's schedule under the cap is the one of ``max_num_seqs = min(max_num_seqs, C)``
 (a request admitted while fewer than C run has had C fewer predecessors finish, so it was sent), and
