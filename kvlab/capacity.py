@@ -181,6 +181,8 @@ class ServingConfig:
     prefix_caching : bool
         Simulate the server's prefix cache (``kvlab.simulate``'s ``prefix_caching``: block
         identities from the workload's ``hash_ids``; recompute preemption only).
+    async_scheduling : bool
+        Schedule each iteration while the previous one runs (``kvlab.simulate``'s; vLLM V1's default).
     """
 
     model: str
@@ -203,6 +205,7 @@ class ServingConfig:
     max_model_len: int | None = None
     cpu_pool_pages: int | None = None
     prefix_caching: bool = False
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         v.positive_int(self.tp, "config.tp")
@@ -398,7 +401,7 @@ def _serve_args(workload: pd.DataFrame, config: ServingConfig, qps: float | None
                           max_num_batched_tokens=config.max_num_batched_tokens,
                           preemption_mode=config.preemption_mode, seed=seed, **arrivals,
                           max_model_len=config.max_model_len, cpu_pool_pages=config.cpu_pool_pages,
-                          prefix_caching=config.prefix_caching, **extra)
+                          prefix_caching=config.prefix_caching, async_scheduling=config.async_scheduling, **extra)
 
 
 def with_bubbles(cost: PipelineCostModel, first: SimResult) -> PipelineCostModel:

@@ -67,6 +67,8 @@ class Setting:
     prefix_caching : bool
         The server runs its prefix cache (simulated by :mod:`kvlab.prefix_cache` where the trace
         carries block identities; see :func:`kvlab.recommend.core.serving_config`).
+    async_scheduling : bool
+        The server schedules each iteration while the previous one runs (``kvlab.simulate``'s).
     flags : dict
         The system's own option -> value for this setting, as printed (before the context clamp).
     """
@@ -88,6 +90,7 @@ class Setting:
     overflow_kind: str = ""
     output_cap_tokens: int | None = None
     prefix_caching: bool = False
+    async_scheduling: bool = False
     flags: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -216,6 +219,9 @@ class ServerProfile:
     prefix_caching : bool
         Whether the release runs its prefix cache by default (every setting of the profile
         inherits it; :attr:`Setting.prefix_caching`).
+    async_scheduling : bool
+        Whether the release schedules each iteration while the previous one runs by default
+        (every setting inherits it; :attr:`Setting.async_scheduling`).
     block_sizes : tuple of int or None
         ``--block-size`` values the release accepts (None: the system has no such flag).
     kv_cache_dtypes : dict
@@ -242,6 +248,7 @@ class ServerProfile:
     overflow: str = ""
     prefix_cache: str = ""
     prefix_caching: bool = False
+    async_scheduling: bool = False
     host_offload: str = ""
     block_sizes: tuple[int, ...] | None = None
     kv_cache_dtypes: Mapping[str, str] = {"auto": "auto"}
@@ -287,7 +294,8 @@ class ServerProfile:
     def base(self, **fields: Any) -> Setting:
         """The default :class:`Setting` of this family with ``fields``."""
         return Setting(**{"system": self.system, "family": self.key, "version": self.family, "label": "default",
-                          "knob": "default", "prefix_caching": self.prefix_caching, **fields})
+                          "knob": "default", "prefix_caching": self.prefix_caching,
+                          "async_scheduling": self.async_scheduling, **fields})
 
     def check_block_size(self, block_size: int) -> int:
         """``block_size`` if this release accepts it as ``--block-size``, else ``ValueError``."""

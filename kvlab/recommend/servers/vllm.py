@@ -22,6 +22,11 @@ not available to read):
 - V1 always runs chunked prefill (``_set_default_chunked_prefill_and_prefix_caching_args``);
   ``--preemption-mode`` and ``--swap-space`` are gone: a preempted request is recomputed, its
   full blocks kept in the prefix cache for its return.
+- Async scheduling (``EngineCore.step_with_batch_queue`` in ``vllm/v1/engine/core.py``, commit
+  00080ee1 of ``main``; on by default since v0.14.0, whose release notes say "Async scheduling
+  enabled by default (#27614)"): iteration k is scheduled while k - 1 runs, so a request arriving
+  while the engine is busy, and the pages and slot of one finishing, reach the schedule one
+  iteration later (``kvlab.simulate``'s ``async_scheduling``).
 - Prefix caching (``vllm/v1/core/kv_cache_manager.py``, ``block_pool.py``, commit 003df296 of
   ``main``): on by default (``CacheConfig.enable_prefix_caching`` True); a hit is the longest
   cached run of full blocks, capped at ``num_tokens - 1`` tokens; blocks are cached when
@@ -49,6 +54,7 @@ class VLLM(ServerProfile):
     overflow = "recompute (V1 has no swap; a preempted request's full blocks stay in the prefix cache)"
     prefix_cache = "on by default (--enable-prefix-caching); simulated (kvlab.prefix_cache) when the trace carries block ids (hash_ids)"
     prefix_caching = True
+    async_scheduling = True  # default since v0.14.0 (#27614); the family's 0.11-0.13 releases schedule in step
     host_offload = "--kv-offloading-size GiB (native CPU offload; priced as a swap over the host link)"
     block_sizes = (1, 8, 16, 32, 64, 128, 256)
     kv_knobs = ("gpu_memory_utilization", "kv_cache_dtype", "kv_offloading_size")
