@@ -341,6 +341,7 @@ def spec_fields(path_or_dict: str | os.PathLike | Mapping[str, Any], name: str |
         num_experts=s.get("num_experts", 0), experts_per_token=s.get("experts_per_token", 0),
         sliding_window_tokens=s.get("sliding_window_tokens"), num_sliding_layers=s.get("num_sliding_layers", 0),
         kv_lora_rank=s.get("kv_lora_rank", 0), qk_rope_head_dim=s.get("qk_rope_head_dim", 0),
-        v_head_dim=s.get("v_head_dim", 0),
+        v_head_dim=s.get("v_head_dim", 0), q_lora_rank=s.get("q_lora_rank") or 0,
+        num_shared_experts=s.get("num_shared_experts", 0),
         source=f"{where} (model_type {cfg['model_type']}); parameters counted from shapes "
                f"({math.ceil(total / 1e6):,}M total)")
