@@ -358,8 +358,7 @@ def unsupported(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1,
     fit by its latent bytes and absorbed FLOPs (:func:`build`).
     """
     c = constants() if consts is None else consts
-    m = _model(model)
-    _gpu(gpu)
+    _model(model), _gpu(gpu)  # unknown names raise here
     if not c.get("gpus"):
         return "no measured constants (data/costmodels/measured.json)"
     return None
