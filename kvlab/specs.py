@@ -422,7 +422,8 @@ def model_from_config(path_or_dict: str | os.PathLike | Mapping[str, Any], name:
     """A :class:`ModelSpec` from a Hugging Face ``config.json`` (path, folder holding it, or dict).
 
     Reads ``model_type`` llama, mistral, qwen2, qwen3, gemma2, phi3 (dense, grouped-query), mixtral
-    and qwen3_moe (mixture of experts), deepseek_v3 (MLA + mixture of experts), opt, falcon and gptj, and
+    and qwen3_moe (mixture of experts), deepseek_v2 and deepseek_v3 (MLA + mixture of experts), opt, falcon and
+    gptj, and
     counts total and active parameters from the shapes (formula in :mod:`kvlab.hf_config`;
     tied embeddings counted once). The result works wherever kvlab takes a model name.
 
