@@ -52,7 +52,7 @@ the iteration, summed over sequences) and ``S`` sequences scheduled:
   a BF16 scale per 128), activations in BF16; FP8 weights run on the BF16 curve scaled by the
   GPU's FP8/BF16 dense-peak ratio (1 where it has no FP8 tensor cores), floored at the FP8 peak;
   the vocabulary projection stays BF16 (quantized checkpoints keep it so);
-* **lm_head(S)**: the vocabulary GEMM over one token per sequence, on the same GEMM curve;
+* **lm_head(S)**: the vocabulary GEMM over one token per sequence, on the same GEMM curve (BF16);
 * **overheads**: per iteration and per sequence (CPU scheduling, input preparation, sampling),
   fitted to Sarathi-Serve's measured batch times after the GPU terms above: a property of that
   serving stack (Sarathi-Serve on vLLM 0.2-era Python workers: 14 ms per iteration and 1.1 ms
@@ -102,9 +102,9 @@ class GemmCurve:
     """Fitted time of one ``M x k @ k x n`` GEMM on one GPU (``M`` = tokens), never under its floor.
 
     ``t = max(launch_s + (mem^p + comp^p)^(1/p), floor)`` with ``mem = bytes / bytes_per_s``,
-    ``bytes = dtype_bytes (M k + M n) + weight_bytes k n`` (activations, weights), ``comp = 2 n k (M + half_tokens) / flops_per_s``
-    (throughput ``flops_per_s x M / (M + half_tokens)``: small token counts under-use the tensor
-    cores), ``p = sharpness`` and the physical floor ``max(bytes / peak_bytes_per_s,
+    ``bytes = dtype_bytes (M k + M n) + weight_bytes k n`` (activations, weights),
+    ``comp = 2 n k (M + half_tokens) / flops_per_s`` (throughput ``flops_per_s x M / (M +
+    half_tokens)``: small token counts under-use the tensor cores), ``p = sharpness`` and the physical floor ``max(bytes / peak_bytes_per_s,
     2 M n k / peak_flops_per_s)`` (the GPU's spec-sheet HBM bandwidth and dense peak; infinite
     peaks for a curve as fitted, before it is put on a GPU).
     """
@@ -564,8 +564,9 @@ def measured(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int
     Parameters
     ----------
     model, gpu : str or spec
-        Model and GPU (:mod:`kvlab.specs`); a dense model on a GPU of :func:`measured_gpus`,
-        else ``ValueError`` saying why.
+        Model and GPU (:mod:`kvlab.specs`): any model (dense, mixture of experts, MLA; BF16, FP8
+        or INT4 weights) on any catalogue GPU (those outside :func:`measured_gpus` extrapolated);
+        ``ValueError`` saying why where the constants cannot price it.
     tp, pp : int
         Tensor-parallel GPUs per stage and pipeline stages; the model prices one stage.
     stack : str
