@@ -37,8 +37,8 @@ from typing import Any, Callable, Mapping
 from ._validate import read_text_file
 
 #: ``model_type`` values :func:`shapes_from_config` reads.
-MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gemma2", "phi3", "mixtral", "deepseek_v3", "opt",
-               "falcon", "gptj")
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gemma2", "phi3", "mixtral", "deepseek_v2",
+               "deepseek_v3", "opt", "falcon", "gptj")
 
 
 def load_config(path_or_dict: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]:
@@ -202,7 +202,17 @@ def _mixtral(r: _Reader) -> dict[str, Any]:
     return out
 
 
+def _deepseek_v2(r: _Reader) -> dict[str, Any]:
+    """DeepSeek-V2 (and V2-Lite, ``q_lora_rank`` null: queries projected directly): V3's layout;
+    its routers have no score-correction bias unless ``topk_method`` is V3's ``noaux_tc``."""
+    return _deepseek(r, default_topk_method="greedy")
+
+
 def _deepseek_v3(r: _Reader) -> dict[str, Any]:
+    return _deepseek(r, default_topk_method="noaux_tc")
+
+
+def _deepseek(r: _Reader, default_topk_method: str) -> dict[str, Any]:
     nope, rope = r.int("qk_nope_head_dim"), r.int("qk_rope_head_dim")
     out = _shared(r, head_dim=nope + rope)
     out.update(kv_lora_rank=r.int("kv_lora_rank"), q_lora_rank=r.opt_int("q_lora_rank"), qk_rope_head_dim=rope,
@@ -211,7 +221,7 @@ def _deepseek_v3(r: _Reader) -> dict[str, Any]:
                num_shared_experts=r.int("n_shared_experts", default=0, minimum=0),
                moe_intermediate_size=r.int("moe_intermediate_size"),
                num_dense_layers=r.int("first_k_dense_replace", default=0, minimum=0),
-               router_bias=r.str("topk_method", "noaux_tc") == "noaux_tc",
+               router_bias=r.str("topk_method", default_topk_method) == "noaux_tc",
                sliding_window_tokens=None, num_sliding_layers=0)
     if out["num_dense_layers"] > out["num_layers"]:
         raise ValueError(f"{r.where}: first_k_dense_replace {out['num_dense_layers']:,} exceeds num_hidden_layers "
@@ -269,7 +279,7 @@ def _gptj(r: _Reader) -> dict[str, Any]:
 
 _READERS: dict[str, Callable[[_Reader], dict[str, Any]]] = {
     "llama": _llama, "mistral": _llama, "qwen2": _qwen2, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe, "gemma2": _gemma2, "phi3": _llama,
-    "mixtral": _mixtral, "deepseek_v3": _deepseek_v3, "opt": _opt, "falcon": _falcon, "gptj": _gptj,
+    "mixtral": _mixtral, "deepseek_v2": _deepseek_v2, "deepseek_v3": _deepseek_v3, "opt": _opt, "falcon": _falcon, "gptj": _gptj,
 }
 
 
@@ -341,6 +351,7 @@ def spec_fields(path_or_dict: str | os.PathLike | Mapping[str, Any], name: str |
         num_experts=s.get("num_experts", 0), experts_per_token=s.get("experts_per_token", 0),
         sliding_window_tokens=s.get("sliding_window_tokens"), num_sliding_layers=s.get("num_sliding_layers", 0),
         kv_lora_rank=s.get("kv_lora_rank", 0), qk_rope_head_dim=s.get("qk_rope_head_dim", 0),
-        v_head_dim=s.get("v_head_dim", 0),
+        v_head_dim=s.get("v_head_dim", 0), q_lora_rank=s.get("q_lora_rank") or 0,
+        num_shared_experts=s.get("num_shared_experts", 0),
         source=f"{where} (model_type {cfg['model_type']}); parameters counted from shapes "
                f"({math.ceil(total / 1e6):,}M total)")

@@ -87,12 +87,18 @@ class ModelSpec:
     num_experts, experts_per_token, moe_intermediate_size : int
         Routed experts per MoE layer, experts each token uses, width of one expert's MLP; 0 for
         a dense model (``moe_intermediate_size`` 0 means ``intermediate_size``).
+    num_shared_experts : int
+        Experts of width ``moe_intermediate_size`` every token passes through besides its routed
+        ones (DeepSeek-V3: 1); 0 when none.
     sliding_window_tokens : int, optional
         Attention window of the windowed layers (tokens); None when every layer is global.
     num_sliding_layers : int
         Layers that attend within the window (Gemma-2: every other layer).
     kv_lora_rank, qk_rope_head_dim : int
         MLA's compressed KV rank and rope key dim (elements); 0 for grouped-query attention.
+    q_lora_rank : int
+        MLA's compressed query rank (elements; DeepSeek-V3: 1536); 0 when queries are projected
+        from the hidden state directly (DeepSeek-V2-Lite) or the model is not MLA.
     v_head_dim : int
         Value head dim when it differs from ``head_dim`` (MLA); 0 means ``head_dim``.
     source : str
@@ -126,6 +132,8 @@ class ModelSpec:
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    q_lora_rank: int = 0
+    num_shared_experts: int = 0
     hf_id: str = ""
     kv_cache_dtype: str = "auto"
     weight_dtype: str = "bf16"
@@ -158,6 +166,14 @@ class ModelSpec:
         if bool(self.kv_lora_rank) != bool(self.qk_rope_head_dim):
             raise ValueError(f"{self.name}: MLA needs both kv_lora_rank and qk_rope_head_dim "
                              f"(got {self.kv_lora_rank} and {self.qk_rope_head_dim})")
+        if self.q_lora_rank and not self.kv_lora_rank:
+            raise ValueError(f"{self.name}: q_lora_rank {self.q_lora_rank} is MLA's; it needs kv_lora_rank")
+        if self.num_shared_experts and not self.num_experts:
+            raise ValueError(f"{self.name}: num_shared_experts {self.num_shared_experts} needs routed experts "
+                             f"(num_experts is 0)")
+        if self.is_mla and self.qk_rope_head_dim >= self.head_dim:
+            raise ValueError(f"{self.name}: MLA head_dim {self.head_dim} must exceed qk_rope_head_dim "
+                             f"{self.qk_rope_head_dim} (head_dim = qk_nope_head_dim + qk_rope_head_dim)")
 
     @property
     def is_mla(self) -> bool:
@@ -280,7 +296,8 @@ class ModelSpec:
 _INT_FIELDS = ("num_layers", "num_q_heads", "num_kv_heads", "head_dim", "hidden_size", "intermediate_size",
                "num_params", "vocab_size", "max_context_tokens")
 _ZERO_INT_FIELDS = ("num_active_params", "num_experts", "experts_per_token", "moe_intermediate_size",
-                    "num_sliding_layers", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim")
+                    "num_sliding_layers", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "q_lora_rank",
+                    "num_shared_experts")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -425,7 +442,8 @@ def model_from_config(path_or_dict: str | os.PathLike | Mapping[str, Any], name:
     """A :class:`ModelSpec` from a Hugging Face ``config.json`` (path, folder holding it, or dict).
 
     Reads ``model_type`` llama, mistral, qwen2, qwen3, gemma2, phi3 (dense, grouped-query), mixtral
-    and qwen3_moe (mixture of experts), deepseek_v3 (MLA + mixture of experts), opt, falcon and gptj, and
+    and qwen3_moe (mixture of experts), deepseek_v2 and deepseek_v3 (MLA + mixture of experts), opt, falcon and
+    gptj, and
     counts total and active parameters from the shapes (formula in :mod:`kvlab.hf_config`;
     tied embeddings counted once). The result works wherever kvlab takes a model name.
 

@@ -35,7 +35,7 @@ def test_roofline_by_name_says_so():
 
 def test_unmeasured_gpu_is_extrapolated_from_the_nearest_measured_one_and_says_so():
     """H200 has H100's compute and interconnect and 4.8 / 3.35 of its HBM bandwidth: its model is
-    H100's with the byte terms scaled by that ratio, labelled; MLA still falls back, saying why."""
+    H100's with the byte terms scaled by that ratio, labelled; MLA too."""
     assert "H200" not in cm.measured_gpus()
     for source in (None, "measured"):
         c = cm.cost_model("Llama-3-8B", "H200", source=source)
@@ -50,8 +50,8 @@ def test_unmeasured_gpu_is_extrapolated_from_the_nearest_measured_one_and_says_s
     # prefill is compute-bound: the same compute, nearly the same time (within the byte terms' share)
     pre = (2048, 2048 * 2049 // 2, 2048, 1)
     assert h200.iteration_s(*pre) == pytest.approx(h100.iteration_s(*pre), rel=0.15)
-    c = cm.cost_model("DeepSeek-V3", "H200", tp=8)
-    assert isinstance(c, cm.CostModel) and "MLA" in c.label
+    c = cm.cost_model("DeepSeek-V3", "H200", tp=8)  # MLA: measured too (tests/test_costmodel_mla_fp8.py)
+    assert isinstance(c, cm.MeasuredCostModel) and "extrapolated from H100-SXM" in c.label and "MLA" in c.label
 
 
 def test_resolve_passes_objects_and_rejects_bad_names():

@@ -118,8 +118,8 @@ def test_default_is_measured_where_measured_and_says_so():
     tp8, tp4 = cm.measured("Llama-2-70B", "A100-80GB-PCIe", tp=8), cm.measured("Llama-2-70B", "A100-80GB-PCIe", tp=4)
     assert tp8.allreduce_latency_s == pytest.approx(tp4.allreduce_latency_s * 7 / 3, rel=1e-12)
     assert tp8.allreduce_s_per_byte == pytest.approx(tp4.allreduce_s_per_byte * (7 / 8) / (3 / 4), rel=1e-12)
-    with pytest.raises(ValueError, match="DeepSeek-V3 on H200 with tp=1: DeepSeek-V3 uses MLA"):
-        cm.measured("DeepSeek-V3", "H200")
+    with pytest.raises(ValueError, match="Llama-3-8B on H200 with tp=1: no measured constants"):
+        measured_mod.build("Llama-3-8B", "H200", constants={})
     with pytest.raises(ValueError, match="stack 'vllm' is not one of none, sarathi-serve"):
         cm.measured("Llama-3-8B", "H100-SXM", stack="vllm")
 

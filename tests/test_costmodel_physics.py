@@ -14,44 +14,64 @@ from hypothesis import given, settings, strategies as st
 from kvlab import _numba_cache
 from kvlab import costmodel as cm
 from kvlab.costmodel import compiled, data, stacks, validate
-from kvlab.specs import gpus as gpu_table, model as spec
+from kvlab.specs import WEIGHT_DTYPES, ModelSpec, gpu as gpu_spec, gpus as gpu_table, model as spec, with_precision
 
 from test_costmodel_measured import gemm_floor_s, needs_shared, zero_constants
 
 measured_mod = importlib.import_module("kvlab.costmodel.measured")
 GPUS = list(gpu_table()["name"])
-CASES = [("Llama-3-8B", 1), ("Llama-2-70B", 4), ("Qwen2.5-14B", 2)]
+CASES = [(spec("Llama-3-8B"), 1), (spec("Llama-2-70B"), 4), (spec("Qwen2.5-14B"), 2), (spec("DeepSeek-V3"), 8),
+         (with_precision("DeepSeek-V3", kv_cache_dtype="fp8", weights="fp8"), 8),
+         (with_precision("Llama-3-8B", weights="fp8"), 1), (with_precision("Qwen2.5-14B", kv_cache_dtype="fp8",
+                                                                           weights="fp8"), 2)]
 
 
-def layer_weights(name: str, tp: int) -> float:
-    """A dense layer's weight elements per GPU from the model's config (QKV, out, MLP), by hand."""
-    m = spec(name)
-    q, kv = m.num_q_heads * m.head_dim / tp, m.kv_heads_per_gpu(tp) * m.head_dim
-    ff = m.intermediate_size / tp
-    return m.hidden_size * (q + 2 * kv) + q * m.hidden_size + (3 if m.gated_mlp else 2) * ff * m.hidden_size
+def layer_weights(m: ModelSpec, tp: int) -> float:
+    """Weight elements per GPU one layer reads at least, from the model's config by hand: attention
+    (QKV and out; MLA: the query and latent down-projections, the key/value up-projections, out) and
+    the MLP (a mixture of experts: its router, shared experts and the experts one token uses)."""
+    h, heads = m.hidden_size, m.num_q_heads / tp
+    q = heads * m.head_dim
+    if m.is_mla:
+        latent = m.kv_lora_rank + m.qk_rope_head_dim
+        down = h * (m.q_lora_rank + latent) + m.q_lora_rank * q if m.q_lora_rank else h * (q + latent)
+        up = m.kv_lora_rank * heads * (m.head_dim - m.qk_rope_head_dim + m.v_head_dim)
+        attention = down + up + heads * m.v_head_dim * h
+    else:
+        attention = h * (q + 2 * m.kv_heads_per_gpu(tp) * m.head_dim) + q * h
+    mats = 3 if m.gated_mlp else 2
+    if m.is_moe:
+        used = m.num_shared_experts + m.experts_per_token
+        return attention + m.num_experts * h + used * mats * m.moe_intermediate_size / tp * h
+    return attention + mats * m.intermediate_size / tp * h
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(gpu=st.sampled_from(GPUS), case=st.sampled_from(CASES), decodes=st.integers(0, 256),
        context=st.integers(1, 16_000), chunk=st.integers(0, 2048), cached=st.integers(0, 8000))
 def test_no_iteration_is_faster_than_its_bytes_or_flops(gpu, case, decodes, context, chunk, cached):
     """A random batch (decodes at one context plus one prefill chunk) on any catalogued GPU costs at
-    least its weight and KV bytes over the spec HBM bandwidth and its FLOPs over the dense peak."""
-    name, tp = case
+    least its weight and KV bytes over the spec HBM bandwidth and its FLOPs over the dense peak
+    (GEMMs at the FP8 peak for FP8 weights where the GPU has one); MLA and FP8 weights and KV too."""
+    m, tp = case
     if decodes + chunk == 0:
         decodes = 1
-    c = cm.measured(name, gpu, tp=tp)
-    m, g = spec(name), c
+    c = cm.measured(m, gpu, tp=tp)
+    g = c
     t = decodes + chunk
     pairs = decodes * context + chunk * cached + chunk * (chunk + 1) // 2
     kv = decodes * context + (cached + chunk if chunk else 0)
     s = decodes + (1 if chunk else 0)
     kv_bytes = m.kv_bytes_per_token(tp=tp) * kv
-    weights = 2 * (m.num_layers * layer_weights(name, tp) + m.vocab_size / tp * m.hidden_size)
-    flops = 2 * m.num_layers * layer_weights(name, tp) * t + m.num_layers * m.attention_flops_per_pair_per_layer / tp * pairs
+    per_weight = WEIGHT_DTYPES[m.weight_dtype]  # the LM head stays BF16
+    weights = per_weight * m.num_layers * layer_weights(m, tp) + 2 * m.vocab_size / tp * m.hidden_size
+    gemm_flops = 2 * m.num_layers * layer_weights(m, tp) * t
+    attention_flops = m.num_layers * m.attention_flops_per_pair_per_layer / tp * pairs
     got = c.iteration_s(t, pairs, kv, s)
     assert got >= (weights + kv_bytes) / g.peak_bytes_per_s * (1 - 1e-12)
-    assert got >= flops / g.peak_flops_per_s * (1 - 1e-12)
+    peaks = gpu_spec(gpu)
+    assert got >= (gemm_flops / peaks.gemm_flops_per_s(m.weight_dtype)
+                   + attention_flops / peaks.gemm_flops_per_s("bf16")) * (1 - 1e-12)
     # each term alone, too: attention and the all-reduce
     assert c.attention_layer_s(t, pairs, kv, s) >= m.kv_bytes_per_token_per_layer(tp=tp) * kv / g.peak_bytes_per_s
     if tp > 1:
@@ -108,7 +128,9 @@ def test_moe_is_priced_from_the_gemm_curve_at_tokens_per_expert():
 
 # ----------------------------------------------------------------- compiled form, field by field
 MODELS = [cm.measured("Llama-2-70B", "H100-SXM", tp=4), cm.measured("Mixtral-8x7B", "H100-SXM", tp=2),
-          cm.measured("Llama-2-7B", "A40"), cm.roofline("Llama-2-70B", "H100-SXM", tp=4)]
+          cm.measured("Llama-2-7B", "A40"), cm.roofline("Llama-2-70B", "H100-SXM", tp=4),
+          cm.measured(with_precision("DeepSeek-V3", weights="fp8"), "H100-SXM", tp=8),
+          cm.measured(with_precision("Llama-3-8B", weights="fp8", kv_cache_dtype="fp8"), "L40S")]
 POINTS = [(1, 900, 900, 1), (37, 37 * 3000, 37 * 3000, 37), (2048, 2048 * 2049 // 2, 2048, 1),
           (600, 512 * 400 + 88 * 1500, 512 * 400 + 88 * 1500, 88), (9000, 4 * 10 ** 7, 10 ** 6, 256)]
 #: Fields that do not enter iteration_s (names, and the measured model's FLOP accounting).

@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 
 from kvlab import pool_pages, specs
+from kvlab import costmodel as cm
 from kvlab.costmodel import roofline
 from kvlab.sim import simulate
 
@@ -73,6 +74,20 @@ def test_mla_moe_by_hand():
     assert m.kv_bytes_per_token(pp=3) == 20
     # Attention FLOPs per pair and layer: 2 x 4 heads x (qk 8 + v 4) = 96.
     assert m.attention_flops_per_pair_per_layer == 96
+
+
+def test_deepseek_v2_without_a_query_rank_by_hand():
+    """DeepSeek-V2-Lite's layout (``q_lora_rank`` null, no ``noaux_tc`` router bias) on the toy MLA config."""
+    v2 = {**{k: v for k, v in MLA.items() if k != "topk_method"}, "model_type": "deepseek_v2", "q_lora_rank": None}
+    m = specs.model_from_config(v2, name="v2")
+    # Attention: q 32 * 4 * (6 + 2) = 1,024 (no down-projection or its norm), kv down 320, its norm 8,
+    # kv up 320, o 512 -> 2,184; norms 64. MoE layers: 5 experts 3,840 + router 128 (no bias) = 3,968.
+    # Layers 3 * 2,248 = 6,744 + 4,608 + 2 * 3,968 = 19,288; embeddings 3,200; final norm 32 -> 22,520.
+    assert m.num_params == 22_520
+    assert m.num_active_params == 6_744 + 4_608 + 2 * (3 * 768 + 128) + 3_232 == 19_448
+    assert (m.q_lora_rank, m.num_shared_experts, m.kv_bytes_per_token()) == (0, 1, 60)
+    # the measured model's attention GEMMs are vLLM's q_proj and kv_a_proj_with_mqa, then kv_b_proj's halves, o_proj
+    assert cm.measured(m, "H100-SXM").gemm_shapes[:5] == ((32, 32), (10, 32), (24, 8), (16, 8), (32, 16))
 
 
 def test_reads_a_config_file_and_its_folder(tmp_path):

@@ -45,8 +45,8 @@ def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: i
         measured send/recv curve, or the interconnect's spec bandwidth.
     source : {"measured", "roofline"} or None
         ``None`` (default): the measured model (extrapolated from the nearest measured GPU where
-        ``gpu`` has no measurements, labelled so); a model it cannot price (MLA) gets the roofline,
-        and its ``label`` says why.
+        ``gpu`` has no measurements, labelled so; MLA and mixture-of-experts models included); where
+        it cannot price the pair (no constants file) the roofline, and its ``label`` says why.
     stack : str
         Serving stack whose CPU overheads the measured model adds (:func:`measured`): ``"none"``
         (default, GPU time only: what a stack that hides its CPU work, such as vLLM V1 with CUDA

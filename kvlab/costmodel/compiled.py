@@ -32,18 +32,21 @@ ROOFLINE, MEASURED, STACKED, PIPELINE = 0, 1, 2, 3
 ROOFLINE_FIELDS = ("linear_flops_per_token", "attention_flops_per_pair", "effective_flops_per_s", "weight_bytes",
                    "kv_bytes_per_token", "effective_bytes_per_s", "allreduce_bytes_per_token",
                    "interconnect_bytes_per_s", "allreduce_latency_s_per_iteration", "iteration_overhead_s")
+#: One GEMM curve's constants (:class:`~kvlab.costmodel.measured.GemmCurve`), in the order the
+#: measured model's two curves (``gemm``, ``head_gemm``) carry them.
+GEMM_FIELDS = ("launch_s", "bytes_per_s", "flops_per_s", "half_tokens", "sharpness", "dtype_bytes", "weight_bytes",
+               "peak_bytes_per_s", "peak_flops_per_s")
 #: The measured model's scalar constants (:class:`~kvlab.costmodel.measured.MeasuredCostModel`);
 #: its GEMM shapes follow them (:data:`MEASURED_SHAPES`: a count, then ``n, k`` per shape).
 MEASURED_FIELDS = (
-    "num_layers", "hidden_size", "tp", "gemm.launch_s", "gemm.bytes_per_s", "gemm.flops_per_s", "gemm.half_tokens",
-    "gemm.sharpness", "gemm.dtype_bytes", "gemm.peak_bytes_per_s", "gemm.peak_flops_per_s", "num_experts",
-    "experts_per_token", "expert_parallel", "lm_head_shape.0", "lm_head_shape.1", "peak_bytes_per_s", "peak_flops_per_s",
-    "pointwise_s", "pointwise_s_per_element", "pointwise_s_per_sharded_element", "sharded_width",
+    "num_layers", "hidden_size", "tp", *(f"gemm.{f}" for f in GEMM_FIELDS), *(f"head_gemm.{f}" for f in GEMM_FIELDS),
+    "num_experts", "experts_per_token", "expert_parallel", "lm_head_shape.0", "lm_head_shape.1", "peak_bytes_per_s",
+    "peak_flops_per_s", "pointwise_s", "pointwise_s_per_element", "pointwise_s_per_sharded_element", "sharded_width",
     "pointwise_bytes_per_token", "attention_s", "attention_s_per_seq", "attention_s_per_token",
-    "attention_s_per_kv_token", "attention_s_per_pair", "attention_kv_bytes_per_token",
-    "attention_flops_per_pair_layer", "allreduces_per_layer", "activation_bytes_per_token", "allreduce_latency_s",
-    "allreduce_s_per_byte", "custom_allreduce_max_bytes", "p2p_latency_s", "p2p_s_per_byte", "ring_factor",
-    "interconnect_bytes_per_s", "gpu_time_scale", "overhead_s", "overhead_s_per_seq")
+    "attention_s_per_kv_token", "attention_s_per_pair", "attention_s_per_decode_pair", "attention_kv_bytes_per_token",
+    "attention_flops_per_pair_layer", "attention_decode_flops_per_pair_layer", "allreduces_per_layer",
+    "activation_bytes_per_token", "allreduce_latency_s", "allreduce_s_per_byte", "custom_allreduce_max_bytes",
+    "p2p_latency_s", "p2p_s_per_byte", "ring_factor", "interconnect_bytes_per_s", "gpu_time_scale", "overhead_s", "overhead_s_per_seq")
 MEASURED_SHAPES = ("gemm_shapes", "expert_shapes")
 #: A stack over any compiled model (:class:`~kvlab.costmodel.stacks.StackedCostModel`); the base's
 #: kind and vector follow.
@@ -60,7 +63,7 @@ def layout(fields: tuple[str, ...]) -> Any:
     return namedtuple("Layout", names)(*range(len(names)))
 
 
-R, M, S, P = (layout(f) for f in (ROOFLINE_FIELDS, MEASURED_FIELDS, STACKED_FIELDS, PIPELINE_FIELDS))
+R, M, S, P, G = (layout(f) for f in (ROOFLINE_FIELDS, MEASURED_FIELDS, STACKED_FIELDS, PIPELINE_FIELDS, GEMM_FIELDS))
 
 
 def field_value(obj: Any, name: str) -> float:
@@ -119,14 +122,14 @@ def _roofline_s(c, o, t, pairs, kv):  # pragma: no cover (compiled)
 
 
 @njit(nogil=True, inline="always")
-def _gemm_s(c, o, m, n, k, launches):  # pragma: no cover (compiled)
-    """:meth:`kvlab.costmodel.measured.GemmCurve.time_s` with the measured model at ``c[o:]``."""
-    moved = c[o + M.gemm_dtype_bytes] * (m * (k + n) + k * n)
-    mem = moved / c[o + M.gemm_bytes_per_s]
-    comp = 2.0 * n * k * (m + c[o + M.gemm_half_tokens]) / c[o + M.gemm_flops_per_s]
-    p = c[o + M.gemm_sharpness]
-    curve = launches * c[o + M.gemm_launch_s] + (mem ** p + comp ** p) ** (1.0 / p)
-    floor = max(moved / c[o + M.gemm_peak_bytes_per_s], 2.0 * n * k * m / c[o + M.gemm_peak_flops_per_s])
+def _gemm_s(c, g, m, n, k, launches):  # pragma: no cover (compiled)
+    """:meth:`kvlab.costmodel.measured.GemmCurve.time_s` with the curve's constants at ``c[g:]``."""
+    moved = c[g + G.dtype_bytes] * m * (k + n) + c[g + G.weight_bytes] * k * n
+    mem = moved / c[g + G.bytes_per_s]
+    comp = 2.0 * n * k * (m + c[g + G.half_tokens]) / c[g + G.flops_per_s]
+    p = c[g + G.sharpness]
+    curve = launches * c[g + G.launch_s] + (mem ** p + comp ** p) ** (1.0 / p)
+    floor = max(moved / c[g + G.peak_bytes_per_s], 2.0 * n * k * m / c[g + G.peak_flops_per_s])
     return max(curve, floor)
 
 
@@ -134,10 +137,11 @@ def _gemm_s(c, o, m, n, k, launches):  # pragma: no cover (compiled)
 def _measured_s(c, o, t, pairs, kv, s):  # pragma: no cover (compiled)
     """:meth:`kvlab.costmodel.measured.MeasuredCostModel.iteration_s` with its constants at ``c[o:]``."""
     at = o + len(M)
+    lin, head = o + M.gemm_launch_s, o + M.head_gemm_launch_s
     num_dense = int(c[at])
     linear = 0.0
     for i in range(num_dense):
-        linear += _gemm_s(c, o, t, c[at + 1 + 2 * i], c[at + 2 + 2 * i], 1.0)
+        linear += _gemm_s(c, lin, t, c[at + 1 + 2 * i], c[at + 2 + 2 * i], 1.0)
     at += 1 + 2 * num_dense
     num_expert = int(c[at])
     if c[o + M.num_experts] > 0:
@@ -146,7 +150,7 @@ def _measured_s(c, o, t, pairs, kv, s):  # pragma: no cover (compiled)
         per = t * k_tok / max(touched, 1.0)
         experts = 0.0
         for i in range(num_expert):
-            experts += c[o + M.gemm_launch_s] + touched * _gemm_s(c, o, per, c[at + 1 + 2 * i], c[at + 2 + 2 * i], 0.0)
+            experts += c[o + M.gemm_launch_s] + touched * _gemm_s(c, lin, per, c[at + 1 + 2 * i], c[at + 2 + 2 * i], 0.0)
         linear = linear + experts
         if ep > 1:
             moved = (ep - 1.0) / ep * t * k_tok * c[o + M.activation_bytes_per_token]
@@ -154,10 +158,14 @@ def _measured_s(c, o, t, pairs, kv, s):  # pragma: no cover (compiled)
     pointwise = max(c[o + M.pointwise_s] + c[o + M.pointwise_s_per_element] * c[o + M.hidden_size] * t
                     + c[o + M.pointwise_s_per_sharded_element] * c[o + M.sharded_width] * t,
                     c[o + M.pointwise_bytes_per_token] * t / c[o + M.peak_bytes_per_s])
+    decode = min(pairs, kv)
+    prefill = pairs - decode
+    flops = c[o + M.attention_flops_per_pair_layer] * prefill + c[o + M.attention_decode_flops_per_pair_layer] * decode
     attention = max(c[o + M.attention_s] + c[o + M.attention_s_per_seq] * s + c[o + M.attention_s_per_token] * t
-                    + c[o + M.attention_s_per_kv_token] * kv + c[o + M.attention_s_per_pair] * pairs,
+                    + c[o + M.attention_s_per_kv_token] * kv + c[o + M.attention_s_per_pair] * prefill
+                    + c[o + M.attention_s_per_decode_pair] * decode,
                     max(c[o + M.attention_kv_bytes_per_token] * kv / c[o + M.peak_bytes_per_s],
-                        c[o + M.attention_flops_per_pair_layer] * pairs / c[o + M.peak_flops_per_s]))
+                        flops / c[o + M.peak_flops_per_s]))
     allreduce = 0.0
     if c[o + M.allreduces_per_layer] != 0.0:
         b = c[o + M.activation_bytes_per_token] * t
@@ -170,7 +178,7 @@ def _measured_s(c, o, t, pairs, kv, s):  # pragma: no cover (compiled)
                 allreduce = min(allreduce, min(one, two))
         allreduce = max(allreduce, c[o + M.ring_factor] * b / c[o + M.interconnect_bytes_per_s])
     layer = linear + pointwise + attention + c[o + M.allreduces_per_layer] * allreduce
-    gpu = c[o + M.num_layers] * layer + _gemm_s(c, o, s, c[o + M.lm_head_shape_0], c[o + M.lm_head_shape_1], 1.0)
+    gpu = c[o + M.num_layers] * layer + _gemm_s(c, head, s, c[o + M.lm_head_shape_0], c[o + M.lm_head_shape_1], 1.0)
     return c[o + M.gpu_time_scale] * gpu + c[o + M.overhead_s] + c[o + M.overhead_s_per_seq] * s
 
 
@@ -209,5 +217,5 @@ def iteration_s(kind, c, num_tokens, attention_pairs, kv_tokens, num_seqs):  # p
     return c[P.pp] * (own * c[at + 1 + n + i] + c[at + 2 + 2 * n + i])
 
 
-__all__ = ["MEASURED_FIELDS", "MEASURED_SHAPES", "PIPELINE_FIELDS", "ROOFLINE_FIELDS", "STACKED_FIELDS",
+__all__ = ["GEMM_FIELDS", "MEASURED_FIELDS", "MEASURED_SHAPES", "PIPELINE_FIELDS", "ROOFLINE_FIELDS", "STACKED_FIELDS",
            "constants", "field_value", "iteration_s", "layout"]

@@ -9,7 +9,7 @@ for ``T`` tokens computed, ``P`` causal (query, key) pairs, ``K`` KV tokens read
 the iteration, summed over sequences) and ``S`` sequences scheduled:
 
 * **linear(T)**: the layer's four GEMMs (QKV, attention output, MLP up (+ gate), MLP down), each
-  ``T x k @ k x n`` (per-GPU shapes under TP) priced by the GPU's fitted GEMM curve
+  ``T x k @ k x n`` (per-GPU shapes under TP; MLA's projections below) priced by the GPU's fitted GEMM curve
   (:class:`GemmCurve`): a smooth maximum of the bytes moved over a fitted bandwidth and the
   FLOPs over a token-count-dependent throughput ``F T / (T + T_half)``, plus a launch time.
   Fitted per GPU to Vidur's per-operation profiles of several models and TP degrees, so any
@@ -27,8 +27,32 @@ the iteration, summed over sequences) and ``S`` sequences scheduled:
   fitted to the measured all-reduce curve of the GPU's interconnect for ``tp`` GPUs, or vLLM's
   custom in-node all-reduce (priced from the measured send/recv link) where it is faster and
   applies, at least the ring's bytes over the interconnect;
-* **mixture of experts**: the routed experts' GEMMs on the same curve at tokens per expert;
-* **lm_head(S)**: the vocabulary GEMM over one token per sequence, on the same GEMM curve;
+* **mixture of experts**: the routed experts' GEMMs on the same curve at tokens per expert, and the
+  shared experts (DeepSeek) as one dense MLP of their summed width on every token;
+* **multi-head latent attention** (MLA, DeepSeek-V2/V3), as vLLM runs it
+  (``vllm/model_executor/models/deepseek_v2.py``, ``DeepseekV2MLAAttention``, and the design note
+  of ``vllm/v1/attention/backends/mla/common.py``; main-branch snapshots 002d6073 and 00a817ad):
+  the query from the hidden state (``q_proj``, split by TP) or, with a query rank, through the
+  replicated fused ``h -> q_lora_rank + kv_lora_rank + rope`` down-projection and ``q_b_proj``;
+  the replicated ``kv_a_proj_with_mqa`` (``h -> kv_lora_rank + rope``) where there is no query
+  rank; the key and value up-projections of ``kv_b_proj`` (``kv_lora_rank -> heads x nope`` and
+  ``-> heads x v_head_dim``), which prefill applies to its new tokens' latents and decode absorbs
+  into the query and the output (two batched GEMMs per token, the same weights and FLOPs per row);
+  ``o_proj``. Attention reads the latent cache, ``(kv_lora_rank + rope) x dtype`` bytes per token
+  and layer, with no head axis. Decode runs on it in the absorbed form (multi-query attention with
+  a ``kv_lora_rank + rope`` key and a ``kv_lora_rank`` value per head: ``2 (r + rope) + 2 r``
+  FLOPs per pair and head); prefill decompresses to per-head keys and values (``2 (nope + rope) +
+  2 v_head_dim``). The aggregates split the pairs: a decode token's pairs equal its context, so
+  ``min(pairs, kv_tokens)`` are priced as decode pairs and the rest (a prefill chunk's surplus,
+  ``(c - 1)(k + c / 2)`` for ``c`` tokens after ``k``) as prefill pairs, exact for decode
+  batches. Not priced: prefill's up-projection of a chunk's cached context (vLLM decompresses the
+  cached latents of a chunked prefill, ``kv_b_proj`` over ``k`` rows) and the dense first layers
+  of DeepSeek (every layer is priced as a mixture-of-experts layer);
+* **weight precision**: GEMMs read ``weight_bytes`` per weight element (FP8: 1, INT4: 4 bits plus
+  a BF16 scale per 128), activations in BF16; FP8 weights run on the BF16 curve scaled by the
+  GPU's FP8/BF16 dense-peak ratio (1 where it has no FP8 tensor cores), floored at the FP8 peak;
+  the vocabulary projection stays BF16 (quantized checkpoints keep it so);
+* **lm_head(S)**: the vocabulary GEMM over one token per sequence, on the same GEMM curve (BF16);
 * **overheads**: per iteration and per sequence (CPU scheduling, input preparation, sampling),
   fitted to Sarathi-Serve's measured batch times after the GPU terms above: a property of that
   serving stack (Sarathi-Serve on vLLM 0.2-era Python workers: 14 ms per iteration and 1.1 ms
@@ -54,7 +78,7 @@ from typing import Any, Mapping
 from .. import _validate as v
 from .._paths import DATA_DIR
 from ..backend import array_namespace
-from ..specs import GPUSpec, ModelSpec, gpu as _gpu, model as _model
+from ..specs import WEIGHT_DTYPES, GPUSpec, ModelSpec, gpu as _gpu, model as _model
 
 CONSTANTS_PATH = DATA_DIR / "costmodels" / "measured.json"
 
@@ -78,9 +102,9 @@ class GemmCurve:
     """Fitted time of one ``M x k @ k x n`` GEMM on one GPU (``M`` = tokens), never under its floor.
 
     ``t = max(launch_s + (mem^p + comp^p)^(1/p), floor)`` with ``mem = bytes / bytes_per_s``,
-    ``bytes = dtype_bytes (M k + k n + M n)``, ``comp = 2 n k (M + half_tokens) / flops_per_s``
-    (throughput ``flops_per_s x M / (M + half_tokens)``: small token counts under-use the tensor
-    cores), ``p = sharpness`` and the physical floor ``max(bytes / peak_bytes_per_s,
+    ``bytes = dtype_bytes (M k + M n) + weight_bytes k n`` (activations, weights),
+    ``comp = 2 n k (M + half_tokens) / flops_per_s`` (throughput ``flops_per_s x M / (M +
+    half_tokens)``: small token counts under-use the tensor cores), ``p = sharpness`` and the physical floor ``max(bytes / peak_bytes_per_s,
     2 M n k / peak_flops_per_s)`` (the GPU's spec-sheet HBM bandwidth and dense peak; infinite
     peaks for a curve as fitted, before it is put on a GPU).
     """
@@ -91,13 +115,14 @@ class GemmCurve:
     half_tokens: float
     sharpness: float
     dtype_bytes: int = 2
+    weight_bytes: float = 2.0
     peak_bytes_per_s: float = math.inf
     peak_flops_per_s: float = math.inf
 
     def time_s(self, m: Any, n: float, k: float, launches: float = 1.0) -> Any:
         """Seconds of ``m`` x ``k`` @ ``k`` x ``n`` GEMMs (``m`` scalar or array); ``launches``: how
         many launch times it pays (0 for one expert's share of a fused mixture-of-experts kernel)."""
-        moved = self.dtype_bytes * (m * (k + n) + k * n)
+        moved = self.dtype_bytes * m * (k + n) + self.weight_bytes * k * n
         mem = moved / self.bytes_per_s
         comp = 2.0 * n * k * (m + self.half_tokens) / self.flops_per_s
         p = self.sharpness
@@ -128,12 +153,18 @@ class MeasuredCostModel:
         GPU holds ``num_experts / expert_parallel`` of them and serves the tokens of all
         ``expert_parallel`` ranks routed to them, each rank taken to carry this one's load).
     lm_head_shape : tuple of (n, k)
-        The vocabulary projection per GPU.
+        The vocabulary projection per GPU, on ``head_gemm`` (BF16 weights: quantized checkpoints
+        keep the LM head in BF16; ``gemm`` otherwise).
     sharded_width : float
         Elements per token of the pointwise ops that TP splits (rotary on q and k, the MLP
         activation), per GPU; the norms and residual adds work on ``hidden_size`` on every GPU.
     pointwise_bytes_per_token, attention_kv_bytes_per_token : float
         Bytes per token the pointwise ops move, and KV bytes per token attention reads (per layer).
+    attention_s_per_pair, attention_s_per_decode_pair : float
+        Seconds per (query, key) pair of a prefill and of a decode (:meth:`attention_layer_s`
+        splits them); equal but for MLA, whose decode runs the absorbed form.
+    attention_flops_per_pair_layer, attention_decode_flops_per_pair_layer : float
+        FLOPs per prefill and per decode pair of one layer per GPU (the FLOP floor).
     allreduce_* : float
         Two all-reduces per layer under TP (``allreduces_per_layer``: 2, or 0 at TP1) of
         ``activation_bytes_per_token x tokens`` bytes each: ``min`` of the NCCL alpha-beta fit
@@ -158,6 +189,7 @@ class MeasuredCostModel:
     num_layers: int
     hidden_size: int
     gemm: GemmCurve
+    head_gemm: GemmCurve
     gemm_shapes: tuple[tuple[float, float], ...]
     expert_shapes: tuple[tuple[float, float], ...] = ()
     num_experts: int = 0
@@ -176,8 +208,10 @@ class MeasuredCostModel:
     attention_s_per_token: float
     attention_s_per_kv_token: float
     attention_s_per_pair: float
+    attention_s_per_decode_pair: float
     attention_kv_bytes_per_token: float
     attention_flops_per_pair_layer: float
+    attention_decode_flops_per_pair_layer: float
     allreduces_per_layer: float
     activation_bytes_per_token: float
     allreduce_latency_s: float
@@ -222,11 +256,19 @@ class MeasuredCostModel:
         return _maximum(t, self.pointwise_bytes_per_token * num_tokens / self.peak_bytes_per_s)
 
     def attention_layer_s(self, num_tokens: Any, attention_pairs: Any, kv_tokens: Any, num_seqs: Any) -> Any:
-        """One layer's attention (seconds), at least its KV bytes over HBM and FLOPs over peak."""
+        """One layer's attention (seconds), at least its KV bytes over HBM and FLOPs over peak.
+
+        ``min(attention_pairs, kv_tokens)`` pairs are priced as decode pairs (a decode's pairs are
+        its context), the rest as prefill pairs (see the module note on MLA).
+        """
+        decode = _minimum(attention_pairs, kv_tokens)
+        prefill = attention_pairs - decode
         t = (self.attention_s + self.attention_s_per_seq * num_seqs + self.attention_s_per_token * num_tokens
-             + self.attention_s_per_kv_token * kv_tokens + self.attention_s_per_pair * attention_pairs)
+             + self.attention_s_per_kv_token * kv_tokens + self.attention_s_per_pair * prefill
+             + self.attention_s_per_decode_pair * decode)
+        flops = self.attention_flops_per_pair_layer * prefill + self.attention_decode_flops_per_pair_layer * decode
         floor = _maximum(self.attention_kv_bytes_per_token * kv_tokens / self.peak_bytes_per_s,
-                         self.attention_flops_per_pair_layer * attention_pairs / self.peak_flops_per_s)
+                         flops / self.peak_flops_per_s)
         return _maximum(t, floor)
 
     def allreduce_s(self, num_tokens: Any) -> Any:
@@ -252,7 +294,7 @@ class MeasuredCostModel:
         layer = (self.layer_linear_s(t) + self.pointwise_layer_s(t)
                  + self.attention_layer_s(t, attention_pairs, kv_tokens, num_seqs)
                  + self.allreduces_per_layer * self.allreduce_s(t))
-        return self.num_layers * layer + self.gemm.time_s(num_seqs, *self.lm_head_shape)
+        return self.num_layers * layer + self.head_gemm.time_s(num_seqs, *self.lm_head_shape)
 
     def iteration_s(self, num_tokens: Any, attention_pairs: Any, kv_tokens: Any, num_seqs: Any = 1) -> Any:
         """Latency of iterations with the given work (seconds).
@@ -285,9 +327,10 @@ class MeasuredCostModel:
         without its launch, no per-iteration overhead and no vocabulary projection; per-sequence,
         per-token, per-byte and per-FLOP terms and the all-reduce stay.
         """
-        return replace(self, label=f"{self.label}, marginal",
-                       gemm=replace(self.gemm, launch_s=0.0, bytes_per_s=math.inf, half_tokens=0.0,
-                                    peak_bytes_per_s=math.inf),
+        def free(g: GemmCurve) -> GemmCurve:
+            return replace(g, launch_s=0.0, bytes_per_s=math.inf, half_tokens=0.0, peak_bytes_per_s=math.inf)
+
+        return replace(self, label=f"{self.label}, marginal", gemm=free(self.gemm), head_gemm=free(self.head_gemm),
                        pointwise_s=0.0, attention_s=0.0, overhead_s=0.0, lm_head_shape=(0.0, 0.0))
 
 
@@ -311,15 +354,13 @@ def unsupported(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1,
 
     Every dense and mixture-of-experts model is priced on every catalogue GPU (GPUs without
     measurements extrapolated from the nearest measured one, :func:`reference_gpu`); left out
-    are MLA models (latent attention is not in the attention profile) and a missing constants file.
+    is only a missing constants file. MLA's latent attention is priced from the same attention
+    fit by its latent bytes and absorbed FLOPs (:func:`build`).
     """
     c = constants() if consts is None else consts
-    m = _model(model)
-    _gpu(gpu)
+    _model(model), _gpu(gpu)  # unknown names raise here
     if not c.get("gpus"):
         return "no measured constants (data/costmodels/measured.json)"
-    if m.is_mla:
-        return f"{m.name} uses MLA (latent attention); the attention profile is of ordinary attention"
     return None
 
 
@@ -382,6 +423,44 @@ def _has_nvlink(g: GPUSpec) -> bool:
     return g.interconnect_bytes_per_s > 1.01 * g.host_link_bytes_per_s
 
 
+def attention_shapes(m: ModelSpec, tp: int) -> tuple[tuple[tuple[float, float], ...], float, float]:
+    """The attention block's GEMMs ``(n, k)`` per GPU under ``tp``, and the query and key widths the
+    rotary and norms touch (elements per token per GPU).
+
+    Grouped-query attention: the fused QKV and the output projection. MLA, as vLLM builds
+    ``DeepseekV2MLAAttention`` (module note): with a query rank the replicated fused down-projection
+    ``(q_lora_rank + kv_lora_rank + rope, h)`` and ``q_b_proj``, else ``q_proj`` and the replicated
+    ``kv_a_proj_with_mqa``; the key and value up-projections of ``kv_b_proj``; ``o_proj``.
+    """
+    h, d, heads = m.hidden_size, m.head_dim, m.num_q_heads / m.check_tp(tp)
+    q = heads * d
+    if not m.is_mla:
+        kv = m.kv_heads_per_gpu(tp) * d
+        return ((q + 2 * kv, h), (h, q)), q, kv
+    latent = float(m.kv_lora_rank + m.qk_rope_head_dim)
+    down = ((m.q_lora_rank + latent, h), (q, m.q_lora_rank)) if m.q_lora_rank else ((q, h), (latent, h))
+    up = ((heads * (d - m.qk_rope_head_dim), m.kv_lora_rank), (heads * m.v_head_dim, m.kv_lora_rank))
+    return (*down, *up, (h, heads * m.v_head_dim)), q, latent
+
+
+def decode_attention_flops_per_pair_per_layer(m: ModelSpec) -> float:
+    """FLOPs of one decode (query, key) pair in one layer, all heads: MLA's absorbed form,
+    ``2 (kv_lora_rank + rope) + 2 kv_lora_rank`` per head (scores on the latent and rope key, the
+    weighted sum of latents); ordinary attention as :attr:`ModelSpec.attention_flops_per_pair_per_layer`."""
+    if not m.is_mla:
+        return m.attention_flops_per_pair_per_layer
+    return m.num_q_heads * (2.0 * (m.kv_lora_rank + m.qk_rope_head_dim) + 2.0 * m.kv_lora_rank)
+
+
+def _precision_notes(m: ModelSpec, flops_ratio: float) -> list[str]:
+    """What the label says about quantized weights (nothing for BF16)."""
+    if m.weight_dtype == "fp8":
+        return [f"FP8 weights: BF16 curve scaled by peak ratio (x{flops_ratio:.2f}), 1 byte a weight"]
+    if m.weight_dtype == "int4":
+        return [f"INT4 weights: {WEIGHT_DTYPES['int4']:.3f} bytes a weight, BF16 throughput"]
+    return []
+
+
 def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 1,
           constants: Mapping[str, Any], stack: str = "none", ep: int = 1) -> MeasuredCostModel:
     """The :class:`MeasuredCostModel` of ``model`` on ``gpu`` from the ``constants`` dictionary.
@@ -417,24 +496,24 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
     ar_latency, ar_per_byte = _allreduce_fit(net, tp) if tp > 1 else (0.0, 0.0)
     p2p_latency, p2p_bytes_per_s = float(net["send_recv"]["latency_s"]), float(net["send_recv"]["bytes_per_s"])
     full_nvlink = _has_nvlink(g) and tp <= int(net.get("full_nvlink_gpus", 0))
-    d = m.head_dim
-    q = m.num_q_heads * d / tp
-    kv = m.kv_heads_per_gpu(tp) * d
     h = m.hidden_size
     gate = 2 if m.gated_mlp else 1
+    attention, q, kv = attention_shapes(m, tp)
     if m.is_moe:
         ff = (m.moe_intermediate_size or m.intermediate_size) / tp
-        dense: tuple[tuple[float, float], ...] = ((q + 2 * kv, h), (h, q), (float(m.num_experts), h))
+        shared = m.num_shared_experts * ff
+        dense = (*attention, (float(m.num_experts), h)) + (((gate * shared, h), (h, shared)) if shared else ())
         experts: tuple[tuple[float, float], ...] = ((gate * ff, h), (h, ff))
     else:
         ff = m.intermediate_size / tp
-        dense, experts = ((q + 2 * kv, h), (h, q), (gate * ff, h), (h, ff)), ()
+        dense, experts = (*attention, (gate * ff, h), (h, ff)), ()
     att = constants["attention"]
     att_gpu = _gpu(att["gpu"])
     att_bw = g.hbm_bandwidth_bytes_per_s / att_gpu.hbm_bandwidth_bytes_per_s
     att_fl = g.gemm_flops_per_s("bf16") / att_gpu.gemm_flops_per_s("bf16")
     layers = m.layers_per_gpu(pp)
     flops_per_pair_layer = m.attention_flops_per_pair_per_layer / tp
+    decode_flops_per_pair_layer = decode_attention_flops_per_pair_per_layer(m) / tp
     kv_bytes = float(m.kv_bytes_per_token_per_layer(tp=tp))
     peak_bytes, peak_flops = g.hbm_bandwidth_bytes_per_s, g.gemm_flops_per_s("bf16")
     r = _gpu(ref)
@@ -443,13 +522,17 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
         f"x{g.hbm_bandwidth_bytes_per_s / r.hbm_bandwidth_bytes_per_s:.2f}, interconnect x{ic:.2f}")
     fg = fam["gemm"]
     pw = fam["pointwise"]
+    head = GemmCurve(launch_s=fg["launch_s"], bytes_per_s=fg["bytes_per_s"] * bw, flops_per_s=fg["flops_per_s"] * fl,
+                     half_tokens=fg["half_tokens"], sharpness=fg["sharpness"], peak_bytes_per_s=peak_bytes,
+                     peak_flops_per_s=peak_flops)
+    weights = g.gemm_flops_per_s(m.weight_dtype) / peak_flops  # FP8 weights: the FP8/BF16 dense-peak ratio
+    layer_gemm = replace(head, flops_per_s=head.flops_per_s * weights, weight_bytes=WEIGHT_DTYPES[m.weight_dtype],
+                         peak_flops_per_s=g.gemm_flops_per_s(m.weight_dtype))
+    notes = [*(["MLA: latent cache, absorbed decode"] if m.is_mla else []), *_precision_notes(m, weights)]
     return MeasuredCostModel(
         model_name=m.name, gpu_name=g.name, tp=tp, pp=pp,
-        label=f"measured ({where}{'' if stack == 'none' else ' + ' + over['label']})",
-        num_layers=layers, hidden_size=h,
-        gemm=GemmCurve(launch_s=fg["launch_s"], bytes_per_s=fg["bytes_per_s"] * bw, flops_per_s=fg["flops_per_s"] * fl,
-                       half_tokens=fg["half_tokens"], sharpness=fg["sharpness"], peak_bytes_per_s=peak_bytes,
-                       peak_flops_per_s=peak_flops),
+        label=f"measured ({'; '.join([where, *notes])}{'' if stack == 'none' else ' + ' + over['label']})",
+        num_layers=layers, hidden_size=h, gemm=layer_gemm, head_gemm=head,
         gemm_shapes=dense, expert_shapes=experts, num_experts=m.num_experts if m.is_moe else 0,
         experts_per_token=m.experts_per_token if m.is_moe else 0, expert_parallel=ep,
         lm_head_shape=(m.vocab_size / tp, h), peak_bytes_per_s=peak_bytes, peak_flops_per_s=peak_flops,
@@ -460,7 +543,9 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
         attention_s_per_token=att["s_per_token"] / att_fl,
         attention_s_per_kv_token=att["s_per_kv_byte"] / att_bw * kv_bytes,
         attention_s_per_pair=att["s_per_flop"] / att_fl * flops_per_pair_layer,
+        attention_s_per_decode_pair=att["s_per_flop"] / att_fl * decode_flops_per_pair_layer,
         attention_kv_bytes_per_token=kv_bytes, attention_flops_per_pair_layer=flops_per_pair_layer,
+        attention_decode_flops_per_pair_layer=decode_flops_per_pair_layer,
         allreduces_per_layer=2.0 if tp > 1 else 0.0, activation_bytes_per_token=float(h * 2),
         allreduce_latency_s=ar_latency, allreduce_s_per_byte=ar_per_byte / ic,
         custom_allreduce_max_bytes=float(CUSTOM_ALLREDUCE_MAX_BYTES) if full_nvlink and tp > 1 else 0.0,
@@ -479,8 +564,9 @@ def measured(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int
     Parameters
     ----------
     model, gpu : str or spec
-        Model and GPU (:mod:`kvlab.specs`); a dense model on a GPU of :func:`measured_gpus`,
-        else ``ValueError`` saying why.
+        Model and GPU (:mod:`kvlab.specs`): any model (dense, mixture of experts, MLA; BF16, FP8
+        or INT4 weights) on any catalogue GPU (those outside :func:`measured_gpus` extrapolated);
+        ``ValueError`` saying why where the constants cannot price it.
     tp, pp : int
         Tensor-parallel GPUs per stage and pipeline stages; the model prices one stage.
     stack : str
