@@ -241,3 +241,23 @@ def test_a_run_held_out_on_another_gpu_gets_no_gpu_time_scale():
                       other.requests)
     loo = C.leave_one_out([*runs, other])  # "auto": a scale is never carried to a GPU the fit did not see
     assert loo.set_index("run").loc["h100", "held_out_scale"] == 1.0
+
+
+def test_a_stated_shared_prefix_is_served_from_the_prefix_cache():
+    # 200 requests of 600-token prompts whose first 512 tokens are one system prompt: with the cache
+    # on, every request after the first computes only its own ~88 tokens (plus the last block's remainder)
+    rng = np.random.default_rng(3)
+    n = 200
+    req = pd.DataFrame({"arrival_s": np.arange(n) / 20.0, "prompt_tokens": rng.integers(590, 610, n),
+                        "output_tokens": rng.integers(20, 60, n), "ttft_s": 0.1, "tpot_s": 0.01, "e2e_s": 1.0})
+    base = dict(name="p", dataset="d", model="Llama-2-70B", gpu="H100-SXM", tp=4, max_num_seqs=128,
+                engine="vllm-v1", prefix_caching=True)
+    plain = replay(RunRecord(SetUp(**base), req))
+    shared = replay(RunRecord(SetUp(**base, shared_prefix_tokens=512), req))
+    prefill = [float(r.iterations[0]["prefill_tokens"].sum()) for r in (plain, shared)]
+    assert prefill[0] == req["prompt_tokens"].sum()  # no prefix known: every prompt token computed
+    # the first request computes its whole prompt, each other one its tokens after the 32 cached blocks
+    assert prefill[1] == req["prompt_tokens"].iloc[0] + (req["prompt_tokens"].iloc[1:] - 512).sum()
+    assert shared.predicted["ttft_s"].mean() < plain.predicted["ttft_s"].mean()
+    with pytest.raises(ValueError, match="shared_prefix_tokens must be"):
+        SetUp(**base, shared_prefix_tokens=-1)

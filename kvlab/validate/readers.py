@@ -29,6 +29,9 @@ from .records import CLIENT_QUEUE, RunRecord, SetUp
 SHARED_SERVING = SHARED_DATA_DIR / "serving"
 
 DISTSERVE = "distserve-vllm-opt13b"
+#: What a replay with the prefix cache on but no stated shared prefix assumes.
+PREFIX_NOTE = ("prefix caching on: the record holds no token ids, so a shared prefix is known only from the set-up's "
+               "shared_prefix_tokens (none here): each request finds only its own blocks after a preemption")
 LLMSERVINGSIM = "llmservingsim-vllm-0.19"
 
 _DISTSERVE_ASSUMED = (
@@ -87,10 +90,12 @@ def read_llmservingsim(folder: str | Path = SHARED_SERVING) -> list[RunRecord]:
         assumed = ["times from the engine's queue (queued_ts), as the source gives them"]
         if blocks is None:
             assumed.append("KV blocks not recorded: pool derived from gpu_memory_utilization=0.9")
-        prefix = str(row["enable_prefix_caching"]).strip().lower() == "true"
+        recorded = str(row["enable_prefix_caching"]).strip().lower()
+        prefix = recorded != "false"
+        if recorded not in ("true", "false"):
+            assumed.append("prefix caching not recorded: vLLM V1's default, on")
         if prefix:
-            assumed.append("prefix caching on: the requests' token ids are not in the record, so no shared "
-                           "prefix is known; replayed with no cache hits")
+            assumed.append(PREFIX_NOTE)
         ep = int(row["tp"]) * dp if str(row["expert_parallel"]).strip().lower() == "true" else 1
         if dp > 1:
             assumed.append(f"DP{dp}: requests dealt round-robin to {dp} independent replicas (vLLM balances by load)"
@@ -352,9 +357,8 @@ def _bench_record(data: dict, where: str, setup_map: dict, setup_where: str) -> 
     e2e = ttft + np.array([float(np.sum(x)) if x else 0.0 for x in data["itls"]])
     arrival, queue = _arrivals(data, where, n, rate, burst, process, seed, assumptions)
     setup_map = with_server_defaults(setup_map, assumptions)
-    if setup_map.get("prefix_caching"):
-        assumptions.append("prefix caching on: the result holds no token ids, so no shared prefix is known; "
-                           "replayed with no cache hits")
+    if setup_map.get("prefix_caching") and not setup_map.get("shared_prefix_tokens"):
+        assumptions.append(PREFIX_NOTE)
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = np.where(out > 1, (e2e - ttft) / (out - 1), 0.0)
     req = pd.DataFrame({"arrival_s": arrival, "prompt_tokens": data["input_lens"], "output_tokens": out,

@@ -67,8 +67,13 @@ class SetUp:
     weight_dtype : {"bf16", "fp8", "int4"}
         The weights' precision (vLLM's ``--quantization fp8``, or an FP8 / INT4 checkpoint).
     prefix_caching : bool
-        Whether the server ran its prefix cache (vLLM V1's default). A record carries no token ids,
-        so a replay cannot see shared prefixes: with it on, the replay assumes no hits and says so.
+        Whether the server ran its prefix cache (vLLM V1's default); the replay runs it too
+        (:mod:`kvlab.prefix_cache`). A record carries no token ids, so the only prefix requests
+        share is the one the set-up states (``shared_prefix_tokens``); without it, a request finds
+        only its own blocks after a preemption.
+    shared_prefix_tokens, shared_prefix_share : int, float
+        The leading tokens a share of the requests have in common (``vllm bench serve
+        --random-prefix-len``, ``--sonnet-prefix-len``, a system prompt); 0: none.
     max_concurrency : int or None
         The client's cap on requests in flight (``vllm bench serve --max-concurrency``); None: none.
     async_scheduling : bool or None
@@ -102,6 +107,8 @@ class SetUp:
     kv_cache_dtype: str = "auto"
     weight_dtype: str = "bf16"
     prefix_caching: bool = False
+    shared_prefix_tokens: int = 0
+    shared_prefix_share: float = 1.0
     max_concurrency: int | None = None
     async_scheduling: bool | None = None
     clock_start: str = "client issue"
@@ -127,6 +134,12 @@ class SetUp:
                 raise ValueError(f"run {self.name}: {f} must be one of {', '.join(known)}, got {getattr(self, f)!r}")
         if not isinstance(self.prefix_caching, (bool, np.bool_)):
             raise ValueError(f"run {self.name}: prefix_caching must be true or false, got {self.prefix_caching!r}")
+        if isinstance(self.shared_prefix_tokens, bool) or not isinstance(self.shared_prefix_tokens, (int, np.integer)) \
+                or self.shared_prefix_tokens < 0:
+            raise ValueError(f"run {self.name}: shared_prefix_tokens must be a whole number >= 0, "
+                             f"got {self.shared_prefix_tokens!r}")
+        if not 0 <= float(self.shared_prefix_share) <= 1:
+            raise ValueError(f"run {self.name}: shared_prefix_share must be in [0, 1], got {self.shared_prefix_share!r}")
         if not 0 < float(self.gpu_memory_utilization) <= 1:
             raise ValueError(f"run {self.name}: gpu_memory_utilization must be in (0, 1], "
                              f"got {self.gpu_memory_utilization!r}")
@@ -175,6 +188,9 @@ class SetUp:
         extra = "".join([", FP8 KV" if self.kv_cache_dtype == "fp8" else "",
                          f", {self.weight_dtype.upper()} weights" if self.weight_dtype != "bf16" else "",
                          ", prefix caching on" if self.prefix_caching else "",
+                         f", {self.shared_prefix_tokens}-token shared prefix"
+                         + (f" on {self.shared_prefix_share:.0%} of requests" if self.shared_prefix_share < 1 else "")
+                         if self.shared_prefix_tokens else "",
                          f", client max_concurrency={self.max_concurrency}" if self.max_concurrency else "",
                          ", async scheduling" if self.schedules_async else ""])
         return (f"{self.server} {self.server_version or '(version not recorded)'} [{self.engine}], {self.model} on "

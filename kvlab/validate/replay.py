@@ -5,7 +5,8 @@ exact lengths) with :func:`kvlab.simulate` under the run's set-up: the vLLM poli
 prefills or V1's chunked prefill, the run's ``max_num_seqs``, ``max_num_batched_tokens``,
 ``max_model_len``, block size and KV pool (the recorded block count where there is one), its model,
 GPU and TP, its KV and weight precision, V1's async scheduling
-(:attr:`SetUp.schedules_async`); ``dp`` replicas each serve every ``dp``-th request. A client that caps its
+(:attr:`SetUp.schedules_async`), its prefix cache (with the shared prefix the set-up states); ``dp``
+replicas each serve every ``dp``-th request. A client that caps its
 requests in flight (``max_concurrency`` C) is replayed exactly without preemptions: with FCFS
 admission the engine's schedule under the cap is the one of ``max_num_seqs = min(max_num_seqs, C)``
 (a request admitted while fewer than C run has had C fewer predecessors finish, so it was sent), and
@@ -36,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from ..capacity import MIN_BACKLOG_REQUESTS, capacity as _capacity
+from ..prefix_blocks import PrefixModel
 from ..specs import model as _model, with_precision
 from .records import CLIENT_QUEUE, RunRecord
 
@@ -155,6 +157,8 @@ def replay(record: RunRecord, *, cost_model: Any = None, stack: str | None = Non
     same = (s.kv_cache_dtype, s.weight_dtype) == (m.kv_cache_dtype, m.weight_dtype)
     model = m if same else with_precision(m, kv_cache_dtype=s.kv_cache_dtype, weights=s.weight_dtype)
     caps = _replica_caps(s.max_concurrency, s.dp)
+    prefix = PrefixModel(system_prompt_tokens=s.shared_prefix_tokens, system_prompt_share=s.shared_prefix_share) \
+        if s.shared_prefix_tokens else None
     for r, idx in enumerate(_replicas(len(work), s.dp)):
         seqs = s.max_num_seqs if caps[r] is None else min(s.max_num_seqs, caps[r])
         res = simulate(work.iloc[idx].reset_index(drop=True), "vllm", model=model, gpu=s.gpu, tp=s.tp,
@@ -163,7 +167,7 @@ def replay(record: RunRecord, *, cost_model: Any = None, stack: str | None = Non
                        block_size=s.block_size, pool_pages=s.pool_pages,
                        gpu_memory_utilization=s.gpu_memory_utilization,
                        max_new_tokens=max(max_out, 1), cost_model=cost_model, stack=stack, record_iterations=True,
-                       async_scheduling=s.schedules_async)
+                       async_scheduling=s.schedules_async, prefix_caching=s.prefix_caching, prefix_model=prefix)
         q = res.requests
         if (q["outcome"] == "finished_aborted").any():
             why = q.loc[q["outcome"] == "finished_aborted", "abort_reason"].iloc[0]
