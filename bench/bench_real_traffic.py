@@ -50,11 +50,8 @@ import pandas as pd  # noqa: E402
 
 from kvlab import traces  # noqa: E402
 from kvlab._paths import SHARED_DATA_DIR  # noqa: E402
-from kvlab.lengths import profile  # noqa: E402
 from kvlab.policies import Policy, Requests  # noqa: E402
 from kvlab.sim import simulate  # noqa: E402
-
-from bench_engine import same_results  # noqa: E402  (the same check; bench/ is on sys.path when run)
 
 TRACE = SHARED_DATA_DIR / "traces" / "azure2023_conv.csv"
 PROFILE = "azure-2023-conv"
@@ -77,7 +74,9 @@ def requests(n: int, trace: Path | None) -> tuple[pd.DataFrame, str]:
         prompt = lengths["prompt_tokens"].to_numpy()[pick]
         output = lengths["output_tokens"].to_numpy()[pick]
         source = f"trace {trace.name} ({len(lengths):,} requests, resampled)"
-    else:
+    else:  # the fitted profile needs SciPy: imported only here, so a process that reads the trace never loads it
+        from kvlab.lengths import profile
+
         w = profile(PROFILE).sample(n, seed=0)
         prompt, output = w["prompt_tokens"].to_numpy(), w["output_tokens"].to_numpy()
         source = f"profile {PROFILE} (trace not found)"
@@ -162,6 +161,9 @@ def main() -> None:
     if args.one:
         one(int(args.one[0]), args.one[1], float(args.one[2]), args.trace)
         return
+    from bench_engine import same_results  # the same check (bench/ is on sys.path when run); here, not at the
+    # top, so that the child processes, whose whole CPU time is measured, import only what a user's process does
+
     w, source = requests(args.n, args.trace)
     print(f"{source}; {SETUP['model']} TP{SETUP['tp']} on {SETUP['gpu']}, default cost model, "
           f"policies {', '.join(POLICIES)}, NumPy backend, {os.cpu_count()} CPUs")
