@@ -11,6 +11,9 @@ from .reference import ITERATION_COLUMNS, PREFIX_ITERATION_COLUMNS
 from .request import FINISH_REASON, Request, RequestStatus
 
 PERCENTILES = (50, 90, 99)
+#: The iteration columns :func:`summarize` reads (with :data:`PREFIX_ITERATION_COLUMNS` under prefix
+#: caching): an engine asked for the summary only keeps these.
+SUMMARY_ITERATION_COLUMNS = ("start_s", "duration_s", "batch_size", "decode_tokens", "pages_used", "pages_reserved")
 
 
 def request_table(requests: list[Request], request_ids: np.ndarray, *, prefix_caching: bool = False) -> pd.DataFrame:
