@@ -82,7 +82,8 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, num_pages: in
     """
     done = (requests["outcome"] != RequestStatus.FINISHED_ABORTED.name.lower()).to_numpy()  # completed (mask)
     num_done = int(done.sum())
-    end_s = float((iterations["start_s"] + iterations["duration_s"]).max()) if len(iterations) else 0.0
+    iteration_end_s = (iterations["start_s"] + iterations["duration_s"]).to_numpy()
+    end_s = float(iteration_end_s.max()) if len(iterations) else 0.0
     makespan_s = end_s - float(requests["arrival_s"].min())
     dur = iterations["duration_s"].to_numpy()
     total_s = float(dur.sum())
@@ -107,7 +108,7 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, num_pages: in
         vals = vals[~np.isnan(vals)]
         for q in PERCENTILES:
             out[f"{name}_p{q}_s"] = float(np.percentile(vals, q)) if vals.size else float("nan")
-    gap_s, gap_count, max_only = _token_gap_counts(requests, iterations)
+    gap_s, gap_count, max_only = _token_gap_counts(requests, iterations, iteration_end_s)
     for q, value in zip(PERCENTILES, _weighted_percentiles(gap_s, gap_count, PERCENTILES)):
         out[f"tbt_p{q}_s"] = value
     out["num_tbt_max_only_requests"] = float(max_only)
@@ -166,10 +167,13 @@ def token_gaps_s(requests: pd.DataFrame, iterations: pd.DataFrame) -> tuple[np.n
     return np.repeat(gap_s, count), max_only
 
 
-def _token_gap_counts(requests: pd.DataFrame, iterations: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, int]:
+def _token_gap_counts(requests: pd.DataFrame, iterations: pd.DataFrame,
+                      end_s: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     """:func:`token_gaps_s` as distinct gaps and how often each occurs (a million-request run has
-    tens of millions of gaps but only one per iteration step, so summaries never expand them)."""
-    end_s = (iterations["start_s"] + iterations["duration_s"]).to_numpy()
+    tens of millions of gaps but only one per iteration step, so summaries never expand them);
+    ``end_s``: each iteration's end (seconds), when the caller has it."""
+    if end_s is None:
+        end_s = (iterations["start_s"] + iterations["duration_s"]).to_numpy()
     dec = np.flatnonzero(iterations["decode_tokens"].to_numpy() > 0)
     dec_end_s = end_s[dec]
     gen = requests["generated_tokens"].to_numpy()
@@ -195,7 +199,8 @@ def _weighted_percentiles(values: np.ndarray, counts: np.ndarray, qs: tuple[floa
     the repeat and without sorting every value: the order statistics each q needs are found in
     buckets cut at a sorted sample of the values, and only the buckets that hold them are sorted."""
     keep = counts > 0
-    values, counts = values[keep], counts[keep]
+    if not keep.all():  # (a copy of tens of millions of values otherwise)
+        values, counts = values[keep], counts[keep]
     if values.size == 0:
         return [float("nan")] * len(qs)
     total = int(counts.sum())

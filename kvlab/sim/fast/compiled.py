@@ -175,6 +175,8 @@ def _request_state(prompt: np.ndarray, output: np.ndarray, max_new_tokens: int) 
 
 def _tables(Q: np.ndarray, T: np.ndarray, E: np.ndarray, R: np.ndarray, RT: np.ndarray, num_rows: int,
             arrival_s: np.ndarray, caching: bool, every_column: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The result tables around the loop's arrays: request columns are views of ``Q``, ``T``, ``E``
+    (strided; no copy, which a million-request run would pay in fresh memory), iteration columns rows of ``R``."""
     from . import loop as lp
 
     state = {name: E[:, col] for name, col in (("admitted_iter", lp.ADM_ITER), ("first_token_iter", lp.FT_ITER),
@@ -188,7 +190,7 @@ def _tables(Q: np.ndarray, T: np.ndarray, E: np.ndarray, R: np.ndarray, RT: np.n
         ("abort_code", lp.ABORT), ("prefix_hit", lp.HIT), ("saved_prefill", lp.SAVED))})
     names = STATE_COLUMNS + (PREFIX_STATE_COLUMNS if caching else ())
     ints = R[:lp.NUM_ROW_INTS if caching else lp.R_CACHED, :num_rows]
-    return request_columns({name: np.ascontiguousarray(state[name]) for name in names}, arrival_s), \
+    return request_columns({name: state[name] for name in names}, arrival_s), \
         iteration_frame(ints, RT[:, :num_rows], None if every_column else
                         SUMMARY_ITERATION_COLUMNS + (PREFIX_ITERATION_COLUMNS if caching else ()))
 
