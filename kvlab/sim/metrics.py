@@ -175,22 +175,28 @@ def _token_gap_counts(requests: pd.DataFrame, iterations: pd.DataFrame,
     if end_s is None:
         end_s = (iterations["start_s"] + iterations["duration_s"]).to_numpy()
     dec = np.flatnonzero(iterations["decode_tokens"].to_numpy() > 0)
-    dec_end_s = end_s[dec]
+    m, dec_end_s = dec.size, end_s[dec]
     gen = requests["generated_tokens"].to_numpy()
     live = ((requests["outcome"] != RequestStatus.FINISHED_ABORTED.name.lower()).to_numpy() & (gen >= 2))  # mask
     first = requests["first_token_iter"].to_numpy()[live]
     a = np.searchsorted(dec, first, side="right")
     b = np.searchsorted(dec, requests["finish_iter"].to_numpy()[live], side="right")
+    del dec  # arrays as long as the run are let go as soon as they are used (a long run's memory)
     exact = ((b - a) == gen[live] - 1) & (requests["num_preemptions"].to_numpy()[live] == 0)
     a, b, first = a[exact], b[exact], first[exact]
     first_gaps = dec_end_s[a] - end_s[first]
     # Later gaps: the step between consecutive decoding iterations j-1 and j, for j in (a, b);
-    # count how many requests cover each step with a difference array.
-    cover = np.bincount(a + 1, minlength=dec.size + 1) - np.bincount(b, minlength=dec.size + 1)
-    weights = np.cumsum(cover[:dec.size + 1])[1:dec.size]
+    # count how many requests cover each step with a difference array (summed in place).
+    cover = np.bincount(a + 1, minlength=m + 1)
+    cover -= np.bincount(b, minlength=m + 1)
+    np.cumsum(cover, out=cover)
     max_only = requests["max_tbt_s"].to_numpy(dtype=np.float64)[live][~exact]
-    gap_s = np.concatenate([first_gaps, np.diff(dec_end_s), max_only])
-    count = np.concatenate([np.ones(first_gaps.size, np.int64), weights, np.ones(max_only.size, np.int64)])
+    k, d = first_gaps.size, max(m - 1, 0)  # first gaps, then one per step, then the longest gaps only
+    gap_s, count = np.empty(k + d + max_only.size), np.ones(k + d + max_only.size, np.int64)
+    gap_s[:k] = first_gaps
+    np.subtract(dec_end_s[1:], dec_end_s[:-1], out=gap_s[k:k + d])
+    count[k:k + d] = cover[1:m]
+    gap_s[k + d:] = max_only
     return gap_s, count, int((~exact).sum())
 
 
