@@ -109,6 +109,7 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, num_pages: in
         for q in PERCENTILES:
             out[f"{name}_p{q}_s"] = float(np.percentile(vals, q)) if vals.size else float("nan")
     gap_s, gap_count, max_only = _token_gap_counts(requests, iterations, iteration_end_s)
+    del iteration_end_s  # (as long as the run: let go before the percentiles)
     for q, value in zip(PERCENTILES, _weighted_percentiles(gap_s, gap_count, PERCENTILES)):
         out[f"tbt_p{q}_s"] = value
     out["num_tbt_max_only_requests"] = float(max_only)
