@@ -85,11 +85,13 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, num_pages: in
     iteration_end_s = (iterations["start_s"] + iterations["duration_s"]).to_numpy()
     end_s = float(iteration_end_s.max()) if len(iterations) else 0.0
     makespan_s = end_s - float(requests["arrival_s"].min())
-    dur = iterations["duration_s"].to_numpy()
+    dur = iterations["duration_s"].to_numpy(dtype=np.float64)
     total_s = float(dur.sum())
+    product = np.empty_like(dur)  # one array for every product below (each as long as the run)
 
     def tw(values: pd.Series) -> float:
-        return float((values.to_numpy() * dur).sum() / total_s) if total_s > 0 else float("nan")
+        return float(np.multiply(values.to_numpy(), dur, out=product).sum() / total_s) if total_s > 0 \
+            else float("nan")
 
     out: dict[str, float] = {
         "num_requests": float(len(requests)),
@@ -121,8 +123,9 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, num_pages: in
         "preempted_request_frac": float((requests["num_preemptions"] > 0).mean()),
         "mean_kv_used_frac": tw(iterations["pages_used"]) / num_pages,
         "mean_kv_reserved_frac": tw(iterations["pages_reserved"]) / num_pages,
-        "reserved_unused_page_s": float(((iterations["pages_reserved"] - iterations["pages_used"]).to_numpy()
-                                         * dur).sum()),
+        "reserved_unused_page_s": float(np.multiply(np.subtract(  # pages as floats: exact below 2**53
+            iterations["pages_reserved"].to_numpy(), iterations["pages_used"].to_numpy(), out=product), dur,
+            out=product).sum()),
         "max_running": float(iterations["batch_size"].max()) if len(iterations) else 0.0,
         "mean_batch_size": tw(iterations["batch_size"]),
         "num_iterations": float(len(iterations)),
