@@ -192,7 +192,7 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
         req_table, it_table = run_fast(prompt_tokens=run.prompt, output_tokens=run.output, arrival_s=run.arrival_s,
                                        request_ids=run.ids, max_new_tokens=run.max_new_tokens, policy=run.policy,
                                        pool=run.pool, scheduler=run.scheduler, swap=run.swap, cost_model=run.cost,
-                                       xp=get_xp(), blocks=run.blocks)
+                                       xp=get_xp(), blocks=run.blocks, every_column=record_iterations)
     else:
         requests = [Request(index=i, prompt_tokens=int(run.prompt[i]), output_tokens=int(run.output[i]),
                             arrival_s=float(run.arrival_s[i]), max_new_tokens=run.max_new_tokens)

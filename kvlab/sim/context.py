@@ -67,17 +67,19 @@ def merge(table: pd.DataFrame, limit: ContextLimit, *, prompt_tokens: np.ndarray
     ``output_tokens`` restored, context-cut ones marked length-capped) and a row per rejected
     request, in workload order, with a bool ``context_capped`` column."""
     kept = np.flatnonzero(~limit.rejected)
-    out = table.copy()
+    out = table.copy(deep=False)  # columns are replaced, never written in place: ``table`` is left as it was
     out["output_tokens"] = output_tokens[kept]
     cut = limit.capped[kept]
-    capped_name = RequestStatus.FINISHED_LENGTH_CAPPED.name.lower()
-    stopped = cut & (out["outcome"].to_numpy() == RequestStatus.FINISHED_STOPPED.name.lower())
-    out.loc[stopped, "outcome"] = capped_name
-    out.loc[stopped, "finish_reason"] = FINISH_REASON[RequestStatus.FINISHED_LENGTH_CAPPED]
+    if cut.any():
+        stopped = cut & (out["outcome"].to_numpy() == RequestStatus.FINISHED_STOPPED.name.lower())
+        for col, value in (("outcome", RequestStatus.FINISHED_LENGTH_CAPPED.name.lower()),
+                           ("finish_reason", FINISH_REASON[RequestStatus.FINISHED_LENGTH_CAPPED])):
+            out[col] = np.where(stopped, value, out[col].to_numpy())
     out["context_capped"] = cut
     rej = np.flatnonzero(limit.rejected)
     if rej.size == 0:
-        return out.reset_index(drop=True)
+        out.index = pd.RangeIndex(len(out))
+        return out
     rows = {}
     for col in out.columns:
         dtype = out[col].dtype

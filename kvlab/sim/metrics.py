@@ -11,6 +11,9 @@ from .reference import ITERATION_COLUMNS, PREFIX_ITERATION_COLUMNS
 from .request import FINISH_REASON, Request, RequestStatus
 
 PERCENTILES = (50, 90, 99)
+#: The iteration columns :func:`summarize` reads (with :data:`PREFIX_ITERATION_COLUMNS` under prefix
+#: caching): an engine asked for the summary only keeps these.
+SUMMARY_ITERATION_COLUMNS = ("start_s", "duration_s", "batch_size", "decode_tokens", "pages_used", "pages_reserved")
 
 
 def request_table(requests: list[Request], request_ids: np.ndarray, *, prefix_caching: bool = False) -> pd.DataFrame:
@@ -79,13 +82,16 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, num_pages: in
     """
     done = (requests["outcome"] != RequestStatus.FINISHED_ABORTED.name.lower()).to_numpy()  # completed (mask)
     num_done = int(done.sum())
-    end_s = float((iterations["start_s"] + iterations["duration_s"]).max()) if len(iterations) else 0.0
+    iteration_end_s = (iterations["start_s"] + iterations["duration_s"]).to_numpy()
+    end_s = float(iteration_end_s.max()) if len(iterations) else 0.0
     makespan_s = end_s - float(requests["arrival_s"].min())
-    dur = iterations["duration_s"].to_numpy()
+    dur = iterations["duration_s"].to_numpy(dtype=np.float64)
     total_s = float(dur.sum())
+    product = np.empty_like(dur)  # one array for every product below (each as long as the run)
 
     def tw(values: pd.Series) -> float:
-        return float((values.to_numpy() * dur).sum() / total_s) if total_s > 0 else float("nan")
+        return float(np.multiply(values.to_numpy(), dur, out=product).sum() / total_s) if total_s > 0 \
+            else float("nan")
 
     out: dict[str, float] = {
         "num_requests": float(len(requests)),
@@ -104,7 +110,8 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, num_pages: in
         vals = vals[~np.isnan(vals)]
         for q in PERCENTILES:
             out[f"{name}_p{q}_s"] = float(np.percentile(vals, q)) if vals.size else float("nan")
-    gap_s, gap_count, max_only = _token_gap_counts(requests, iterations)
+    gap_s, gap_count, max_only = _token_gap_counts(requests, iterations, iteration_end_s)
+    del iteration_end_s  # (as long as the run: let go before the percentiles)
     for q, value in zip(PERCENTILES, _weighted_percentiles(gap_s, gap_count, PERCENTILES)):
         out[f"tbt_p{q}_s"] = value
     out["num_tbt_max_only_requests"] = float(max_only)
@@ -116,8 +123,9 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, num_pages: in
         "preempted_request_frac": float((requests["num_preemptions"] > 0).mean()),
         "mean_kv_used_frac": tw(iterations["pages_used"]) / num_pages,
         "mean_kv_reserved_frac": tw(iterations["pages_reserved"]) / num_pages,
-        "reserved_unused_page_s": float(((iterations["pages_reserved"] - iterations["pages_used"]).to_numpy()
-                                         * dur).sum()),
+        "reserved_unused_page_s": float(np.multiply(np.subtract(  # pages as floats: exact below 2**53
+            iterations["pages_reserved"].to_numpy(), iterations["pages_used"].to_numpy(), out=product), dur,
+            out=product).sum()),
         "max_running": float(iterations["batch_size"].max()) if len(iterations) else 0.0,
         "mean_batch_size": tw(iterations["batch_size"]),
         "num_iterations": float(len(iterations)),
@@ -163,27 +171,36 @@ def token_gaps_s(requests: pd.DataFrame, iterations: pd.DataFrame) -> tuple[np.n
     return np.repeat(gap_s, count), max_only
 
 
-def _token_gap_counts(requests: pd.DataFrame, iterations: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, int]:
+def _token_gap_counts(requests: pd.DataFrame, iterations: pd.DataFrame,
+                      end_s: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, int]:
     """:func:`token_gaps_s` as distinct gaps and how often each occurs (a million-request run has
-    tens of millions of gaps but only one per iteration step, so summaries never expand them)."""
-    end_s = (iterations["start_s"] + iterations["duration_s"]).to_numpy()
+    tens of millions of gaps but only one per iteration step, so summaries never expand them);
+    ``end_s``: each iteration's end (seconds), when the caller has it."""
+    if end_s is None:
+        end_s = (iterations["start_s"] + iterations["duration_s"]).to_numpy()
     dec = np.flatnonzero(iterations["decode_tokens"].to_numpy() > 0)
-    dec_end_s = end_s[dec]
+    m, dec_end_s = dec.size, end_s[dec]
     gen = requests["generated_tokens"].to_numpy()
     live = ((requests["outcome"] != RequestStatus.FINISHED_ABORTED.name.lower()).to_numpy() & (gen >= 2))  # mask
     first = requests["first_token_iter"].to_numpy()[live]
     a = np.searchsorted(dec, first, side="right")
     b = np.searchsorted(dec, requests["finish_iter"].to_numpy()[live], side="right")
+    del dec  # arrays as long as the run are let go as soon as they are used (a long run's memory)
     exact = ((b - a) == gen[live] - 1) & (requests["num_preemptions"].to_numpy()[live] == 0)
     a, b, first = a[exact], b[exact], first[exact]
     first_gaps = dec_end_s[a] - end_s[first]
     # Later gaps: the step between consecutive decoding iterations j-1 and j, for j in (a, b);
-    # count how many requests cover each step with a difference array.
-    cover = np.bincount(a + 1, minlength=dec.size + 1) - np.bincount(b, minlength=dec.size + 1)
-    weights = np.cumsum(cover[:dec.size + 1])[1:dec.size]
+    # count how many requests cover each step with a difference array (summed in place).
+    cover = np.bincount(a + 1, minlength=m + 1)
+    cover -= np.bincount(b, minlength=m + 1)
+    np.cumsum(cover, out=cover)
     max_only = requests["max_tbt_s"].to_numpy(dtype=np.float64)[live][~exact]
-    gap_s = np.concatenate([first_gaps, np.diff(dec_end_s), max_only])
-    count = np.concatenate([np.ones(first_gaps.size, np.int64), weights, np.ones(max_only.size, np.int64)])
+    k, d = first_gaps.size, max(m - 1, 0)  # first gaps, then one per step, then the longest gaps only
+    gap_s, count = np.empty(k + d + max_only.size), np.ones(k + d + max_only.size, np.int64)
+    gap_s[:k] = first_gaps
+    np.subtract(dec_end_s[1:], dec_end_s[:-1], out=gap_s[k:k + d])
+    count[k:k + d] = cover[1:m]
+    gap_s[k + d:] = max_only
     return gap_s, count, int((~exact).sum())
 
 
@@ -192,7 +209,8 @@ def _weighted_percentiles(values: np.ndarray, counts: np.ndarray, qs: tuple[floa
     the repeat and without sorting every value: the order statistics each q needs are found in
     buckets cut at a sorted sample of the values, and only the buckets that hold them are sorted."""
     keep = counts > 0
-    values, counts = values[keep], counts[keep]
+    if not keep.all():  # (a copy of tens of millions of values otherwise)
+        values, counts = values[keep], counts[keep]
     if values.size == 0:
         return [float("nan")] * len(qs)
     total = int(counts.sum())

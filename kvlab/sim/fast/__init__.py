@@ -37,18 +37,19 @@ __all__ = ["run_compiled", "run_fast", "why_not"]
 
 def run_fast(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arrival_s: np.ndarray, request_ids: np.ndarray,
              max_new_tokens: int, policy: Policy, pool: PoolConfig, scheduler: SchedulerConfig, swap: SwapConfig,
-             cost_model: CostModel, xp: ModuleType = np,
-             blocks: BlockIds | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+             cost_model: CostModel, xp: ModuleType = np, blocks: BlockIds | None = None,
+             every_column: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Simulate with the compiled loop; return the request table and the iteration table.
 
     The tables are those of :func:`kvlab.sim.metrics.request_table` and
     :func:`kvlab.sim.metrics.iteration_table` for the reference engine, column for column
-    (with the prefix-cache columns when ``blocks`` are given: a prefix cache is simulated).
+    (with the prefix-cache columns when ``blocks`` are given: a prefix cache is simulated);
+    ``every_column=False`` keeps only the iteration columns the summary reads (:func:`run_compiled`).
     """
     requests, iterations = run_compiled(
         prompt_tokens=prompt_tokens, output_tokens=output_tokens, arrival_s=arrival_s,
         max_new_tokens=max_new_tokens, policy=policy, pool=pool, scheduler=scheduler, swap=swap,
-        cost_model=cost_model, xp=xp, blocks=blocks)
+        cost_model=cost_model, xp=xp, blocks=blocks, every_column=every_column)
     requests.insert(0, "request_id", request_ids)
     at = requests.columns.get_loc("mean_tbt_s")
     requests.insert(at, "ttft_s", requests["first_token_s"] - requests["arrival_s"])

@@ -29,6 +29,8 @@ from ...backend import to_numpy
 from ...costmodel import CostModel
 from ...policies import Policy, Requests
 from ...prefix_cache import BlockIds
+from ..metrics import SUMMARY_ITERATION_COLUMNS
+from ..reference import PREFIX_ITERATION_COLUMNS
 from ..config import PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind, SwapConfig
 from .state import WAITING, no_progress
 from .tables import PREFIX_STATE_COLUMNS, STATE_COLUMNS, iteration_frame, request_columns
@@ -59,8 +61,9 @@ def why_not(policy: Policy, cost_model: CostModel) -> str | None:
 
 
 def _config(policy: Policy, cost_model: CostModel, pool: PoolConfig, scheduler: SchedulerConfig,
-            swap: SwapConfig, caching: bool = False) -> tuple[np.ndarray, int, np.ndarray]:
-    """The loop's configuration vector, cost-model kind and constants (``caching``: a prefix cache)."""
+            swap: SwapConfig, caching: bool = False, every_column: bool = True) -> tuple[np.ndarray, int, np.ndarray]:
+    """The loop's configuration vector, cost-model kind and constants (``caching``: a prefix cache;
+    ``every_column``: write every iteration column, else only the summary's)."""
     from ...costmodel.compiled import constants
     from . import loop as lp
 
@@ -78,7 +81,7 @@ def _config(policy: Policy, cost_model: CostModel, pool: PoolConfig, scheduler: 
     consts = tuple(form.constants) + (0, 1, 1, 0, 1)[len(form.constants):]
     C = np.array([bs, pool.num_pages, scheduler.max_num_batched_tokens, scheduler.max_num_seqs,
                   scheduler.kind == SchedulerKind.PREFILL_FIRST, policy.on_demand, mode, swap.cpu_pool_pages, shift,
-                  admission, victim, state, policy.orders_queue, policy.max_new_tokens, *consts[:5], caching,
+                  admission, victim, state, policy.orders_queue, policy.max_new_tokens, *consts[:5], caching, every_column,
                   scheduler.async_scheduling],
                  dtype=np.int64)
     compiled_cost = constants(cost_model) if forms else None
@@ -172,7 +175,9 @@ def _request_state(prompt: np.ndarray, output: np.ndarray, max_new_tokens: int) 
 
 
 def _tables(Q: np.ndarray, T: np.ndarray, E: np.ndarray, R: np.ndarray, RT: np.ndarray, num_rows: int,
-            arrival_s: np.ndarray, caching: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+            arrival_s: np.ndarray, caching: bool, every_column: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The result tables around the loop's arrays: request columns are views of ``Q``, ``T``, ``E``
+    (strided; no copy, which a million-request run would pay in fresh memory), iteration columns rows of ``R``."""
     from . import loop as lp
 
     state = {name: E[:, col] for name, col in (("admitted_iter", lp.ADM_ITER), ("first_token_iter", lp.FT_ITER),
@@ -186,18 +191,22 @@ def _tables(Q: np.ndarray, T: np.ndarray, E: np.ndarray, R: np.ndarray, RT: np.n
         ("abort_code", lp.ABORT), ("prefix_hit", lp.HIT), ("saved_prefill", lp.SAVED))})
     names = STATE_COLUMNS + (PREFIX_STATE_COLUMNS if caching else ())
     ints = R[:lp.NUM_ROW_INTS if caching else lp.R_CACHED, :num_rows]
-    return request_columns({name: np.ascontiguousarray(state[name]) for name in names}, arrival_s), \
-        iteration_frame(ints, RT[:, :num_rows])
+    return request_columns({name: state[name] for name in names}, arrival_s), \
+        iteration_frame(ints, RT[:, :num_rows], None if every_column else
+                        SUMMARY_ITERATION_COLUMNS + (PREFIX_ITERATION_COLUMNS if caching else ()))
 
 
 def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arrival_s: np.ndarray,
                  max_new_tokens: int, policy: Policy, pool: PoolConfig, scheduler: SchedulerConfig, swap: SwapConfig,
-                 cost_model: CostModel, xp: ModuleType = np,
-                 blocks: BlockIds | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+                 cost_model: CostModel, xp: ModuleType = np, blocks: BlockIds | None = None,
+                 every_column: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Simulate with the compiled loop; the reference engine's tables (the policy asked on ``xp``).
 
     ``blocks``: the requests' prefix-cache block ids (:mod:`kvlab.prefix_blocks`) to simulate a
     prefix cache (:mod:`kvlab.prefix_cache`; recompute preemption only), else ``None``.
+    ``every_column``: the iteration table has every column, else only those :func:`kvlab.sim.metrics.summarize`
+    reads (:data:`~kvlab.sim.metrics.SUMMARY_ITERATION_COLUMNS`; the loop writes no others, which
+    saves most of a long run's memory).
     """
     from . import loop as lp
     from .prefix import pool_arrays  # with the loop: importing Numba waits for the first run
@@ -213,7 +222,7 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
     caching = blocks is not None
     if caching and scheduler.preemption_mode != PreemptionMode.RECOMPUTE:
         raise ValueError(f"prefix caching preempts by recompute only, not {scheduler.preemption_mode.value!r}")
-    C, cost_kind, cost_params = _config(policy, cost_model, pool, scheduler, swap, caching)
+    C, cost_kind, cost_params = _config(policy, cost_model, pool, scheduler, swap, caching, every_column)
     prefix_pool = pool_arrays(blocks, pool.num_pages, n)
     S, F = np.zeros(lp.NUM_INT_STATE, dtype=np.int64), np.zeros(lp.NUM_FLOAT_STATE)
     F[lp.PREV_START] = -1.0  # no iteration has run
@@ -245,4 +254,4 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
         elif event != lp.ROWS_FULL:
             asker.answer(event, S, F)
     policy.load_compiled_state((int(S[lp.STATE0]), int(S[lp.STATE1])))
-    return _tables(Q, T, E, R, RT, int(S[lp.NROWS]), arrival_h, caching)
+    return _tables(Q, T, E, R, RT, int(S[lp.NROWS]), arrival_h, caching, every_column)

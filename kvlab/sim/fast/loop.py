@@ -63,8 +63,9 @@ NUM_FLOAT_STATE = 4
 BETWEEN, WHOLE, RUNNING_PHASE, SWAPPED_PHASE, CHUNKED, END_SCHEDULE, EXECUTE = range(7)
 # ---- configuration: C (int64)
 BLOCK_SIZE, NUM_PAGES, MNBT, MAX_SEQS, PREFILL_FIRST, ON_DEMAND, MODE, CPU_POOL, SHIFT, ADMISSION, VICTIM, \
-    STATE_RULE, ORDERED, MAX_NEW, CLIP, FLOOR_NUM, FLOOR_DEN, STEP_NUM, STEP_DEN, CACHING, ASYNC = range(21)
-NUM_CONFIG = 21
+    STATE_RULE, ORDERED, MAX_NEW, CLIP, FLOOR_NUM, FLOOR_DEN, STEP_NUM, STEP_DEN, CACHING, EVERY_COLUMN, \
+    ASYNC = range(22)
+NUM_CONFIG = 22
 MODE_RECOMPUTE, MODE_SWAP, MODE_REJECT = 0, 1, 2
 # compiled forms of the policy's rules (ASK: hand the question back to Python)
 ASK, OWN_PAGES, FUTURE_CHARGE, NEWEST, NO_STATE, RATIO_DECAY = 0, 1, 2, 3, 4, 5
@@ -87,7 +88,8 @@ EXCEEDS_POOL, EXCEEDS_TOKEN_BUDGET, KV_EXCEEDS_POOL, PREEMPTED_REJECTED = (
 # ---- iteration rows: R (int64, one row per column) and RT (start, duration)
 R_K, R_BATCH, R_PREFILL, R_DECODE, R_RUNNING, R_WAITING, R_SWAPPED, R_PREEMPTED, R_USED, R_RESERVED, R_FREE, \
     R_CPU, R_MOVED, R_CACHED, R_SHARED_SAVED = range(15)
-NUM_ROW_INTS = 15  # the last two under prefix caching only
+NUM_ROW_INTS = 15  # the last two under prefix caching only; R_BATCH, R_DECODE, R_USED, R_RESERVED (the
+# summary's, :data:`kvlab.sim.metrics.SUMMARY_ITERATION_COLUMNS`) always, the others when C[EVERY_COLUMN]
 _LIMIT = 1 << 62  # products of the compiled rules stay below it, or the question goes to Python
 
 
@@ -647,13 +649,15 @@ def _execute(S, F, C, page_copy_s, Q, T, E, run, sched_ids, sched_chunk, fin, R,
                 run[j] = run[i]
                 j += 1
         S[NRUN] = j
-    n = S[NROWS]
-    R[R_K, n], R[R_BATCH, n], R[R_PREFILL, n], R[R_DECODE, n] = k, nsched, num_tokens - decode_tokens, decode_tokens
-    R[R_RUNNING, n], R[R_WAITING, n], R[R_SWAPPED, n] = S[NRUN], S[WQ_LEN] + S[NLIMBO], S[SW_LEN]
-    R[R_PREEMPTED, n], R[R_USED, n], R[R_RESERVED, n] = S[NPREEMPTED], pages_used, pages_reserved
-    R[R_FREE, n], R[R_CPU, n], R[R_MOVED, n] = C[NUM_PAGES] - pages_reserved, S[CPU_USED], S[SWAP_PAGES]
-    R[R_CACHED, n], R[R_SHARED_SAVED, n] = pages_cached, pages_shared_saved
+    n = S[NROWS]  # the row: the summary's columns always, the others when asked (rows never written cost no memory)
+    R[R_BATCH, n], R[R_DECODE, n], R[R_USED, n], R[R_RESERVED, n] = nsched, decode_tokens, pages_used, pages_reserved
     RT[0, n], RT[1, n] = start, duration
+    if C[CACHING]:
+        R[R_CACHED, n], R[R_SHARED_SAVED, n] = pages_cached, pages_shared_saved
+    if C[EVERY_COLUMN]:
+        R[R_K, n], R[R_PREFILL, n], R[R_RUNNING, n] = k, num_tokens - decode_tokens, S[NRUN]
+        R[R_WAITING, n], R[R_SWAPPED, n], R[R_PREEMPTED, n] = S[WQ_LEN] + S[NLIMBO], S[SW_LEN], S[NPREEMPTED]
+        R[R_FREE, n], R[R_CPU, n], R[R_MOVED, n] = C[NUM_PAGES] - pages_reserved, S[CPU_USED], S[SWAP_PAGES]
     S[NROWS] = n + 1
     S[IDLE] = 1 if nsched == 0 and S[NABORTED] == 0 else 0
     F[NOW] = end
