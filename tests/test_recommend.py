@@ -384,8 +384,7 @@ def test_workers_inherit_the_loop_the_parent_loaded():
     """Before a worker pool forks, recommend runs the compiled loop once in the parent, so the
     workers inherit the compiled code (Numba records a signature on the dispatcher when it
     compiles or loads one)."""
-    from kvlab.recommend.core import _load_loop
-    from kvlab.sim.fast import loop
+    from kvlab.sim.fast import load_loop, loop
 
-    _load_loop()
+    load_loop()
     assert loop.run_loop.signatures

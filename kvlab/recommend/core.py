@@ -394,7 +394,9 @@ def _run(jobs: list[tuple[Callable, Any]], max_workers: int, progress: bool) -> 
                 if bar is not None:
                     bar.update(1)
         else:
-            _load_loop()  # once here, before the workers fork: not once per worker
+            from ..sim.fast import load_loop
+
+            load_loop()  # once here, before the workers fork: not once per worker
             with worker_pool(max_workers) as pool:
                 futures = {pool.submit(fn, args): i for i, (fn, args) in enumerate(jobs)}
                 for fut in as_completed(futures):
@@ -405,16 +407,6 @@ def _run(jobs: list[tuple[Callable, Any]], max_workers: int, progress: bool) -> 
         if bar is not None:
             bar.close()
     return out
-
-
-def _load_loop() -> None:
-    """Compile (first run) or load the simulator's compiled loop in this process with a
-    two-request simulation, so that forked workers inherit it instead of each compiling or
-    loading it (two workers compiling at once took ~200 s on a busy 2-core machine, one 41 s)."""
-    from ..sim import simulate
-
-    simulate(pd.DataFrame({"prompt_tokens": [16, 32], "output_tokens": [2, 3]}), model="Llama-3-8B",
-             gpu="H100-SXM", cost_model="roofline")
 
 
 def _bar(total: int) -> Any:

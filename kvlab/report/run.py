@@ -160,6 +160,9 @@ def run_report(selectors: Iterable[str] | None = None, parameters: Mapping[str, 
     started = _dt.datetime.now(_dt.timezone.utc)
     dest = Path(out) if out is not None else Path(reports_dir) / f"run-{started.astimezone():%Y%m%d-%H%M%S}"
     entries = []
+    from ..sim.fast import load_loop
+
+    load_loop()  # compiled here (announced on the terminal) on a cold cache; the kernels then load it
     bar = _Progress(len(paths), progress)
     t_run = time.monotonic()
     try:
