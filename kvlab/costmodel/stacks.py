@@ -110,6 +110,11 @@ def is_cost_model_file(text: str) -> bool:
     return isinstance(text, str) and (text.endswith(".json") or text in named_stacks())
 
 
+def named_file(cost_model: Any, stack: str | None) -> str | None:
+    """The cost-model file a ``cost_model`` / ``stack`` pair names (the first that is one), or None."""
+    return next((x for x in (cost_model, stack) if is_cost_model_file(x)), None)
+
+
 def load(path_or_name: str | Path) -> StackTerms:
     """The :class:`StackTerms` of a cost-model file (a path, or the name of a shipped one)."""
     p = Path(path_or_name)

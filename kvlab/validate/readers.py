@@ -29,10 +29,10 @@ from .records import CLIENT_QUEUE, RunRecord, SetUp
 SHARED_SERVING = SHARED_DATA_DIR / "serving"
 
 DISTSERVE = "distserve-vllm-opt13b"
+LLMSERVINGSIM = "llmservingsim-vllm-0.19"
 #: What a replay with the prefix cache on but no stated shared prefix assumes.
 PREFIX_NOTE = ("prefix caching on: the record holds no token ids, so a shared prefix is known only from the set-up's "
                "shared_prefix_tokens (none here): each request finds only its own blocks after a preemption")
-LLMSERVINGSIM = "llmservingsim-vllm-0.19"
 
 _DISTSERVE_ASSUMED = (
     "vLLM version not recorded: V0 engine (2024-04 artifact), whole prefills that stall decodes",
@@ -208,20 +208,15 @@ def read_shared(folder: str | Path = SHARED_SERVING) -> list[RunRecord]:
     return out
 
 
-def _read_mapping(path: str | Path, what: str, parse, error: type[Exception], fmt: str) -> dict:
-    """The mapping a ``what`` file holds, parsed by ``parse``; ``ValueError`` naming the file otherwise."""
-    try:
-        data = parse(read_text_file(path, what))
-    except error as exc:
-        raise ValueError(f"{what} {path} is not valid {fmt}: {' '.join(str(exc).split())}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{what} {path} must hold a mapping ({fmt} object), got {type(data).__name__}")
-    return data
-
-
 def read_setup_yaml(path: str | Path) -> dict:
     """A set-up YAML as a mapping (``ValueError`` naming the file when it is not one)."""
-    return _read_mapping(path, "set-up file", yaml.safe_load, yaml.YAMLError, "YAML")
+    try:
+        data = yaml.safe_load(read_text_file(path, "set-up file"))
+    except yaml.YAMLError as exc:
+        raise ValueError(f"set-up file {path} is not valid YAML: {' '.join(str(exc).split())}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"set-up file {path} must hold a mapping (YAML object), got {type(data).__name__}")
+    return data
 
 
 #: Set-up keys filled from the server's own defaults when a record lacks them: profile key -> set-up key.
@@ -253,7 +248,7 @@ def with_server_defaults(setup_map: dict, assumptions: list[str]) -> dict:
         return out
     version = re.match(r"\d+(\.\d+){0,2}", str(out.get("server_version") or ""))
     prof = resolve(f"{system}=={version.group(0)}" if version else system)
-    ctx = Context(model=_model(out["model"]), gpu_name=_gpu(out["gpu"]).name, tp=int(out.get("tp", 1)),
+    ctx = Context(model=_model(out["model"]), gpu_name=out["gpu"], tp=int(out.get("tp", 1)),
                   max_model_len=int(out.get("max_model_len") or 0))
     d = prof.defaults(ctx)
     taken = []
@@ -298,7 +293,7 @@ def _json_objects(path: Path) -> list[dict]:
     return out
 
 
-def _arrivals(data: dict, where: str, n: int, rate, burst: float, process: str | None, seed: int,
+def _arrivals(data: dict, where: str, n: int, rate, burst: float, process: str | None, seed: int, capped: bool,
               assumptions: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """(offered arrival, client queue) per request (s): from ``start_times`` (send times) and
     ``queue_times`` when the result has them, else redrawn at the rate."""
@@ -307,7 +302,7 @@ def _arrivals(data: dict, where: str, n: int, rate, burst: float, process: str |
         if "queue_times" in data:
             queue = np.asarray([q or 0.0 for q in data["queue_times"]], dtype=np.float64)
             return sent - queue, queue
-        if data.get("max_concurrency"):
+        if capped:
             assumptions.append("no queue_times: the send times (start_times) taken as the offered arrivals")
         return sent, np.zeros(n)
     from ..arrivals import arrival_times
@@ -315,7 +310,7 @@ def _arrivals(data: dict, where: str, n: int, rate, burst: float, process: str |
     if rate is None:
         raise ValueError(f"{where}: no start_times and no request_rate; give request_rate in the set-up")
     r = float(rate)  # the result writes an unlimited rate as "inf"
-    if data.get("max_concurrency"):
+    if capped:
         assumptions.append("the client's queue behind max_concurrency is not recorded: overload is called from "
                            "the send on both sides")
     if math.isinf(r):
@@ -355,7 +350,8 @@ def _bench_record(data: dict, where: str, setup_map: dict, setup_where: str) -> 
     ok = np.array([not e for e in errors]) & (out > 0)
     ttft = np.asarray([t if t is not None else np.nan for t in data["ttfts"]], dtype=np.float64)
     e2e = ttft + np.array([float(np.sum(x)) if x else 0.0 for x in data["itls"]])
-    arrival, queue = _arrivals(data, where, n, rate, burst, process, seed, assumptions)
+    arrival, queue = _arrivals(data, where, n, rate, burst, process, seed, bool(setup_map.get("max_concurrency")),
+                               assumptions)
     setup_map = with_server_defaults(setup_map, assumptions)
     if setup_map.get("prefix_caching") and not setup_map.get("shared_prefix_tokens"):
         assumptions.append(PREFIX_NOTE)

@@ -88,12 +88,10 @@ def client_send_times(arrival_s: np.ndarray, finish_s: np.ndarray, cap: int | No
     f = np.asarray(finish_s, dtype=np.float64)
     sent = a.copy()
     pending: list[float] = []  # finishes of sent requests not yet counted as freeing a slot
-    for k in range(len(a)):
+    for k in range(1, len(a)):
+        heapq.heappush(pending, f[k - 1])
         if k >= cap:
-            heapq.heappush(pending, f[k - 1])
             sent[k] = max(a[k], heapq.heappop(pending))
-        elif k:
-            heapq.heappush(pending, f[k - 1])
     return sent
 
 
@@ -123,11 +121,11 @@ def front_end_s(record: RunRecord, cost_model: Any = None, stack: str | None = N
     """The front end's latency per request (s) a replay of ``record`` adds to TTFT and E2E: the named
     stack's ``overhead_s_per_request`` when the run's clock starts at the client, else 0 (an engine-side
     clock, or no cost-model file named)."""
-    from ..costmodel.stacks import is_cost_model_file, load
+    from ..costmodel.stacks import load, named_file
 
     if not record.setup.client_clock:
         return 0.0
-    named = next((x for x in (cost_model, stack) if isinstance(x, str) and is_cost_model_file(x)), None)
+    named = named_file(cost_model, stack)
     return float(load(named).overhead_s_per_request) if named else 0.0
 
 

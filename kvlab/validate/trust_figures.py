@@ -63,9 +63,9 @@ def trust(cost_model: Any = None, gpu: str = "", stack: str | None = None, famil
 def _hidden_cpu(cost_model: Any, stack: str | None) -> float | None:
     """The ``cpu_not_identified_below_s`` of the stack a ``cost_model`` / ``stack`` pair prices with
     (a cost-model file's, a stacked object's terms'; see :func:`kvlab.validate.calibrate.hidden_cpu_bound_s`)."""
-    from ..costmodel.stacks import is_cost_model_file, load
+    from ..costmodel.stacks import load, named_file
 
-    named = next((x for x in (cost_model, stack) if isinstance(x, str) and is_cost_model_file(x)), None)
+    named = named_file(cost_model, stack)
     terms = load(named) if named else getattr(cost_model, "terms", None)
     value = None if terms is None else terms.meta.get("cpu_not_identified_below_s")
     return None if value is None else float(value)
