@@ -285,3 +285,29 @@ def test_expert_parallel_halves_the_experts_a_gpu_reads():
     assert compiled_equals_python(cm.measured("Mixtral-8x7B", "H100-SXM", tp=1, ep=2))
     with pytest.raises(ValueError, match="ep=3 needs a mixture of experts whose experts it divides"):
         cm.measured("Mixtral-8x7B", "H100-SXM", ep=3)
+
+
+@needs_shared
+def test_gemm_curves_stay_under_their_gpus_spec_and_fit_decode_sized_gemms():
+    """Each profiled family's fitted curve moves bytes at most at its GPU's spec HBM bandwidth and
+    computes at most at its dense BF16 peak (the bounds), and on decode-sized GEMMs (1-16 tokens,
+    bandwidth-bound) its median prediction is within 7% of Vidur's measured times."""
+    from kvlab.costmodel import fit
+    linear = data.vidur_linear()
+    for family, name in fit.PROFILED_GPUS.items():
+        rows = fit.gemm_rows(linear[linear["gpu"] == family])
+        curve = fit.fit_gemm(rows)
+        g = gpu_spec(name)
+        assert curve.bytes_per_s <= g.hbm_bandwidth_bytes_per_s * (1 + 1e-9)
+        assert curve.flops_per_s <= g.gemm_flops_per_s("bf16") * (1 + 1e-9)
+        small = rows[rows["m"] <= 16]
+        ratio = curve.time_s(small["m"].to_numpy(), small["n"].to_numpy(), small["k"].to_numpy()) / small["time_s"]
+        assert 0.93 <= float(np.median(ratio)) <= 1.07, (family, float(np.median(ratio)))
+
+
+@needs_shared
+def test_fit_gemm_refuses_rows_of_several_gpus():
+    from kvlab.costmodel import fit
+    rows = fit.gemm_rows(data.vidur_linear())
+    with pytest.raises(ValueError, match="one profiled GPU family"):
+        fit.fit_gemm(rows)

@@ -32,6 +32,7 @@ from scipy.optimize import least_squares, nnls
 
 from . import data as _data
 from .measured import CONSTANTS_PATH, GemmCurve, MeasuredCostModel, build
+from ..specs import gpu as _gpu_spec
 from .roofline import prefill_attention_pairs
 
 #: Vidur's SKU folders, the catalogue GPUs they stand for, and how each catalogue GPU reaches
@@ -85,18 +86,26 @@ def fit_gemm(rows: pd.DataFrame) -> GemmCurve:
     """The :class:`.measured.GemmCurve` of one GPU fitted to its GEMM rows (:func:`gemm_rows`).
 
     Minimises the squared log ratio of predicted to measured seconds (``least_squares``, bounded:
-    launch 2 ns-7 ms, bandwidth 0.5 GB/s-80 TB/s, throughput 70 GFLOP/s-4 PFLOP/s, half-tokens
-    1-22,000, sharpness 1-20).
+    launch 2 ns-7 ms, half-tokens 1-22,000, sharpness 1-20, and the curve's bandwidth and
+    throughput at most the profiled GPU's spec-sheet HBM bandwidth and dense BF16 peak,
+    :data:`PROFILED_GPUS`: unbounded, the H100 rows fitted 4.5 TB/s on a 3.35 TB/s GPU, the
+    misfit landing on the decode-sized GEMMs the curve's knee trades off against).
     """
     if len(rows) < 5:
         raise ValueError(f"fit_gemm needs at least 5 GEMM rows, got {len(rows)}")
+    families = sorted(set(rows["gpu"]))
+    if len(families) != 1 or families[0] not in PROFILED_GPUS:
+        raise ValueError(f"fit_gemm fits one profiled GPU family ({', '.join(sorted(PROFILED_GPUS))}); "
+                         f"rows' gpu column holds {families}")
+    spec = _gpu_spec(PROFILED_GPUS[families[0]])
     m, n, k, t = (rows[c].to_numpy(dtype=np.float64) for c in ("m", "n", "k", "time_s"))
 
     def residuals(p: np.ndarray) -> np.ndarray:
         return np.log(_gemm_curve(p).time_s(m, n, k) / t)
 
-    p0 = [np.log(5e-6), np.log(1.5e12), np.log(250e12), np.log(64.0), 2.0]
-    fit = least_squares(residuals, p0, bounds=([-20, 20, 25, 0, 1], [-5, 32, 36, 10, 20]), method="trf")
+    top_bw, top_fl = np.log(spec.hbm_bandwidth_bytes_per_s), np.log(spec.gemm_flops_per_s("bf16"))
+    p0 = [np.log(5e-6), top_bw - 0.2, top_fl - 0.3, np.log(64.0), 2.0]
+    fit = least_squares(residuals, p0, bounds=([-20, 20, 25, 0, 1], [-5, top_bw, top_fl, 10, 20]), method="trf")
     return _gemm_curve(fit.x)
 
 
