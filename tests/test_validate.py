@@ -292,3 +292,22 @@ def test_calibrate_never_overwrites_an_input_and_asks_before_another_file(tmp_pa
     other.write_text("keep")
     assert main(["calibrate", str(result), "--set-up", str(result), "-o", str(other)]) == 2
     assert "already exists; pass --force" in capsys.readouterr().err and other.read_text() == "keep"
+
+
+def test_cli_validate_defaults_to_each_runs_engine_stack(tmp_path, runs, capsys):
+    """No --stack or --cost-model: a vLLM V0 run is replayed with the shipped vllm-v0 stack (the same
+    errors as replaying it with stack="vllm-v0" by hand); an engine with no shipped stack gets none."""
+    from kvlab.cli import main
+    from kvlab.validate.cli import engine_stack, load_runs
+
+    files = [_bench_file(tmp_path, runs[0].requests, "run0")]
+    setup = tmp_path / "setup.yaml"
+    setup.write_text(f"model: {MODEL}\ngpu: {GPU}\nmax_num_seqs: 64\nengine: vllm-v0\n")
+    csv = tmp_path / "out.csv"
+    assert main(["validate", *files, "--set-up", str(setup), "--csv", str(csv)]) == 0
+    assert "stack: vllm-v0" in capsys.readouterr().out
+    by_hand = compare(replay(load_runs(files, [str(setup)])[0], stack="vllm-v0"))
+    got = pd.read_csv(csv).iloc[0]
+    for col in ("ttft_mean_err", "e2e_mean_err", "tpot_mean_err"):
+        assert got[col] == pytest.approx(by_hand[col], rel=1e-9)
+    assert engine_stack("vllm-v1") == "vllm-v1" and engine_stack("sglang-0.5") == "none"

@@ -63,6 +63,25 @@ def _fitted_runs(stack: str | None) -> set[tuple[str, str]]:
     return {(f.get("dataset", ""), f.get("run", "")) for f in load(stack).meta.get("fitted_to", [])}
 
 
+def _held_out_line(stack: str) -> str:
+    """The leave-one-run-out medians a cost-model file records, as one line."""
+    from ..costmodel.stacks import load
+
+    ho = load(stack).meta.get("held_out")
+    if not ho:
+        return "no held-out figures recorded (fewer than 3 runs)"
+    m = ho["median_abs_err"]
+    return (f"median |error| mean TTFT {m['ttft']:.1%}, mean E2E {m['e2e']:.1%}, TPOT {m['tpot']:.1%}; "
+            f"overload right on {ho['overload_right']} of {len(ho['runs'])}")
+
+
+def engine_stack(engine: str) -> str:
+    """The shipped stack fitted to ``engine``'s real servers (``vllm-v0``, ``vllm-v1``), else ``none``."""
+    from ..costmodel.stacks import named_stacks
+
+    return engine if engine in named_stacks() else "none"
+
+
 def _print_setups(runs: list) -> None:
     """Each distinct set-up the runs were replayed in, with what had to be assumed (once per set-up)."""
     seen: dict[str, list[str]] = {}
@@ -83,9 +102,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.csv:
         output_file(args.csv, inputs=[*args.results, *(args.set_up or [])], force=args.force, flag="--csv")
     runs = load_runs(args.results or ["shared"], args.set_up)
-    rows = [compare(replay(r, cost_model=args.cost_model, stack=args.stack)) for r in runs]
+    chosen = args.cost_model is not None or args.stack is not None
+    stacks = [args.stack if chosen else engine_stack(r.setup.engine) for r in runs]
+    rows = [compare(replay(r, cost_model=args.cost_model, stack=st)) for r, st in zip(runs, stacks)]
     df = pd.DataFrame(rows)
-    fitted = _fitted_runs(args.cost_model if is_cost_model_file(args.cost_model or "") else args.stack)
+    named = args.cost_model if is_cost_model_file(args.cost_model or "") else None
+    fitted = set().union(*(_fitted_runs(named or st) for st in set(stacks)))
     df["fitted_to_it"] = [(d, r) in fitted for d, r in zip(df["dataset"], df["run"])]
     cols = ["dataset", "run", "ttft_mean_err", "e2e_mean_err", "tpot_mean_err", "overload_pred", "overload_meas",
             "fitted_to_it"]
@@ -95,7 +117,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     print(_fmt_table(df[cols]))
     if df["fitted_to_it"].any():
         print(f"note: {int(df['fitted_to_it'].sum())} run(s) were in the stack's own fit (fitted_to_it): their error "
-              "is in-sample, not a validation; the stack file's held_out section has each run held out")
+              "is in-sample, not a validation; each held out (fitted to the others):")
+        for st in sorted({named or st for st in stacks if _fitted_runs(named or st)}):
+            print(f"  {st}: {_held_out_line(st)}")
     print()
     print(_fmt_table(error_table(rows)))
     if args.csv:
@@ -122,9 +146,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         print("held-out error (leave-one-run-out: each run predicted by terms fitted to the others):")
         print(_fmt_table(pd.DataFrame(ho["runs"])[["run", "ttft_mean_err", "e2e_mean_err", "tpot_mean_err",
                                                      "overload_right"]]))
-        m = ho["median_abs_err"]
-        print(f"median |error|: mean TTFT {m['ttft']:.1%}, mean E2E {m['e2e']:.1%}, TPOT {m['tpot']:.1%}; "
-              f"overload called right on {ho['overload_right']} of {len(ho['runs'])}")
+        print(_held_out_line(path))
     else:
         print("held-out error: needs at least 3 runs")
     print(f"cost model written to {path} (use it with --cost-model {path})")
@@ -142,7 +164,9 @@ def add_commands(sub) -> None:
     val.add_argument("--set-up", action="append", metavar="YAML", help="set-up of the result files")
     val.add_argument("--cost-model", help="measured, roofline, a shipped stack (vllm-v0, vllm-v1) or a "
                                           "cost-model file (.json, from kvlab calibrate)")
-    val.add_argument("--stack", help="serving stack added to the cost model (none, sarathi-serve, vllm-v0, vllm-v1)")
+    val.add_argument("--stack", help="serving stack added to the cost model (none, sarathi-serve, vllm-v0, vllm-v1; "
+                                     "default with no --cost-model either: each run's engine's shipped stack, "
+                                     "vllm-v0 or vllm-v1, else none)")
     val.add_argument("--csv", help="write the per-run comparison table here (never an input)")
     val.add_argument("--force", action="store_true", help="let --csv overwrite an existing file")
     val.set_defaults(func=cmd_validate)
