@@ -88,6 +88,17 @@ def test_overloaded_names_replicas_of_the_printed_setting_and_one_share_agrees(a
     assert list(share.flags["command"]) == list(rec.flags["command"])
 
 
+def test_an_overloaded_comparison_of_defaults_points_to_the_search_of_a_system(at_20):
+    """N replicas of a system's default are no answer to buy GPUs on: the comparison's advice says
+    to search that system's settings first; one system's search (already searched) does not."""
+    _, rec = at_20
+    n, system = int(rec.row(rec.chosen)["replicas"]), rec.row(rec.chosen)["system"]
+    assert n > 1 and rec.setup["system"] == "vllm" and "--system" not in rec.what_to_do
+    compared = dataclasses.replace(rec, setup={**rec.setup, "system": "comparison"})
+    assert compared.what_to_do.startswith(rec.what_to_do)
+    assert f"before launching {n} replicas, re-run with --system {system}" in compared.what_to_do
+
+
 def test_identical_settings_tie_and_all_ties_keep_the_default():
     trace = _trace(600, 0.3, seed=1)
     base = settings("vllm", model=MODEL, gpu=GPU)[0]

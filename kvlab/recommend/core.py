@@ -222,9 +222,12 @@ class Recommendation:
         if n > 1:
             again = (f"--qps {self.load['qps'] / n:.4g}" if self.load.get("qps")
                      else f"--rate-scale {self.load.get('rate_scale', 1.0) / n:.4g}")
+            search = (f" These are the systems' defaults only: before launching {n} replicas, re-run with "
+                      f"--system {row['system']} to search its settings (a tuned one may need fewer)."
+                      if self.setup.get("system") == "comparison" else "")
             return (f"Launch {n} replicas ({n * int(self.setup['tp'])} GPUs) behind a load balancer, each with: "
                     f"{f['command']}; {f['client']}. Each carries {rate / n:.3g} requests/s, one replica's share "
-                    f"(re-running with {again} asks about one replica and chooses this setting).")
+                    f"(re-running with {again} asks about one replica and chooses this setting).{search}")
         return (f"Launch with: {f['command']}; {f['client']}. It carries {row['capacity_lo_qps']:.3g}-"
                 f"{row['capacity_hi_qps']:.3g} requests/s, {row['capacity_lo_qps'] / rate:.1f}x or more today's "
                 f"{rate:.3g}: re-run with --rate-scale when traffic grows past that.")
