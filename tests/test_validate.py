@@ -311,3 +311,27 @@ def test_cli_validate_defaults_to_each_runs_engine_stack(tmp_path, runs, capsys)
     for col in ("ttft_mean_err", "e2e_mean_err", "tpot_mean_err"):
         assert got[col] == pytest.approx(by_hand[col], rel=1e-9)
     assert engine_stack("vllm-v1") == "vllm-v1" and engine_stack("sglang-0.5") == "none"
+
+
+def test_why_names_pcie_collectives_of_tp_and_of_expert_parallelism():
+    """A PCIe-only GPU's collectives are named for TP all-reduces and for EP all-to-alls alike (the
+    LLMServingSim Qwen3 runs); an NVLinked GPU's TP, and a single GPU, get no such line."""
+    from kvlab.validate.study import why
+
+    row = {"ttft_growth_meas": 1.0, "overload_meas": False, "ttft_mean_err": 0.01, "tpot_mean_err": -0.16,
+           "backlog_meas": 0, "pool_pages": 1000, "preemptions_pred": 0, "ttft_mean_meas": 0.1, "ttft_mean_pred": 0.1}
+
+    def reason(**setup):
+        rec = RunRecord(SetUp(name="r", dataset="d", **setup), runs_requests())
+        return why(row, rec)
+
+    def runs_requests():
+        return pd.DataFrame({"arrival_s": [0.0, 1.0], "prompt_tokens": [100, 100], "output_tokens": [10, 10],
+                             "ttft_s": [0.1, 0.1], "tpot_s": [0.01, 0.01], "e2e_s": [0.2, 0.2]})
+
+    tp2 = reason(model="Qwen3-32B", gpu="RTXPRO6000", tp=2)
+    assert "TP2 all-reduces over PCIe" in tp2 and "all-to-alls" not in tp2
+    ep2 = reason(model="Qwen3-30B-A3B", gpu="RTXPRO6000", dp=2, expert_parallel=2)
+    assert "EP2 dispatch and combine all-to-alls over PCIe" in ep2 and "TP" not in ep2.split("over PCIe")[0]
+    assert "over PCIe" not in reason(model="Llama-2-70B", gpu="H100-SXM", tp=4)
+    assert "over PCIe" not in reason(model="Qwen3-32B", gpu="RTXPRO6000")

@@ -94,8 +94,12 @@ def why(row: pd.Series | dict, record: RunRecord) -> str:
     elif g.name not in measured_gpus():
         reasons.append(f"{g.name} has no measurements: its curves are {reference_gpu(g)}'s carried by spec ratios "
                        "(notebook 08's leave-one-GPU-out table: 6-10% on the linear layers)")
-    if s.tp > 1 and g.interconnect_bytes_per_s <= g.host_link_bytes_per_s:
-        reasons.append(f"TP{s.tp} all-reduce over PCIe (no NVLink) without a measured all-reduce curve for that link")
+    collectives = [what for what, holds in ((f"TP{s.tp} all-reduces", s.tp > 1),
+                                            (f"EP{s.expert_parallel} dispatch and combine all-to-alls",
+                                             s.expert_parallel > 1)) if holds]
+    if collectives and g.interconnect_bytes_per_s <= g.host_link_bytes_per_s:
+        reasons.append(f"{' and '.join(collectives)} over PCIe (no NVLink), priced from another link's measured "
+                       "curves carried by bandwidth, with no measured collective on this one")
     if s.dp > 1:
         reasons.append(f"DP{s.dp} replicas modelled as independent round-robin shares (vLLM balances by load)")
     if m.is_moe:
