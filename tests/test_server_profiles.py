@@ -7,6 +7,7 @@ import argparse
 import json
 import shlex
 
+import numpy as np
 import pytest
 import yaml
 
@@ -41,9 +42,12 @@ VLLM_FLAGS = [(("model",), {}), (("--max-model-len",), {"type": int}),
               (("--kv-cache-dtype",), {"choices": ["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"],
                                        "default": "auto"}),
               (("--kv-offloading-size",), {"type": float}), (("--quantization", "-q"), {}),
-              (("--generation-config",), {}), (("--override-generation-config",), {"type": json.loads})]
+              (("--generation-config",), {}), (("--override-generation-config",), {"type": json.loads}),
+              # SchedulerConfig.async_scheduling (vllm/config/scheduler.py), a boolean flag of every V1 release
+              (("--async-scheduling",), {"action": argparse.BooleanOptionalAction})]
 # the 0.6-0.10 V0 engine: --preemption-mode and --swap-space exist, the block sizes CUDA runs are 8/16/32
-VLLM_V0_FLAGS = [f for f in VLLM_FLAGS if f[0][0] not in ("--block-size", "--kv-offloading-size")] + [
+VLLM_V0_FLAGS = [f for f in VLLM_FLAGS if f[0][0] not in ("--block-size", "--kv-offloading-size",
+                                                          "--async-scheduling")] + [
     (("--block-size",), {"type": int, "choices": [8, 16, 32]}),
     (("--preemption-mode",), {"choices": ["recompute", "swap"]}), (("--swap-space",), {"type": float}),
     (("--enable-chunked-prefill",), {"nargs": "?", "const": True, "default": False})]
@@ -100,6 +104,7 @@ def test_every_printed_flag_parses_and_carries_the_simulated_value(s, g, tmp_pat
         assert ns.override_generation_config == {"max_new_tokens": 1000} and ns.generation_config == "vllm"
         if s.family == "vllm>=0.11":
             assert ns.kv_offloading_size == s.host_pool_gib  # None unless the CPU-offload setting
+            assert ns.async_scheduling is True is s.async_scheduling  # 0.11-0.13 need the flag to run as simulated
         else:
             assert (ns.preemption_mode or "recompute") == s.preemption_mode
             assert ns.swap_space == (4.0 if s.preemption_mode == "swap" else None)
@@ -265,3 +270,94 @@ def test_only_vllm_v0_lets_a_preempted_request_swap():
     assert modes[resolve("vllm").family] == ("recompute",)
     assert modes[resolve("sglang").family] == ("recompute",)
     assert [f for f, m in modes.items() if "swap" in m] == [resolve("vllm==0.8").family]
+
+
+# ------------------------------------------------------------------ async (overlapped) scheduling
+@pytest.mark.parametrize("system, on", [
+    ("vllm", True),          # V1: SchedulerConfig.async_scheduling None -> on, from v0.14.0 (PR #27614)
+    ("vllm==0.12", True),    # the same family: its command passes --async-scheduling (off by default there)
+    ("vllm==0.8", False),    # V0: LLMEngine.step schedules, runs and processes in turn
+    ("sglang", True),        # 0.5: ServerArgs.disable_overlap_schedule False -> event_loop_overlap
+    ("tensorrt-llm", True),  # 1.x PyTorch backend: disable_overlap_scheduler False -> _executor_loop_overlap
+    ("tgi", False)])         # TGI 3: nothing cited, the profile's default (off) stands
+def test_each_profile_states_its_release_async_default(system, on):
+    assert resolve(system).async_scheduling is on
+    assert {s.async_scheduling for s in settings(system, model=MODEL, gpu="H100-SXM", max_new_tokens=1000)} == {on}
+
+
+def test_vllm_async_default_release_is_one_definition():
+    from kvlab.recommend.servers.vllm import ASYNC_DEFAULT_SINCE
+    from kvlab.validate import SetUp
+
+    def schedules_async(version: str, engine: str = "vllm-v1") -> bool:
+        return SetUp(name="x", dataset="user", model=MODEL, gpu="H100-SXM", server_version=version,
+                     engine=engine).schedules_async
+
+    assert ASYNC_DEFAULT_SINCE == (0, 14)
+    assert [schedules_async(v) for v in ("0.11.2", "0.13.0", "0.14.0", "0.19.0", "")] == [False, False, True, True,
+                                                                                           True]
+    assert not schedules_async("0.19.0", engine="vllm-v0")
+
+
+def test_a_fitted_stack_overlaps_its_cpu_work_exactly_when_its_profile_schedules_async():
+    from kvlab.costmodel import stacks
+
+    fitted = [p for p in profiles().values() if p.stack != "none"]
+    assert {p.key for p in fitted} == {"vllm>=0.11", "vllm 0.6-0.10"}
+    for p in fitted:  # vllm-v1: max(GPU, CPU); vllm-v0: GPU + CPU
+        assert stacks.load(p.stack).overlap is p.async_scheduling, p.key
+
+
+def _cpu_stack(tmp_path, overlap: bool) -> str:
+    """A cost-model file with the CPU terms fitted to vLLM V0 (7.8 ms + 0.50 ms a sequence), overlapped or not."""
+    from dataclasses import replace
+
+    from kvlab.costmodel import stacks
+
+    terms = replace(stacks.load("vllm-v0"), name=f"cpu-overlap-{overlap}", overlap=overlap, meta={})
+    return str(stacks.save(terms, tmp_path / f"cpu-overlap-{overlap}.json"))
+
+
+def test_overlapped_cpu_work_prices_an_iteration_at_most_the_synchronous_sum(tmp_path):
+    from kvlab.costmodel import prefill_attention_pairs, resolve as resolve_cost, stacks
+
+    t = stacks.load("vllm-v0")
+    gpu_only, over, add = (resolve_cost(c, MODEL, "H100-SXM")
+                           for c in (None, _cpu_stack(tmp_path, True), _cpu_stack(tmp_path, False)))
+    # decode batches of S sequences at context C, and one whole 2,048-token prefill
+    batches = [(s, s * int(prefill_attention_pairs(1, c)), s * (c + 1), s)
+               for s in (1, 8, 64, 256, 1024) for c in (128, 2048)]
+    batches.append((2048, int(prefill_attention_pairs(2048, 0)), 2048, 1))
+    for tokens, pairs, kv, seqs in batches:
+        g = t.gpu_time_scale * float(gpu_only.iteration_s(tokens, pairs, kv, seqs))
+        cpu = t.overhead_s + t.overhead_s_per_seq * seqs
+        o, a = float(over.iteration_s(tokens, pairs, kv, seqs)), float(add.iteration_s(tokens, pairs, kv, seqs))
+        assert o == pytest.approx(max(g, cpu), rel=1e-9) and a == pytest.approx(g + cpu, rel=1e-9)
+        assert o < a  # both parts are positive: hiding the CPU work saves min(GPU, CPU)
+
+
+def test_an_async_profile_runs_each_batch_no_slower_than_its_synchronous_twin(tmp_path):
+    """Through recommend's own path (serving_config -> capacity.serve -> the simulator): 64 equal requests
+    all at t = 0 give the same batches with or without the one-iteration lag; the async setting priced
+    with its CPU work overlapped, the synchronous twin with it added, iteration by iteration."""
+    from dataclasses import replace
+
+    import pandas as pd
+
+    from kvlab.capacity import serve
+    from kvlab.recommend.core import serving_config
+
+    s = _default("sglang", "H100-SXM", max_model_len=8192)
+    assert s.async_scheduling
+    trace = pd.DataFrame({"prompt_tokens": [600] * 64, "output_tokens": [40] * 64})
+    runs = {}
+    for setting, overlap in ((s, True), (replace(s, async_scheduling=False), False)):
+        cfg = serving_config(setting, model=MODEL, gpu="H100-SXM", tp=1, block_size=16, max_new_tokens=1000,
+                             cost_model=_cpu_stack(tmp_path, overlap))
+        assert cfg.async_scheduling is setting.async_scheduling
+        runs[overlap] = serve(trace, cfg, None, record_iterations=True).iterations
+    a, b = runs[True], runs[False]
+    cols = ["batch_size", "prefill_tokens", "decode_tokens"]
+    assert len(a) == len(b) > 40 and np.array_equal(a[cols].to_numpy(), b[cols].to_numpy())
+    assert (a["duration_s"].to_numpy() < b["duration_s"].to_numpy()).all()
+    assert a["duration_s"].sum() < b["duration_s"].sum()

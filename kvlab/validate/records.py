@@ -165,14 +165,16 @@ class SetUp:
     @property
     def schedules_async(self) -> bool:
         """Whether the replay schedules asynchronously: ``async_scheduling`` when given, else vLLM V1's
-        default, on from v0.14.0 (release notes: "Async scheduling enabled by default (#27614)") and so
-        for a V1 run of unrecorded version; never for V0."""
+        default, on from :data:`kvlab.recommend.servers.vllm.ASYNC_DEFAULT_SINCE` (v0.14.0, PR #27614)
+        and so for a V1 run of unrecorded version; never for V0."""
+        from ..recommend.servers.vllm import ASYNC_DEFAULT_SINCE  # here: recommend imports validate
+
         if self.async_scheduling is not None:
             return bool(self.async_scheduling)
         if self.engine != "vllm-v1":
             return False
         parts = [int(x) for x in re.findall(r"\d+", self.server_version)[:2]]
-        return len(parts) < 2 or tuple(parts) >= (0, 14)
+        return len(parts) < 2 or tuple(parts) >= ASYNC_DEFAULT_SINCE
 
     @property
     def client_clock(self) -> bool:

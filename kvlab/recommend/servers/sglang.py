@@ -20,6 +20,14 @@ repository snapshot is larger than the fetch limit, so 0.5.23's tag could not be
 - Overflow: a decode that runs out of pages retracts requests (recompute), and admission keeps
   ``new_token_ratio`` (scaled by ``--schedule-conservativeness``) of each running request's
   remaining output free.
+- Overlap scheduling, on by default: ``ServerArgs.disable_overlap_schedule`` is False (the
+  server-arguments docs: "Disable the overlap scheduler, which overlaps the CPU scheduler with GPU
+  model worker", default False; ``_handle_pipeline_parallelism`` turns it off only at
+  ``pp_size > 1``, and speculative decoding or DP attention may too), so ``scheduler.py`` runs
+  ``event_loop_overlap``: it picks batch N + 1 (``get_next_batch_to_run``) and launches it before
+  ``process_batch_result`` of batch N, so requests finishing in N free their pages and slots, and
+  arrivals join, one batch late: the rule of ``kvlab.simulate``'s ``async_scheduling``. Its CPU
+  work hides under the GPU's; the profile prices GPU time only (stack "none").
 """
 from __future__ import annotations
 
@@ -56,12 +64,15 @@ class SGLang(ServerProfile):
     family = "SGLang 0.5"
     versions = ((0, 5), (0, 5, 999))
     sources = ("sgl-project/sglang python/sglang/srt/server_args.py (_handle_gpu_memory_settings, ServerArgs)",
-               "sgl-project/sglang python/sglang/srt/model_executor/model_runner.py (max_num_reqs)")
+               "sgl-project/sglang python/sglang/srt/model_executor/model_runner.py (max_num_reqs)",
+               "sgl-project/sglang python/sglang/srt/managers/scheduler.py (event_loop_overlap; "
+               "disable_overlap_schedule False in server_args.py)")
     overflow = "retract (recompute) when decoding runs out of pages"
     prefix_cache = ("radix cache on by default (--disable-radix-cache turns it off); simulated "
                     "(kvlab.prefix_cache) when the trace carries block ids (hash_ids), at kvlab's block size "
                     "(SGLang matches tokens, page_size 1)")
     prefix_caching = True
+    async_scheduling = True  # the overlap scheduler (disable_overlap_schedule False)
     host_offload = ("--enable-hierarchical-cache --hicache-ratio R (host pool R x the device pool; priced as a swap "
                     "over the host link)")
     kv_knobs = ("mem_fraction_static", "kv_cache_dtype", "hierarchical_cache", "schedule_conservativeness")

@@ -16,6 +16,12 @@ repository snapshot is larger than the fetch limit, so no release tag could be c
   (bytes of host memory for evicted reusable blocks); ``SchedulerConfig.capacity_scheduler_policy``
   ``GUARANTEED_NO_EVICT`` (reserve prompt + max_tokens, never evict) or ``MAX_UTILIZATION``
   (page on demand, pause and recompute when full).
+- Overlap scheduler, on by default on the PyTorch backend: ``TorchLlmArgs.disable_overlap_scheduler``
+  is False in ``tensorrt_llm/llmapi/llm_args.py`` (the 1.x line with ``AttentionDpConfig``), and
+  ``PyExecutor`` (``tensorrt_llm/_torch/pyexecutor/py_executor.py``) then runs
+  ``_executor_loop_overlap`` (``_executor_loop`` only when it is disabled, ``_executor_loop_pp``
+  under pipeline parallelism): the next step is scheduled and launched before the previous step's
+  outputs are processed, kvlab's ``async_scheduling`` rule, with the CPU work under the GPU's.
 
 Which knob goes where: the batch limits, memory fraction, TP and chunked prefill are CLI
 options; the scheduler policy and the KV cache dtype exist only in the YAML file, which kvlab
@@ -49,11 +55,14 @@ class TensorRTLLM(ServerProfile):
     family = "TensorRT-LLM 1.x (trtllm-serve, PyTorch backend)"
     versions = ((1,), (1, 99))
     sources = ("NVIDIA/TensorRT-LLM tensorrt_llm/commands/serve.py (CLI, get_llm_args)",
-               "NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py (KvCacheConfig, SchedulerConfig)")
+               "NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py (KvCacheConfig, SchedulerConfig, "
+               "disable_overlap_scheduler)",
+               "NVIDIA/TensorRT-LLM tensorrt_llm/_torch/pyexecutor/py_executor.py (_executor_loop_overlap)")
     overflow = "none under GUARANTEED_NO_EVICT (reserves prompt + max_tokens); MAX_UTILIZATION pauses and recomputes"
     prefix_cache = ("KV block reuse on by default (kv_cache_config.enable_block_reuse); simulated "
                     "(kvlab.prefix_cache) when the trace carries block ids (hash_ids)")
     prefix_caching = True
+    async_scheduling = True  # the PyTorch backend's overlap scheduler (disable_overlap_scheduler False)
     host_offload = ("kv_cache_config.host_cache_size keeps evicted reusable blocks on the host (block reuse only; "
                     "not offered until kvlab simulates reuse)")
     kv_knobs = ("kv_cache_free_gpu_memory_fraction", "kv_cache_dtype", "capacity_scheduler_policy", "max_tokens")

@@ -23,10 +23,21 @@ not available to read):
   ``--preemption-mode`` and ``--swap-space`` are gone: a preempted request is recomputed, its
   full blocks kept in the prefix cache for its return.
 - Async scheduling (``EngineCore.step_with_batch_queue`` in ``vllm/v1/engine/core.py``, commit
-  00080ee1 of ``main``; on by default since v0.14.0, whose release notes say "Async scheduling
-  enabled by default (#27614)"): iteration k is scheduled while k - 1 runs, so a request arriving
-  while the engine is busy, and the pages and slot of one finishing, reach the schedule one
-  iteration later (``kvlab.simulate``'s ``async_scheduling``).
+  00080ee1 of ``main``): iteration k is scheduled while k - 1 runs, so a request arriving while
+  the engine is busy, and the pages and slot of one finishing, reach the schedule one iteration
+  later (``kvlab.simulate``'s ``async_scheduling``), and the engine's CPU work hides under the GPU's
+  (the ``vllm-v1`` stack prices an iteration as ``max(GPU, CPU)``, not their sum). Opt-in in the
+  0.11-0.13 releases: ``vllm/config/scheduler.py`` of the 0.11 line (commit 01230b40, whose
+  ``chunked_prefill_enabled`` is "removed in v0.12") has ``SchedulerConfig.async_scheduling: bool =
+  False`` and ``get_scheduler_cls`` returns the plain ``Scheduler`` unless it is set. PR #27614 (the
+  last item of the async-scheduling plan, issue #27679, after #31332 and #31373) made it
+  ``None``, which ``VllmConfig`` (``vllm/config/vllm.py``: "Enable async scheduling unless there is
+  an incompatible option": pooling models, some speculative methods, executors without support)
+  turns on; the first release with it is v0.14.0 (2026-01-17, deepjavalibrary/djl issue #3833; its
+  release notes, as an earlier reading recorded them: "Async scheduling enabled by default
+  (#27614)"). :data:`ASYNC_DEFAULT_SINCE` is that release; the profile simulates
+  the newest releases' default and prints ``--async-scheduling`` (a flag of every release of the
+  family) so that 0.11-0.13 run as simulated.
 - Prefix caching (``vllm/v1/core/kv_cache_manager.py``, ``block_pool.py``, commit 003df296 of
   ``main``): on by default (``CacheConfig.enable_prefix_caching`` True); a hit is the longest
   cached run of full blocks, capped at ``num_tokens - 1`` tokens; blocks are cached when
@@ -42,6 +53,9 @@ from .base import Context, Launch, LaunchContext, ServerProfile, Setting, change
 
 #: Host buffer kvlab offers for ``--kv-offloading-size`` (GiB per replica).
 OFFLOAD_GIB = 16
+#: The first vLLM release that schedules asynchronously by default (v0.14.0, PR #27614); earlier
+#: V1 releases need ``--async-scheduling``. :attr:`kvlab.validate.SetUp.schedules_async` reads it too.
+ASYNC_DEFAULT_SINCE = (0, 14)
 
 
 class VLLM(ServerProfile):
@@ -50,11 +64,13 @@ class VLLM(ServerProfile):
     family = "vLLM V1 (>=0.11)"
     versions = ((0, 11), None)
     sources = ("vllm-project/vllm vllm/engine/arg_utils.py (get_batch_defaults)",
-               "vllm-project/vllm vllm/config/cache.py (CacheConfig, commit 002f10e0; BlockSize of v0.11)")
+               "vllm-project/vllm vllm/config/cache.py (CacheConfig, commit 002f10e0; BlockSize of v0.11)",
+               "vllm-project/vllm vllm/config/scheduler.py (async_scheduling False in the 0.11 line, commit 01230b40; "
+               "None, on unless incompatible, from PR #27614 = v0.14.0)")
     overflow = "recompute (V1 has no swap; a preempted request's full blocks stay in the prefix cache)"
     prefix_cache = "on by default (--enable-prefix-caching); simulated (kvlab.prefix_cache) when the trace carries block ids (hash_ids)"
     prefix_caching = True
-    async_scheduling = True  # default since v0.14.0 (#27614); the family's 0.11-0.13 releases schedule in step
+    async_scheduling = True  # default from ASYNC_DEFAULT_SINCE (v0.14.0); the command sets it for 0.11-0.13
     host_offload = "--kv-offloading-size GiB (native CPU offload; priced as a swap over the host link)"
     block_sizes = (1, 8, 16, 32, 64, 128, 256)
     kv_knobs = ("gpu_memory_utilization", "kv_cache_dtype", "kv_offloading_size")
@@ -80,7 +96,7 @@ class VLLM(ServerProfile):
                          max_num_batched_tokens=tokens, gpu_memory_utilization=util,
                          kv_cache_dtype=ctx.model.kv_cache_dtype,
                          flags={"--max-num-seqs": seqs, "--max-num-batched-tokens": tokens,
-                                "--gpu-memory-utilization": util})
+                                "--gpu-memory-utilization": util, "--async-scheduling": self.async_scheduling})
         out = [base]
         out += [change(base, "max_num_seqs", n, "--max-num-seqs", max_num_seqs=n)
                 for n in (128, 256, 1024) if n != seqs][:2]

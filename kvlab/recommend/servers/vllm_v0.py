@@ -14,6 +14,9 @@ commit 001999d2 (a 0.7 release line; no release tag could be checked out, see
   ``vllm/config.py`` of the same line: "the best balance between ITL and TTFT on A100").
 - ``--block-size`` choices 8, 16, 32 (64 and 128 were added for HPU; CUDA's paged attention
   kernel takes at most 32, PR #11259).
+- No async scheduling: the V0 ``LLMEngine.step`` schedules, runs the model and processes its
+  outputs one after another (``async_scheduling`` is a V1 ``SchedulerConfig`` field), so the
+  family's ``vllm-v0`` stack adds its CPU overheads to the GPU time (``overlap`` false).
 
 kvlab prints every simulated value explicitly (``--max-num-batched-tokens``,
 ``--enable-chunked-prefill`` only where the release would turn it on), so the command runs the
@@ -48,6 +51,7 @@ class VLLMV0(VLLM):
     kv_knobs = ("gpu_memory_utilization", "kv_cache_dtype", "preemption_mode")
     kv_cache_dtypes = {"auto": "auto", "fp8": "fp8"}
     stack = "vllm-v0"  # fitted to DistServe's V0-era runs (data/costmodels/vllm-v0.json)
+    async_scheduling = False  # V0 schedules in step (the V1 profile it extends schedules asynchronously)
 
     def defaults(self, ctx: Context) -> dict:
         max_len = ctx.max_model_len or ctx.model.max_context_tokens
