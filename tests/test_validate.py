@@ -335,3 +335,17 @@ def test_why_names_pcie_collectives_of_tp_and_of_expert_parallelism():
     assert "EP2 dispatch and combine all-to-alls over PCIe" in ep2 and "TP" not in ep2.split("over PCIe")[0]
     assert "over PCIe" not in reason(model="Llama-2-70B", gpu="H100-SXM", tp=4)
     assert "over PCIe" not in reason(model="Qwen3-32B", gpu="RTXPRO6000")
+
+
+def test_calibrate_takes_the_runs_scheduling_and_refuses_a_mix(runs):
+    """Overlapped or additive pricing follows the runs' own scheduling (vLLM V1 before v0.14.0
+    schedules in step: additive), and runs of both kinds are refused, naming the in-step ones."""
+    import dataclasses
+
+    def as_v1(r, version):
+        return RunRecord(dataclasses.replace(r.setup, engine="vllm-v1", server_version=version), r.requests)
+
+    with pytest.raises(ValueError, match=r"runs rate-2-1, rate-6-2 schedule in step and the others asynchronously"):
+        C.fit([*runs[:2], as_v1(runs[2], "0.15.1")], name="x")
+    assert not C.runs_overlap([as_v1(r, "0.13.0") for r in runs[:2]]) and not C.runs_overlap(runs[:2])
+    assert C.runs_overlap([as_v1(r, v) for r, v in zip(runs[:2], ("0.14.0", "0.19.1"))])

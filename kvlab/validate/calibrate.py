@@ -56,13 +56,6 @@ TARGETS = (("ttft_s", "ttft"), ("e2e_s", "e2e"), ("tpot_s", "tpot"))
 SCALE_MIN_GAIN = 0.10
 #: Bounds of the fitted terms: scale, per-iteration, per-sequence and per-request (front-end) overhead (s).
 BOUNDS = ((0.25, 4.0), (0.0, 0.2), (0.0, 0.02), (0.0, 0.2))
-#: Engines (``SetUp.engine``) whose CPU work overlaps the GPU's, so that an iteration costs the larger
-#: of the two: vLLM V1 with async scheduling, on by default in the releases replayed here
-#: (vllm-project/vllm ``vllm/config/scheduler.py``: ``SchedulerConfig.async_scheduling`` None, which
-#: ``VllmConfig`` in ``vllm/config/vllm.py`` turns on unless an option is incompatible; PR #27614 of
-#: the async-scheduling plan, issue #27679). V0 (2024) runs the scheduler, the model and the output
-#: processing one after another.
-OVERLAPPING_ENGINES = frozenset({"vllm-v1"})
 #: Relative error at which the robust (soft L1) loss turns from quadratic to linear.
 ROBUST_SCALE = 0.1
 #: Weight of the rows that hold undetermined CPU terms at 0 (residual per second of the term).
@@ -166,6 +159,17 @@ def _rows(reps: Sequence[Replay], terms: StackTerms) -> np.ndarray:
     return np.asarray(out)
 
 
+def runs_overlap(runs: Sequence[RunRecord]) -> bool:
+    """Whether the runs' engine overlaps its CPU work with the GPU's (all schedule asynchronously,
+    :attr:`.records.SetUp.schedules_async`) or adds it (all in step); a mix is refused."""
+    modes = {r.setup.schedules_async for r in runs}
+    if len(modes) > 1:
+        sync = [r.name for r in runs if not r.setup.schedules_async]
+        raise ValueError(f"runs {', '.join(sync)} schedule in step and the others asynchronously: one stack "
+                         "has one of the two pricings; calibrate each kind on its own (or pass overlap)")
+    return modes.pop()
+
+
 def fit(runs: Sequence[RunRecord], *, name: str = "calibrated", fit_scale: bool | str = "auto",
         base: str | None = None, max_steps: int = 8, tol: float = 0.01, start: StackTerms | None = None,
         overlap: bool | None = None) -> Fit:
@@ -191,15 +195,17 @@ def fit(runs: Sequence[RunRecord], *, name: str = "calibrated", fit_scale: bool 
         CPU terms would have no gradient) and finds CPU terms that bind there (a CPU time well
         above the GPU's); CPU work hidden under the GPU in every iteration leaves them at 0. (A
         start with more CPU can fit 3 runs better by standing in for GPU-time errors of other
-        models: on the LLMServingSim runs it does, and predicts the run left out 2-3x too slow.) None: when every run's engine is in
-        :data:`OVERLAPPING_ENGINES`.
+        models: on the LLMServingSim runs it does, and predicts the run left out 2-3x too slow.) None: the
+        runs' own scheduling (:attr:`.records.SetUp.schedules_async`: vLLM V1 from v0.14.0 or with
+        ``--async-scheduling``; V0 runs the scheduler, the model and the output processing one after
+        another), which must be the same for all of them.
     """
     if len(runs) < 2:
         raise ValueError(f"calibration needs at least 2 measured runs, got {len(runs)}")
     if fit_scale not in (True, False, "auto"):
         raise ValueError(f"fit_scale must be True, False or 'auto', got {fit_scale!r}")
     if overlap is None:
-        overlap = all(r.setup.engine in OVERLAPPING_ENGINES for r in runs)
+        overlap = runs_overlap(runs)
     if overlap and start is None:
         add = fit(runs, name=name, fit_scale=fit_scale, base=base, max_steps=max_steps, tol=tol, overlap=False).terms
         start = replace(add, overlap=True)
