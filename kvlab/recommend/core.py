@@ -223,7 +223,8 @@ class Recommendation:
             again = (f"--qps {self.load['qps'] / n:.4g}" if self.load.get("qps")
                      else f"--rate-scale {self.load.get('rate_scale', 1.0) / n:.4g}")
             search = (f" These are the systems' defaults only: before launching {n} replicas, re-run with "
-                      f"--system {row['system']} to search its settings (a tuned one may need fewer)."
+                      f"--system {row['system']} (or another system) to search its settings (a tuned one "
+                      "may need fewer)."
                       if self.setup.get("system") == "comparison" else "")
             return (f"Launch {n} replicas ({n * int(self.setup['tp'])} GPUs) behind a load balancer, each with: "
                     f"{f['command']}; {f['client']}. Each carries {rate / n:.3g} requests/s, one replica's share "
@@ -863,7 +864,9 @@ def _beside(table: pd.DataFrame, chosen: int, config: ServingConfig, searches: C
         table.loc[chosen, f"capacity_{kind}_qps"] = found[kind]
     if found:
         named = {"poisson": "Poisson arrivals", "gamma": "Gamma arrivals of the same gap CV"}
-        other = ", ".join(f"under {named[k]} {q:.3g} requests/s" for k, q in found.items())
+        other = ", ".join(f"under {named[k]} " + (f"{q:.3g} requests/s" if q > 0 else
+                                                    "none: it misses the SLO at every rate tried")
+                          for k, q in found.items())
         own = "time-compressed" if process == "replay" else "a Gamma renewal of their gap CV"
         answer += f" That capacity is under the trace's own arrivals ({own}); {other}."
     if rate is None:
