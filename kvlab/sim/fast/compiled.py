@@ -9,16 +9,19 @@ cost model's ``iteration_s``, asked exactly as the reference engine asks them. :
 names what is asked per question instead of compiled (``None`` when nothing is).
 
 ``KVLAB_COMPILED_FORMS=0`` ignores every compiled form, so that every question is asked (the
-tests run both ways). Numba compiles the loop the first time a process runs it and caches the
-machine code (:mod:`kvlab._numba_cache`); when no cached code is there the compile is announced
-on stderr before it starts and its measured time after it ends (:func:`_compile_notice`): it
-takes tens of seconds, and a silent pause that long reads as a hang.
+tests run both ways). The loop runs compiled ahead of time (:mod:`.aot`: an extension module
+built on first use and loaded without importing Numba) unless ``KVLAB_AOT=0`` or that build
+failed; then Numba compiles it the first time a process runs it and caches the machine code
+(:mod:`kvlab._numba_cache`). Either compile is announced on stderr before it starts and its
+measured time after it ends (:func:`_compile_notice` for Numba's): it takes tens of seconds, and
+a silent pause that long reads as a hang.
 """
 from __future__ import annotations
 
 import os
 import sys
 import time
+from collections.abc import Callable
 from types import ModuleType
 
 import numpy as np
@@ -33,7 +36,7 @@ from ...prefix_cache import NONE, BlockIds
 from ..metrics import SUMMARY_ITERATION_COLUMNS
 from ..reference import PREFIX_ITERATION_COLUMNS
 from ..config import PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind, SwapConfig
-from . import layout as lp
+from . import aot, layout as lp
 from .state import WAITING, no_progress
 from .tables import PREFIX_STATE_COLUMNS, STATE_COLUMNS, iteration_frame, request_columns
 
@@ -150,6 +153,18 @@ def _needs_compile(kernel: object) -> bool:
         return False
 
 
+def _kernel() -> tuple[Callable[..., int], bool]:
+    """The loop's entry, and whether it was compiled ahead of time (:mod:`.aot`: its arguments are
+    checked; built on first use) rather than Numba's JIT dispatcher (``KVLAB_AOT=0``, or no build)."""
+    if os.environ.get("KVLAB_AOT", "1") != "0":
+        ahead = aot.load()
+        if ahead is not None:
+            return ahead, True
+    from . import loop  # imports Numba
+
+    return loop.run_loop, False
+
+
 def _compile_notice(kernel: object) -> float | None:
     """Announce a compile of ``kernel`` on stderr; the start time to report its duration from, or None."""
     if not _needs_compile(kernel):
@@ -220,8 +235,6 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
     reads (:data:`~kvlab.sim.metrics.SUMMARY_ITERATION_COLUMNS`; the loop writes no others, which
     saves most of a long run's memory).
     """
-    from . import loop  # importing Numba waits for the first run
-
     prompt, output = (np.ascontiguousarray(a, dtype=np.int64) for a in (prompt_tokens, output_tokens))
     n, arrival_h = prompt.shape[0], np.asarray(arrival_s, dtype=np.float64)
     order = np.argsort(arrival_h, kind="stable").astype(np.int64)  # arrival order, ties by row
@@ -243,12 +256,16 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
     rows = MIN_ROWS + ROWS_PER_REQUEST * n                                      # stale, limbo, finishing
     R, RT = np.zeros((lp.NUM_ROW_INTS, rows), dtype=np.int64), np.zeros((2, rows))
     arrival_sorted = np.ascontiguousarray(arrival_h[order])  # the loop reads arrivals in that order
-    compile_start = _compile_notice(loop.run_loop)
+    kernel, ahead = _kernel()
+    compile_start = None if ahead else _compile_notice(kernel)
+    head = (S, F, C, float(swap.page_copy_s), int(cost_kind), cost_params, Q, asker.facts, T, E, order,
+            arrival_sorted, *queues, run, *scratch)
+    if ahead:
+        aot.check_arguments((*head, R, RT, *prefix_pool))
     while True:
         if S[lp.NROWS] == R.shape[1]:  # full: double it
             R, RT = (np.concatenate([a, np.zeros_like(a)], axis=1) for a in (R, RT))
-        event = loop.run_loop(S, F, C, swap.page_copy_s, cost_kind, cost_params, Q, asker.facts, T, E, order,
-                            arrival_sorted, *queues, run, *scratch, R, RT, *prefix_pool)
+        event = kernel(*head, R, RT, *prefix_pool)
         if compile_start is not None:
             print(f"kvlab: compiled the simulator's loop in {time.perf_counter() - compile_start:.0f} s",
                   file=sys.stderr, flush=True)
