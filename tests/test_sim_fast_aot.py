@@ -96,7 +96,8 @@ def test_aot_and_jit_loops_agree_under_a_prefix_cache(aot_loop, monkeypatch):
 
 
 def test_module_name_follows_every_source_byte_and_numpy(tmp_path, monkeypatch):
-    """A copy of kvlab's sources has the installed name; an edit, a new file, NumPy's version each change it."""
+    """A copy of kvlab's sources has the installed name; an edit, a new file, NumPy's version, the CPU
+    each change it."""
     copy = tmp_path / "kvlab"
     shutil.copytree(aot._PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     monkeypatch.setattr(aot, "_names", {})
@@ -115,7 +116,11 @@ def test_module_name_follows_every_source_byte_and_numpy(tmp_path, monkeypatch):
     assert with_file != name
     monkeypatch.setattr(aot.np, "__version__", "0.0.1")
     monkeypatch.setattr(aot, "_names", {})
-    assert aot.module_name(copy) != with_file
+    other_numpy = aot.module_name(copy)
+    assert other_numpy != with_file
+    monkeypatch.setattr(aot, "cpu_fingerprint", lambda: "model name : another CPU")  # code tuned to the CPU
+    monkeypatch.setattr(aot, "_names", {})
+    assert aot.module_name(copy) not in (other_numpy, with_file)
 
 
 def _arguments() -> list:

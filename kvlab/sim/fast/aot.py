@@ -12,9 +12,10 @@ building it first when there is none for these sources:
   stderr before it starts (tens of seconds) and its duration after; it runs in a temporary folder
   and is moved into place whole (``os.replace``), under a lock so that processes starting at once
   build it once; then modules of other sources beyond the newest :data:`KEEP` are removed.
-* its machine code is pycc's generic code for the architecture, not tuned to this CPU, so that a
-  cache folder shared by machines of different CPUs stays safe; the loop measured as fast as
-  Numba's JIT code (README, Benchmarks).
+* its machine code is tuned to this CPU (``target_cpu = "host"``, as Numba's JIT code is: pycc's
+  generic code ran the loop ~10% slower), so the name also hashes the CPU's model and feature
+  flags (:func:`cpu_fingerprint`): machines of different CPUs sharing a cache folder each build
+  their own.
 * pycc compiles one signature (:data:`ARGUMENTS`), and the module does not check what it is
   given: :func:`check_arguments` does, naming the argument.
 * when pycc is missing or the build fails, one ``RuntimeWarning`` says why and :func:`load`
@@ -62,11 +63,32 @@ _names: dict[Path, str] = {}
 _warned: set[str] = set()
 
 
+def cpu_fingerprint() -> str:
+    """This CPU's model and feature flags (the first processor of ``/proc/cpuinfo`` on Linux;
+    the platform's machine and processor names elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
+            lines = []
+            for line in info:
+                if not line.strip():
+                    break
+                if line.split(":")[0].strip() in ("vendor_id", "model name", "flags", "Features", "CPU part"):
+                    lines.append(line.strip())
+        if lines:
+            return "\n".join(lines)
+    except OSError:
+        pass
+    import platform
+
+    return f"{platform.machine()} {platform.processor()}"
+
+
 def module_name(root: Path = _PACKAGE) -> str:
     """The module's name for the kvlab sources under ``root``: a SHA-256 of each ``.py`` file's
-    path (relative to ``root``) and bytes, and of NumPy's version (its C interface)."""
+    path (relative to ``root``) and bytes, of NumPy's version (its C interface) and of
+    :func:`cpu_fingerprint` (the code is tuned to the CPU)."""
     if root not in _names:
-        h = hashlib.sha256(f"numpy {np.__version__}".encode())
+        h = hashlib.sha256(f"numpy {np.__version__}\n{cpu_fingerprint()}".encode())
         for path in sorted(root.rglob("*.py")):
             h.update(path.relative_to(root).as_posix().encode() + b"\0")
             h.update(path.read_bytes())
@@ -127,7 +149,7 @@ def build(folder: Path, name: str) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=folder))
     try:
         cc = CC(name)
-        cc.output_dir, cc.output_file = str(tmp), target.name
+        cc.output_dir, cc.output_file, cc.target_cpu = str(tmp), target.name, "host"
         cc.export("run_loop", _signature())(loop.run_loop.py_func)
         cc.compile()
         os.replace(tmp / target.name, target)
