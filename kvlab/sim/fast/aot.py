@@ -59,6 +59,7 @@ ARGUMENTS: tuple[tuple[str, str, int], ...] = (
     ("R", "int64", 2), ("RT", "float64", 2), ("pg", "int64", 2), ("page_of", "int64", 1), ("blk", "int64", 2),
     ("rb", "int64", 2))
 _loaded: dict[Path, Callable[..., int]] = {}
+_folders: dict[str | None, Path] = {}  # cache_folder() per NUMBA_CACHE_DIR
 _names: dict[Path, str] = {}
 _warned: set[str] = set()
 
@@ -193,9 +194,10 @@ def _lock(folder: Path, name: str) -> Iterator[None]:
 def _warn_once(name: str, reason: str, failed: Path) -> None:
     if name not in _warned:
         _warned.add(name)
+        retry = f"; delete {failed} to try again" if failed.exists() else ""
         warnings.warn(f"kvlab: the simulator's loop could not be compiled ahead of time ({reason}); Numba's JIT "
-                      f"loop runs instead (it imports Numba, ~0.7 CPU s per process); delete {failed} to try "
-                      "again", RuntimeWarning, stacklevel=3)
+                      f"loop runs instead (it imports Numba, ~0.7 CPU s per process){retry}", RuntimeWarning,
+                      stacklevel=3)
 
 
 def _import(name: str, path: Path) -> Any:
@@ -208,27 +210,42 @@ def _import(name: str, path: Path) -> Any:
     return module
 
 
+def _build_once(folder: Path, name: str) -> str | None:
+    """Build the module ``name`` unless it is built or its build failed before (under the lock, so
+    that a process waiting on another's build reads its outcome); the failure's reason, or ``None``."""
+    path, failed = module_path(folder, name), folder / f"{name}.failed"
+    with _lock(folder, name):
+        if path.exists():  # built by another process meanwhile
+            return None
+        if failed.exists():
+            return failed.read_text(encoding="utf-8").strip()
+        try:
+            build(folder, name)
+        except Exception as err:  # any failure: the JIT loop still runs
+            reason = f"{type(err).__name__}: {err}".strip()[:500]
+            with contextlib.suppress(OSError):
+                failed.write_text(reason + "\n", encoding="utf-8")
+            return reason
+    prune(folder, keep=name)
+    return None
+
+
 def load() -> Callable[..., int] | None:
     """The ahead-of-time compiled ``run_loop`` (built first when missing), or ``None`` when it
-    cannot be built or loaded (warned once; the reason kept in ``<name>.failed``)."""
-    folder, name = cache_folder(), module_name()
-    path, failed = module_path(folder, name), folder / f"{name}.failed"
+    cannot be built or loaded (warned once; a build's failure is kept in ``<name>.failed``)."""
+    folder = _folders.get(os.environ.get("NUMBA_CACHE_DIR")) or cache_folder()
+    _folders[os.environ.get("NUMBA_CACHE_DIR")] = folder
+    name = module_name()
+    path = module_path(folder, name)
     if path in _loaded:
         return _loaded[path]
     try:
-        if not path.exists():
-            if failed.exists():
-                _warn_once(name, failed.read_text(encoding="utf-8").strip(), failed)
-                return None
-            with _lock(folder, name):
-                if not path.exists():  # not built by another process meanwhile
-                    build(folder, name)
-                    prune(folder, keep=name)
-        _loaded[path] = _import(name, path).run_loop
-    except Exception as err:  # any failure: the JIT loop still runs
+        reason = None if path.exists() else _build_once(folder, name)
+        if reason is None:
+            _loaded[path] = _import(name, path).run_loop
+    except Exception as err:  # a module that cannot be loaded (or a lock that cannot be taken)
         reason = f"{type(err).__name__}: {err}".strip()[:500]
-        with contextlib.suppress(OSError):
-            failed.write_text(reason + "\n", encoding="utf-8")
-        _warn_once(name, reason, failed)
+    if reason is not None:
+        _warn_once(name, reason, folder / f"{name}.failed")
         return None
     return _loaded[path]
