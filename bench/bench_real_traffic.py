@@ -16,19 +16,22 @@ Set-up (issue #16; the one Vidur's event loop was measured on, 370-700 simulated
 * Load: Poisson arrivals at 90% of the configuration's capacity and at twice it; capacity is
   vLLM's offline throughput (requests/s, all arrive at 0) on the same requests, measured here.
 
-Printed, in one run: the first-run compile of the loop in a fresh process with an empty Numba
-cache (announced on its stderr, its CPU seconds measured); the fixed cost of a whole process
-(interpreter, imports, a 10-request simulation that loads the cached loop: CPU seconds of the
-child, target < 0.5); per configuration and policy the simulated requests per CPU second on
-``N`` requests (target >= 50,000 for vLLM; every policy within 3x of vLLM's), the reference
-engine's on the first ``N_REF`` (results checked identical); vLLM's rule written as a policy
-class in this script against the built-in ``vllm``; then each configuration on 1,000,000
-requests in its own process: time inside the process and the whole process's CPU seconds
-(target < 15 s) and peak resident memory (target < 4 GiB). Times are CPU seconds, so that a
-shared machine does not inflate them; wall seconds are printed beside them.
+Printed, in one run: the first-run build of the loop in a fresh process with an empty cache
+(compiled ahead of time, ``kvlab.sim.fast.aot``; announced on its stderr, its CPU seconds
+measured); the fixed cost of a whole process (interpreter, imports, a 10-request simulation that
+loads the built loop: CPU seconds of the child, least and median of ``--repeats`` runs, target
+< 0.5), and the same with Numba's cached JIT loop (``KVLAB_AOT=0``) beside it; per configuration
+and policy the simulated requests per CPU second on ``N`` requests (target >= 50,000 for vLLM;
+every policy within 3x of vLLM's), the reference engine's on the first ``N_REF`` (results
+checked identical); vLLM's rule written as a policy class in this script against the built-in
+``vllm``; then each configuration on 1,000,000 requests in its own process: time inside the
+process and the whole process's CPU seconds (target < 15 s) and peak resident memory (target
+< 4 GiB). Times are CPU seconds, so that a shared machine does not inflate them; wall seconds
+are printed beside them.
 
-Run: ``python bench/bench_real_traffic.py [N] [N_REF] [N_BIG] [--trace PATH] [--skip-big] [--skip-compile]``
-(defaults 10,000, 2,000, 1,000,000). Threads are pinned to one; the array module is NumPy.
+Run: ``python bench/bench_real_traffic.py [N] [N_REF] [N_BIG] [--trace PATH] [--skip-big] [--skip-compile]
+[--fixed-cost-only] [--repeats R]`` (defaults 10,000, 2,000, 1,000,000, 5; ``--fixed-cost-only``: only
+the first-run build and the fixed costs). Threads are pinned to one; the array module is NumPy.
 """
 import os
 
@@ -126,22 +129,20 @@ def _child(args: list[str], env: dict | None = None) -> tuple[dict, float, str]:
 
 
 #: What every such process pays before kvlab's own code, each measured alone as a whole process:
-#: the interpreter, the imports kvlab cannot do without (its results are pandas tables), and Numba
-#: loading one trivial cached function (its type and target registries, whatever the function).
-FLOORS = {"interpreter": "pass", "+ import numpy, pandas": "import numpy, pandas",
-          "+ import numba": "import numpy, pandas, numba",
-          "+ Numba loads a trivial cached function": "import numpy, pandas, numba, floor; floor.f(numpy.arange(3))"}
-FLOOR_MODULE = "import numba\n\n\n@numba.njit(cache=True)\ndef f(a):\n    return a.sum()\n"
+#: the interpreter and the imports kvlab cannot do without (its results are pandas tables).
+FLOORS = {"interpreter": "pass", "+ import numpy, pandas": "import numpy, pandas"}
 
 
-def _least_cpu_s(argv: list[str], env: dict | None = None, runs: int = 3) -> float:
-    """The least whole-process CPU seconds of ``runs`` runs of ``argv`` (the machine may be shared)."""
-    return min(_whole_cpu_s(argv, env)[1] for _ in range(runs))
+def _cpu_stats(argv: list[str], env: dict | None = None, runs: int = 5) -> tuple[float, float]:
+    """The least and the median whole-process CPU seconds of ``runs`` runs of ``argv`` (the machine may be shared)."""
+    times = [_whole_cpu_s(argv, env)[1] for _ in range(runs)]
+    return min(times), float(np.median(times))
 
 
-def process_costs(trace: Path, compile_too: bool) -> None:
-    """The first-run compile (empty Numba cache), the fixed cost of a process that loads the cached
-    loop, and what of it every process pays before kvlab's own code (:data:`FLOORS`)."""
+def process_costs(trace: Path, compile_too: bool, runs: int = 5) -> None:
+    """The first-run build (empty Numba cache: the loop compiled ahead of time), the fixed cost of a
+    process that loads the built loop (and of one that loads Numba's cached JIT loop instead,
+    ``KVLAB_AOT=0``), and what of it every process pays before kvlab's own code (:data:`FLOORS`)."""
     import tempfile
 
     one_run = [sys.executable, __file__, "--trace", str(trace), "--one", "10", "chunked-512", "1.0"]
@@ -149,21 +150,20 @@ def process_costs(trace: Path, compile_too: bool) -> None:
         with tempfile.TemporaryDirectory() as cache:
             _, cpu_s, err = _child(one_run[2:], {"NUMBA_CACHE_DIR": cache})
         said = [line for line in err.splitlines() if line.startswith("kvlab:")]
-        print(f"first run after installing (empty Numba cache): whole process {cpu_s:.1f} CPU s; it said: "
+        print(f"first run after installing (empty cache): whole process {cpu_s:.1f} CPU s; it said: "
               + " / ".join(said))
-    _child(one_run[2:])  # the cache is written
-    cpu_s = _least_cpu_s(one_run)
-    print(f"fixed cost of a process (interpreter, imports, cached loop, 10 requests): {cpu_s:.2f} CPU s, least of 3 "
-          f"(target < {TARGET_FIXED_S}: {'met' if cpu_s < TARGET_FIXED_S else 'MISSED'})")
-    with tempfile.TemporaryDirectory() as folder:
-        Path(folder, "floor.py").write_text(FLOOR_MODULE)
-        env = {"PYTHONPATH": folder, "NUMBA_CACHE_DIR": folder}
-        _whole_cpu_s([sys.executable, "-c", FLOORS["+ Numba loads a trivial cached function"]], env)  # cached
-        floors = {label: _least_cpu_s([sys.executable, "-c", code], env) for label, code in FLOORS.items()}
-    print("  of it, what any such process pays (each alone, cumulative, least of 3): "
+    least = {}
+    for aot, label in (("1", "the ahead-of-time loop"), ("0", "Numba's cached JIT loop instead (KVLAB_AOT=0)")):
+        _child(one_run[2:], {"KVLAB_AOT": aot})  # built or cached
+        least[aot], median = _cpu_stats(one_run, {"KVLAB_AOT": aot}, runs)
+        target = f" (target < {TARGET_FIXED_S}: {'met' if least[aot] < TARGET_FIXED_S else 'MISSED'})"
+        print(f"fixed cost of a process (interpreter, imports, {label}, 10 requests): {least[aot]:.2f} CPU s least, "
+              f"{median:.2f} median of {runs}" + (target if aot == "1" else ""))
+    floors = {label: _cpu_stats([sys.executable, "-c", code], None, runs)[0] for label, code in FLOORS.items()}
+    print("  of it, what any such process pays (each alone, cumulative, least): "
           + ", ".join(f"{label} {s:.2f}" for label, s in floors.items())
-          + f" CPU s; kvlab's own share (its imports, the trace, setting up, the loop's load beyond the trivial "
-            f"function's, 10 requests, tables): {cpu_s - floors['+ Numba loads a trivial cached function']:.2f} CPU s")
+          + f" CPU s; kvlab's own share (its imports, the trace, setting up, loading the loop, 10 requests, "
+            f"tables): {least['1'] - floors['+ import numpy, pandas']:.2f} CPU s")
 
 
 def one(n: int, config: str, qps: float, trace: Path | None) -> None:
@@ -184,10 +184,15 @@ def main() -> None:
     ap.add_argument("--trace", type=Path, default=TRACE)
     ap.add_argument("--skip-big", action="store_true")
     ap.add_argument("--skip-compile", action="store_true")
+    ap.add_argument("--fixed-cost-only", action="store_true", help="only the first-run build and the fixed cost")
+    ap.add_argument("--repeats", type=int, default=5, help="runs per fixed-cost figure (least and median)")
     ap.add_argument("--one", nargs=3, metavar=("N", "CONFIG", "QPS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         one(int(args.one[0]), args.one[1], float(args.one[2]), args.trace)
+        return
+    if args.fixed_cost_only:
+        process_costs(args.trace, not args.skip_compile, args.repeats)
         return
     from bench_engine import same_results  # the same check (bench/ is on sys.path when run); here, not at the
     # top, so that the child processes, whose whole CPU time is measured, import only what a user's process does
@@ -196,7 +201,7 @@ def main() -> None:
     print(f"{source}; {SETUP['model']} TP{SETUP['tp']} on {SETUP['gpu']}, default cost model, "
           f"policies {', '.join(POLICIES)}, NumPy backend, {os.cpu_count()} CPUs")
     print("Times are CPU seconds (the machine may be shared); wall seconds beside them.")
-    process_costs(args.trace, not args.skip_compile)
+    process_costs(args.trace, not args.skip_compile, args.repeats)
     _run(w.iloc[:50], "chunked-512", None)  # the loop loaded in this process
     rows, capacity = [], {}
     for config in CONFIGS:

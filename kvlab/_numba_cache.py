@@ -8,13 +8,15 @@ locator available". Importing this module (kvlab's compiled modules do, before N
 when neither folder can be written and ``NUMBA_CACHE_DIR`` is unset, it points Numba at a private
 folder under the system's temporary folder, with one warning that says so.
 
-:func:`njit` is the decorator every cached compiled function of kvlab uses (``numba.njit`` with
-``cache=True``). Numba keys its on-disk cache on the modification time and size of the decorated
-function's own file only, so an edit to a function it inlines from another module (a cost
-formula inlined into the simulator's loop) would run stale cached code. :func:`njit` keys it on a
-SHA-256 of the sources of every module that has compiled functions through it so far (modules
-import what they inline first, so those are registered before the functions that inline them)
-and of the function's own module: any edit to any of them recompiles.
+:func:`cache_folder` names the folder Numba caches into; the ahead-of-time compiled loop
+(:mod:`kvlab.sim.fast.aot`) is built there too. :func:`njit` is the decorator every cached
+compiled function of kvlab uses (``numba.njit`` with ``cache=True``). Numba keys its on-disk
+cache on the modification time and size of the decorated function's own file only, so an edit
+to a function it inlines from another module (a cost formula inlined into the simulator's loop)
+would run stale cached code. :func:`njit` keys it on a SHA-256 of the sources of every module
+that has compiled functions through it so far (modules import what they inline first, so those
+are registered before the functions that inline them) and of the function's own module: any
+edit to any of them recompiles.
 """
 from __future__ import annotations
 
@@ -72,6 +74,19 @@ def ensure_writable_cache() -> None:
         pass
     warnings.warn(f"kvlab's folder ({_PACKAGE}) and {_user_cache()} cannot be written: Numba caches kvlab's "
                   f"compiled loop in {fallback} (set NUMBA_CACHE_DIR to choose)", RuntimeWarning, stacklevel=2)
+
+
+def cache_folder() -> Path:
+    """The folder Numba caches kvlab's compiled loop in (made if missing): ``NUMBA_CACHE_DIR`` when
+    set (by the user, or by :func:`ensure_writable_cache` when nothing else can be written), else
+    the loop's ``__pycache__`` when it can be written, else the user's cache folder (Numba's order)."""
+    ensure_writable_cache()
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        folder = Path(os.environ["NUMBA_CACHE_DIR"])
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+    in_tree = _PACKAGE / "sim" / "fast" / "__pycache__"
+    return in_tree if _writable(in_tree) else _user_cache()
 
 
 def sources_hash(files: list[str] | tuple[str, ...]) -> str:

@@ -215,10 +215,7 @@ def test_a_formula_changed_on_one_side_only_fails_the_check(tmp_path, monkeypatc
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "compiled_edit.py").write_text(edited.replace("from .._numba_cache import njit", "from numba import njit")
-                                          .replace("from .measured", "from kvlab.costmodel.measured")
-                                          .replace("from .pipeline", "from kvlab.costmodel.pipeline")
-                                          .replace("from .roofline", "from kvlab.costmodel.roofline")
-                                          .replace("from .stacks", "from kvlab.costmodel.stacks"))
+                                          .replace("from .flat", "from kvlab.costmodel.flat"))
     monkeypatch.syspath_prepend(str(tmp_path))
     mod = importlib.import_module("kvlab_copy.compiled_edit")
     try:

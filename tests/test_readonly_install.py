@@ -57,4 +57,5 @@ def test_a_read_only_install_with_a_read_only_home_simulates(tmp_path):
     assert len(warned) == 1, out.stderr[-2000:]
     cache = scratch / f"kvlab-numba-{os.getuid()}"
     assert any(cache.rglob("*.nbi")), "the compiled code was cached in the temporary folder"
+    assert any(cache.glob("kvlab_loop_*.so")), "the loop was built ahead of time there too"
     assert "no locator" not in out.stderr and "internal error" not in out.stderr

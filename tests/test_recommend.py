@@ -391,11 +391,17 @@ def test_ties_are_paired_by_window_not_by_overlapping_intervals():
     assert list(_ties(table, pd.Series(True, index=table.index), close, 0.05)[1]) == [True, True, True]
 
 
-def test_workers_inherit_the_loop_the_parent_loaded():
+def test_workers_inherit_the_loop_the_parent_loaded(monkeypatch):
     """Before a worker pool forks, recommend runs the compiled loop once in the parent, so the
-    workers inherit the compiled code (Numba records a signature on the dispatcher when it
-    compiles or loads one)."""
-    from kvlab.sim.fast import load_loop, loop
+    workers inherit it: the ahead-of-time module loaded in the parent (kvlab.sim.fast.aot), or,
+    with ``KVLAB_AOT=0``, Numba's compiled code (Numba records a signature on the dispatcher when
+    it compiles or loads one)."""
+    from kvlab.sim.fast import aot, load_loop, loop
 
+    monkeypatch.setattr(aot, "_loaded", {})
+    load_loop()
+    folder, name = aot.cache_folder(), aot.module_name()
+    assert list(aot._loaded) == [aot.module_path(folder, name)] or (folder / f"{name}.failed").exists()  # no build
+    monkeypatch.setenv("KVLAB_AOT", "0")
     load_loop()
     assert loop.run_loop.signatures

@@ -15,7 +15,9 @@ rules) is where the policy's array rules are asked, once for all requests and ag
 preemption.
 
 Modules: :mod:`.loop` (the compiled loop), :mod:`.prefix` (the prefix cache's pool rules,
-compiled), :mod:`.compiled` (its arrays and the answers to its questions), :mod:`.tables` (the
+compiled), :mod:`.aot` (the loop compiled ahead of time into an extension module, which a
+process loads without importing Numba), :mod:`.layout` (the loop's slots, columns and codes, for
+both sides), :mod:`.compiled` (its arrays and the answers to its questions), :mod:`.tables` (the
 result tables), :mod:`.state` (status codes, the livelock error).
 """
 from __future__ import annotations
@@ -36,11 +38,12 @@ __all__ = ["load_loop", "run_compiled", "run_fast", "why_not"]
 
 
 def load_loop() -> None:
-    """Compile (first run, announced on stderr) or load the compiled loop in this process with a
-    two-request simulation: before a worker pool forks, so the workers inherit it instead of each
-    compiling or loading it (two workers compiling at once took ~200 s on a busy 2-core machine,
-    one 41 s), and before ``kvlab report`` starts its kernels, so they load it from the cache
-    instead of printing the compile into a page."""
+    """Build (first run, announced on stderr) or load the compiled loop in this process with a
+    two-request simulation (the ahead-of-time module, :mod:`.aot`, else Numba's JIT loop):
+    before a worker pool forks, so the workers inherit it instead of each compiling or loading
+    it (two workers compiling at once took ~200 s on a busy 2-core machine, one 41 s), and before
+    ``kvlab report`` starts its kernels, so they load it from the cache instead of printing the
+    compile into a page."""
     from .. import simulate
 
     simulate(pd.DataFrame({"prompt_tokens": [16, 32], "output_tokens": [2, 3]}), model="Llama-3-8B",

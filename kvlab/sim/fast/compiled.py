@@ -9,16 +9,19 @@ cost model's ``iteration_s``, asked exactly as the reference engine asks them. :
 names what is asked per question instead of compiled (``None`` when nothing is).
 
 ``KVLAB_COMPILED_FORMS=0`` ignores every compiled form, so that every question is asked (the
-tests run both ways). Numba compiles the loop the first time a process runs it and caches the
-machine code (:mod:`kvlab._numba_cache`); when no cached code is there the compile is announced
-on stderr before it starts and its measured time after it ends (:func:`_compile_notice`): it
-takes tens of seconds, and a silent pause that long reads as a hang.
+tests run both ways). The loop runs compiled ahead of time (:mod:`.aot`: an extension module
+built on first use and loaded without importing Numba) unless ``KVLAB_AOT=0`` or that build
+failed; then Numba compiles it the first time a process runs it and caches the machine code
+(:mod:`kvlab._numba_cache`). Either compile is announced on stderr before it starts and its
+measured time after it ends (:func:`_compile_notice` for Numba's): it takes tens of seconds, and
+a silent pause that long reads as a hang.
 """
 from __future__ import annotations
 
 import os
 import sys
 import time
+from collections.abc import Callable
 from types import ModuleType
 
 import numpy as np
@@ -27,11 +30,13 @@ import pandas as pd
 from ..._intmath import ceil_div
 from ...backend import to_numpy
 from ...costmodel import CostModel
+from ...costmodel.flat import constants
 from ...policies import Policy, Requests
-from ...prefix_cache import BlockIds
+from ...prefix_cache import NONE, BlockIds
 from ..metrics import SUMMARY_ITERATION_COLUMNS
 from ..reference import PREFIX_ITERATION_COLUMNS
 from ..config import PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind, SwapConfig
+from . import aot, layout as lp
 from .state import WAITING, no_progress
 from .tables import PREFIX_STATE_COLUMNS, STATE_COLUMNS, iteration_frame, request_columns
 
@@ -47,7 +52,6 @@ def _forms_on() -> bool:
 
 def why_not(policy: Policy, cost_model: CostModel) -> str | None:
     """What the compiled loop asks Python per question for this simulation, or ``None`` when nothing."""
-    from ...costmodel.compiled import constants
 
     if not _forms_on():
         return "KVLAB_COMPILED_FORMS=0: every rule is asked"
@@ -64,9 +68,6 @@ def _config(policy: Policy, cost_model: CostModel, pool: PoolConfig, scheduler: 
             swap: SwapConfig, caching: bool = False, every_column: bool = True) -> tuple[np.ndarray, int, np.ndarray]:
     """The loop's configuration vector, cost-model kind and constants (``caching``: a prefix cache;
     ``every_column``: write every iteration column, else only the summary's)."""
-    from ...costmodel.compiled import constants
-    from . import loop as lp
-
     forms = _forms_on()
     form = policy.compiled_form()
     admission = {"own_pages": lp.OWN_PAGES, "future_charge": lp.FUTURE_CHARGE}.get(form.admission, lp.ASK)
@@ -93,14 +94,12 @@ class _Asker:
     """Answers the loop's questions: the policy's facts and rules, the cost model's latency."""
 
     def __init__(self, policy: Policy, cost_model: CostModel, Q: np.ndarray, run: np.ndarray, xp: ModuleType) -> None:
-        from . import loop as lp
-
-        self.policy, self.cost, self.Q, self.run, self.xp, self.lp = policy, cost_model, Q, run, xp, lp
+        self.policy, self.cost, self.Q, self.run, self.xp = policy, cost_model, Q, run, xp
         self.facts = np.zeros((Q.shape[0], lp.NUM_FACTS), dtype=np.int64)
 
     def ask_facts(self, ids: np.ndarray) -> None:
         """The policy's answers about requests ``ids`` at their generated tokens (asked on ``xp``)."""
-        lp, xp, pol, Q = self.lp, self.xp, self.policy, self.Q
+        xp, pol, Q = self.xp, self.policy, self.Q
         reqs = Requests(*(xp.asarray(a) for a in (ids, Q[ids, lp.PROMPT], Q[ids, lp.OUTPUT], Q[ids, lp.GEN])), xp)
         tokens = pol.reservation_tokens(reqs)
         block = self.facts[ids]
@@ -116,16 +115,16 @@ class _Asker:
     def one(self, r: int) -> Requests:
         """One request as the reference engine shows it (Python ints)."""
         q = self.Q[r]
-        return Requests.one(r, int(q[self.lp.PROMPT]), int(q[self.lp.OUTPUT]), int(q[self.lp.GEN]))
+        return Requests.one(r, int(q[lp.PROMPT]), int(q[lp.OUTPUT]), int(q[lp.GEN]))
 
     def running(self, nrun: int) -> Requests:
         """The running requests in admission order (NumPy arrays, as the reference's ``_batch``)."""
         ids = self.run[:nrun].copy()
-        return Requests(ids, self.Q[ids, self.lp.PROMPT], self.Q[ids, self.lp.OUTPUT], self.Q[ids, self.lp.GEN], np)
+        return Requests(ids, self.Q[ids, lp.PROMPT], self.Q[ids, lp.OUTPUT], self.Q[ids, lp.GEN], np)
 
     def answer(self, event: int, S: np.ndarray, F: np.ndarray) -> None:
         """Put the answer to the loop's question ``event`` in ``S`` / ``F``."""
-        lp, pol = self.lp, self.policy
+        pol = self.policy
         if event != lp.ASK_COST:  # the policy sees the state its compiled form has kept
             pol.load_compiled_state((int(S[lp.STATE0]), int(S[lp.STATE1])))
         if event == lp.ASK_ADMIT:
@@ -154,6 +153,18 @@ def _needs_compile(kernel: object) -> bool:
         return False
 
 
+def _kernel() -> tuple[Callable[..., int], bool]:
+    """The loop's entry, and whether it was compiled ahead of time (:mod:`.aot`: its arguments are
+    checked; built on first use) rather than Numba's JIT dispatcher (``KVLAB_AOT=0``, or no build)."""
+    if os.environ.get("KVLAB_AOT", "1") != "0":
+        ahead = aot.load()
+        if ahead is not None:
+            return ahead, True
+    from . import loop  # imports Numba
+
+    return loop.run_loop, False
+
+
 def _compile_notice(kernel: object) -> float | None:
     """Announce a compile of ``kernel`` on stderr; the start time to report its duration from, or None."""
     if not _needs_compile(kernel):
@@ -165,8 +176,6 @@ def _compile_notice(kernel: object) -> float | None:
 
 def _request_state(prompt: np.ndarray, output: np.ndarray, max_new_tokens: int) -> tuple[np.ndarray, ...]:
     """Per-request arrays: Q (ints), T (times, s), E (iterations)."""
-    from . import loop as lp
-
     n = prompt.shape[0]
     Q = np.zeros((n, lp.NUM_REQUEST_INTS), dtype=np.int64)
     Q[:, lp.PROMPT], Q[:, lp.OUTPUT], Q[:, lp.TARGET] = prompt, output, np.minimum(output, max_new_tokens)
@@ -174,12 +183,30 @@ def _request_state(prompt: np.ndarray, output: np.ndarray, max_new_tokens: int) 
     return Q, np.full((n, 5), np.nan), np.full((n, 3), -1, dtype=np.int64)
 
 
+def pool_arrays(blocks: BlockIds | None, num_pages: int,
+                num_requests: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The empty prefix-cache pool's arrays ``(pg, page_of, blk, rb)`` for ``blocks`` (:mod:`.prefix`;
+    one-element stand-ins when ``None``)."""
+    if blocks is None:
+        return (np.zeros((4, 1), dtype=np.int64), np.zeros(1, dtype=np.int64), np.zeros((2, 1), dtype=np.int64),
+                np.zeros((2, num_requests + 1), dtype=np.int64))
+    n = num_pages
+    pg = np.empty((4, n + 1), dtype=np.int64)
+    pg[lp.PG_REF], pg[lp.PG_BLOCK] = 0, NONE
+    pg[lp.PG_NEXT] = np.append(np.arange(1, n + 1), 0)  # the queue 0 .. n - 1 between the sentinel's links
+    pg[lp.PG_PREV] = np.arange(-1, n)  # page p after p - 1; the sentinel after n - 1
+    pg[lp.PG_PREV, 0] = n
+    blk = np.empty((2, max(blocks.ids.size, 1)), dtype=np.int64)
+    blk[lp.BL_ID, :blocks.ids.size], blk[lp.BL_PAGE] = blocks.ids, NONE
+    rb = np.zeros((2, num_requests + 1), dtype=np.int64)
+    rb[lp.RB_START] = blocks.start
+    return pg, np.full(max(blocks.num_ids, 1), NONE, dtype=np.int64), blk, rb
+
+
 def _tables(Q: np.ndarray, T: np.ndarray, E: np.ndarray, R: np.ndarray, RT: np.ndarray, num_rows: int,
             arrival_s: np.ndarray, caching: bool, every_column: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The result tables around the loop's arrays: request columns are views of ``Q``, ``T``, ``E``
     (strided; no copy, which a million-request run would pay in fresh memory), iteration columns rows of ``R``."""
-    from . import loop as lp
-
     state = {name: E[:, col] for name, col in (("admitted_iter", lp.ADM_ITER), ("first_token_iter", lp.FT_ITER),
                                                 ("finish_iter", lp.FIN_ITER))}
     state.update({name: T[:, col] for name, col in (
@@ -208,9 +235,6 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
     reads (:data:`~kvlab.sim.metrics.SUMMARY_ITERATION_COLUMNS`; the loop writes no others, which
     saves most of a long run's memory).
     """
-    from . import loop as lp
-    from .prefix import pool_arrays  # with the loop: importing Numba waits for the first run
-
     prompt, output = (np.ascontiguousarray(a, dtype=np.int64) for a in (prompt_tokens, output_tokens))
     n, arrival_h = prompt.shape[0], np.asarray(arrival_s, dtype=np.float64)
     order = np.argsort(arrival_h, kind="stable").astype(np.int64)  # arrival order, ties by row
@@ -232,12 +256,16 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
     rows = MIN_ROWS + ROWS_PER_REQUEST * n                                      # stale, limbo, finishing
     R, RT = np.zeros((lp.NUM_ROW_INTS, rows), dtype=np.int64), np.zeros((2, rows))
     arrival_sorted = np.ascontiguousarray(arrival_h[order])  # the loop reads arrivals in that order
-    compile_start = _compile_notice(lp.run_loop)
+    kernel, ahead = _kernel()
+    compile_start = None if ahead else _compile_notice(kernel)
+    head = (S, F, C, float(swap.page_copy_s), int(cost_kind), cost_params, Q, asker.facts, T, E, order,
+            arrival_sorted, *queues, run, *scratch)
+    if ahead:
+        aot.check_arguments((*head, R, RT, *prefix_pool))
     while True:
         if S[lp.NROWS] == R.shape[1]:  # full: double it
             R, RT = (np.concatenate([a, np.zeros_like(a)], axis=1) for a in (R, RT))
-        event = lp.run_loop(S, F, C, swap.page_copy_s, cost_kind, cost_params, Q, asker.facts, T, E, order,
-                            arrival_sorted, *queues, run, *scratch, R, RT, *prefix_pool)
+        event = kernel(*head, R, RT, *prefix_pool)
         if compile_start is not None:
             print(f"kvlab: compiled the simulator's loop in {time.perf_counter() - compile_start:.0f} s",
                   file=sys.stderr, flush=True)

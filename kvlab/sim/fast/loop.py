@@ -45,51 +45,26 @@ import numpy as np
 from ..._intmath import ceil_div
 from ...costmodel.compiled import iteration_s
 from . import prefix as px
-from .state import ABORT_REASONS, ABORTED, CAPPED, PREEMPTED, RUNNING, STOPPED, SWAPPED
+from .layout import (  # every slot, column and code: one definition, shared with the Python side
+    K, ARRIVED, COMMITTED, USED_PAGES, CPU_USED, IDLE, NROWS, WQ_HEAD, WQ_LEN, SW_HEAD, SW_LEN, NRUN,
+    NSTALE, NLIMBO, STAGE, BUDGET, NSCHED, NPREEMPTED, SWAP_PAGES, NABORTED, CURSOR, NUM_DEC, NUM_OTHER, CUR_R,
+    CUR_CHUNK, HAS_ANSWER, ANSWER, ASK_R, ASK_FREE, ASK_TOKENS, ASK_PAIRS, ASK_KV, STATE0, STATE1, TABLE,
+    CACHED_FREE, NFIN, NOW, START, ANSWER_S, PREV_START, BETWEEN, WHOLE, RUNNING_PHASE, SWAPPED_PHASE, CHUNKED,
+    END_SCHEDULE, EXECUTE, BLOCK_SIZE, NUM_PAGES, MNBT, MAX_SEQS, PREFILL_FIRST, ON_DEMAND, MODE, CPU_POOL, SHIFT,
+    ADMISSION, VICTIM, STATE_RULE, ORDERED, MAX_NEW, CLIP, FLOOR_NUM, FLOOR_DEN, STEP_NUM, STEP_DEN, CACHING,
+    EVERY_COLUMN, ASYNC, MODE_SWAP, MODE_REJECT, OWN_PAGES, FUTURE_CHARGE, NEWEST, NO_STATE, RATIO_DECAY, COST_ASK,
+    PROMPT,
+    GEN, COMP, RES, USED, TARGET, MAX_USED, MAX_RES, STATUS, OUTPUT, CPU, NPRE, NSWAP, ABORT, HIT, SAVED, LAST_S,
+    MAX_TBT, ADM_S, FT_S, FIN_S, ADM_ITER, FT_ITER, FIN_ITER, F_RES_PAGES, F_ADM_PAGES, F_FITS, F_GEN, F_RES_TOKENS,
+    F_RANK, CONTINUE, DONE, ROWS_FULL, STALE, NO_PROGRESS, ASK_ADMIT, ASK_VICTIM, ASK_END_SCHEDULE, ASK_COST,
+    EXCEEDS_POOL, EXCEEDS_TOKEN_BUDGET, KV_EXCEEDS_POOL, PREEMPTED_REJECTED, R_K, R_BATCH, R_PREFILL, R_DECODE,
+    R_RUNNING, R_WAITING, R_SWAPPED, R_PREEMPTED, R_USED, R_RESERVED, R_FREE, R_CPU, R_MOVED, R_CACHED,
+    R_SHARED_SAVED)
+from .state import ABORTED, CAPPED, PREEMPTED, RUNNING, STOPPED, SWAPPED
 
 _jit = njit(nogil=True, inline="always")
 _ceil_div = _jit(ceil_div)  # kvlab's one ceiling division, compiled
 
-# ---- scalar state: S (int64) and F (float64) slots
-(K, ARRIVED, COMMITTED, USED_PAGES, CPU_USED, IDLE, NROWS, WQ_HEAD, WQ_LEN, SW_HEAD, SW_LEN, NRUN, NSTALE,
- NLIMBO, STAGE, BUDGET, NSCHED, NPREEMPTED, SWAP_PAGES, NABORTED, CURSOR, NUM_DEC, NUM_OTHER, CUR_R, CUR_CHUNK,
- HAS_ANSWER, ANSWER, ASK_R, ASK_FREE, ASK_TOKENS, ASK_PAIRS, ASK_KV, STATE0, STATE1, TABLE, CACHED_FREE,
- NFIN) = range(37)
-NUM_INT_STATE = 37  # under prefix caching USED_PAGES counts distinct pages, TABLE block-table entries; NFIN:
-# requests finished in the previous iteration still holding pages and slots (async scheduling, ids in fin)
-NOW, START, ANSWER_S, PREV_START = 0, 1, 2, 3  # PREV_START: start of the iteration that ran into NOW (async), or -1
-NUM_FLOAT_STATE = 4
-# ---- stages of an iteration (S[STAGE])
-BETWEEN, WHOLE, RUNNING_PHASE, SWAPPED_PHASE, CHUNKED, END_SCHEDULE, EXECUTE = range(7)
-# ---- configuration: C (int64)
-BLOCK_SIZE, NUM_PAGES, MNBT, MAX_SEQS, PREFILL_FIRST, ON_DEMAND, MODE, CPU_POOL, SHIFT, ADMISSION, VICTIM, \
-    STATE_RULE, ORDERED, MAX_NEW, CLIP, FLOOR_NUM, FLOOR_DEN, STEP_NUM, STEP_DEN, CACHING, EVERY_COLUMN, \
-    ASYNC = range(22)
-NUM_CONFIG = 22
-MODE_RECOMPUTE, MODE_SWAP, MODE_REJECT = 0, 1, 2
-# compiled forms of the policy's rules (ASK: hand the question back to Python)
-ASK, OWN_PAGES, FUTURE_CHARGE, NEWEST, NO_STATE, RATIO_DECAY = 0, 1, 2, 3, 4, 5
-COST_ASK = -1  # cost_kind of a cost model without a compiled form
-# ---- per-request state: Q (int64 columns; the fields an iteration touches share a cache line or two),
-# T (float64: last token, largest token gap, admitted, first token, finish; seconds), E (int64 iterations)
-PROMPT, GEN, COMP, RES, USED, TARGET, MAX_USED, MAX_RES, STATUS, OUTPUT, CPU, NPRE, NSWAP, ABORT, HIT, SAVED = \
-    range(16)  # HIT, SAVED: prefix_hit_tokens, saved_prefill_tokens
-NUM_REQUEST_INTS = 16  # rows of 128 bytes start on cache lines (large arrays are page-aligned)
-LAST_S, MAX_TBT, ADM_S, FT_S, FIN_S = range(5)
-ADM_ITER, FT_ITER, FIN_ITER = range(3)
-# ---- the policy's facts per request: Fct (int64)
-F_RES_PAGES, F_ADM_PAGES, F_FITS, F_GEN, F_RES_TOKENS, F_RANK = range(6)
-NUM_FACTS = 6
-# ---- events
-CONTINUE, DONE, ROWS_FULL, STALE, NO_PROGRESS, ASK_ADMIT, ASK_VICTIM, ASK_END_SCHEDULE, ASK_COST = range(-1, 8)
-EXCEEDS_POOL, EXCEEDS_TOKEN_BUDGET, KV_EXCEEDS_POOL, PREEMPTED_REJECTED = (
-    ABORT_REASONS.index(reason) for reason in ("exceeds_pool", "exceeds_token_budget", "kv_exceeds_pool",
-                                               "preempted_rejected"))
-# ---- iteration rows: R (int64, one row per column) and RT (start, duration)
-R_K, R_BATCH, R_PREFILL, R_DECODE, R_RUNNING, R_WAITING, R_SWAPPED, R_PREEMPTED, R_USED, R_RESERVED, R_FREE, \
-    R_CPU, R_MOVED, R_CACHED, R_SHARED_SAVED = range(15)
-NUM_ROW_INTS = 15  # the last two under prefix caching only; R_BATCH, R_DECODE, R_USED, R_RESERVED (the
-# summary's, :data:`kvlab.sim.metrics.SUMMARY_ITERATION_COLUMNS`) always, the others when C[EVERY_COLUMN]
 _LIMIT = 1 << 62  # products of the compiled rules stay below it, or the question goes to Python
 
 

@@ -1,7 +1,7 @@
 """The prefix cache's pool rules, compiled: :class:`kvlab.prefix_cache.PrefixPool`'s methods on its arrays.
 
 The same flat arrays as the specification (read :mod:`kvlab.prefix_cache` for the rules), packed
-for the compiled loop (:mod:`.loop`):
+for the compiled loop (:mod:`.loop`; built by :func:`.compiled.pool_arrays`, rows named in :mod:`.layout`):
 
 * ``pg`` (int64, shape (4, num_pages + 1)): per page ``ref`` (``PG_REF``), the cached block id
   (``PG_BLOCK``, -1 none) and the free queue's links (``PG_NEXT`` / ``PG_PREV``; column
@@ -18,34 +18,11 @@ returns the counts they change by); all are inlined into the loop.
 from __future__ import annotations
 
 from ..._numba_cache import njit  # first: it gives Numba a writable cache folder, keyed on the sources
-import numpy as np
 
-from ...prefix_cache import NONE, BlockIds
+from ...prefix_cache import NONE
+from .layout import BL_ID, BL_PAGE, PG_BLOCK, PG_NEXT, PG_PREV, PG_REF, RB_CACHED, RB_START
 
 _jit = njit(nogil=True, inline="always")
-
-PG_REF, PG_BLOCK, PG_NEXT, PG_PREV = range(4)
-BL_ID, BL_PAGE = range(2)
-RB_START, RB_CACHED = range(2)
-
-
-def pool_arrays(blocks: BlockIds | None, num_pages: int,
-                num_requests: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The empty pool's arrays ``(pg, page_of, blk, rb)`` for ``blocks`` (one-element stand-ins when ``None``)."""
-    if blocks is None:
-        return (np.zeros((4, 1), dtype=np.int64), np.zeros(1, dtype=np.int64), np.zeros((2, 1), dtype=np.int64),
-                np.zeros((2, num_requests + 1), dtype=np.int64))
-    n = num_pages
-    pg = np.empty((4, n + 1), dtype=np.int64)
-    pg[PG_REF], pg[PG_BLOCK] = 0, NONE
-    pg[PG_NEXT] = np.append(np.arange(1, n + 1), 0)  # the queue 0 .. n - 1 between the sentinel's links
-    pg[PG_PREV] = np.arange(-1, n)  # page p after p - 1; the sentinel after n - 1
-    pg[PG_PREV, 0] = n
-    blk = np.empty((2, max(blocks.ids.size, 1)), dtype=np.int64)
-    blk[BL_ID, :blocks.ids.size], blk[BL_PAGE] = blocks.ids, NONE
-    rb = np.zeros((2, num_requests + 1), dtype=np.int64)
-    rb[RB_START] = blocks.start
-    return pg, np.full(max(blocks.num_ids, 1), NONE, dtype=np.int64), blk, rb
 
 
 @_jit
