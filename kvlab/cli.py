@@ -62,7 +62,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         params[name] = _parse_value(value, f"{name[:40]} given with -p")
     with warnings.catch_warnings():  # main() prints each warning as one line, as it happens
         warnings.simplefilter("always", ParameterWarning)
-        dest = run_report(args.notebooks, params, out=args.out, progress=not args.no_progress,
+        dest = run_report(args.notebooks, params, out=args.out, progress=_show_progress(args),
                           show_code=args.show_code)
     print(f"report written to {dest}")
     print(f"open {dest / 'index.html'}")
@@ -149,7 +149,7 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
                     window_requests=args.window_requests, percentiles=args.percentiles,
                     max_unserved_frac=args.max_unserved_frac, seed=args.seed, cost_model=args.cost_model,
                     max_workers=workers, save_dir=args.save_dir,
-                    progress=not args.no_progress and not args.json)
+                    progress=_show_progress(args) and not args.json)
     if args.csv:
         if args.output:
             rec.table.to_csv(args.output, index=False)
@@ -178,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("-f", "--params-file", action="append", metavar="YAML",
                      help="YAML file of parameters (name: value, or notebook: {name: value})")
     rep.add_argument("--out", help="output folder (default reports/run-<timestamp>); must not exist")
-    rep.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    rep.add_argument("--no-progress", action="store_true", help="hide the progress bar (shown only on a terminal)")
     rep.add_argument("--show-code", action="store_true", help="keep code cells in the HTML pages")
     rep.add_argument("--list-params", action="store_true",
                      help="print each selected notebook's parameters (type, default, help) and exit")
@@ -261,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("-o", "--output", help="file for --csv (or --json); never an input, nor an existing file "
                                             "without --force")
     rec.add_argument("--force", action="store_true", help="let -o overwrite an existing file (never an input)")
-    rec.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    rec.add_argument("--no-progress", action="store_true", help="hide the progress bar (shown only on a terminal)")
     rec.set_defaults(func=_cmd_recommend)
     from .validate.cli import add_commands as _add_validate_commands  # kvlab validate, kvlab calibrate
     _add_validate_commands(sub)
@@ -284,6 +284,12 @@ def _one_line(exc: BaseException) -> str:
         return f"{exc.filename}: {exc.strerror or exc}"
     text = " ".join(str(exc).split())
     return text or type(exc).__name__
+
+
+def _show_progress(args: argparse.Namespace) -> bool:
+    """A progress bar unless ``--no-progress``, and only when stderr is a terminal: redrawn into a
+    file or a pipe, a bar leaves a line of carriage returns per update in the log."""
+    return not args.no_progress and sys.stderr.isatty()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

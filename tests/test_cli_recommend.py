@@ -308,3 +308,14 @@ def test_each_system_is_priced_with_its_familys_stack_and_says_so(tmp_path, caps
         assert setup["stack"] == stack and setup["server"]["stack"] == stack
         assert f"stack {stack}" in setup["trust"]
         assert (f"+ stack {stack}:" in setup["cost_model"]) == (stack != "none")
+
+
+def test_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path, capsys):
+    """Without --no-progress, a run whose stderr is a file or a pipe (here captured) draws no bar:
+    a redrawn bar would leave carriage returns in the log."""
+    path = tmp_path / "azure.csv"
+    _azure(path, n=120)
+    argv = [a for a in TINY if a != "--no-progress"]
+    assert main(["recommend", str(path), *argv, "--system", "vllm"]) == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err and "run/s" not in err
