@@ -303,8 +303,13 @@ def test_gemm_curves_stay_under_their_gpus_spec_and_fit_decode_sized_gemms():
 
 
 @needs_shared
-def test_fit_gemm_refuses_rows_of_several_gpus():
+def test_fit_gemm_refuses_rows_of_several_or_unknown_gpus():
     from kvlab.costmodel import fit
     rows = fit.gemm_rows(data.vidur_linear())
-    with pytest.raises(ValueError, match="one profiled GPU family"):
+    with pytest.raises(ValueError, match="fits one GPU at a time"):
         fit.fit_gemm(rows)
+    with pytest.raises(ValueError, match="gpu 'my-gpu', which is neither a profiled family nor a catalogue GPU"):
+        fit.fit_gemm(rows[rows["gpu"] == "a40"].assign(gpu="my-gpu"))
+    # a user's own profile under a catalogue name is bounded by that GPU's spec sheet
+    h200 = fit.fit_gemm(rows[rows["gpu"] == "h100"].assign(gpu="H200"))
+    assert h200.bytes_per_s <= gpu_spec("H200").hbm_bandwidth_bytes_per_s * (1 + 1e-9)

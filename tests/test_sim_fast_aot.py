@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import subprocess
 import sys
-import sysconfig
 import warnings
 
 import numpy as np
@@ -29,8 +29,7 @@ from test_sim_fast_equivalence import random_case, run
 _KERNEL = compiled._kernel
 
 def _has_c_compiler() -> bool:
-    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    return shutil.which(cc) is not None
+    return aot.c_compiler() is not None
 
 
 @pytest.fixture(scope="session")
@@ -195,10 +194,65 @@ def test_prune_keeps_the_newest_modules_of_other_sources(tmp_path, monkeypatch):
         os.utime(tmp_path / f"{name}{suffix}", (1e9 - age, 1e9 - age))
     (tmp_path / f"{names[3]}.failed").write_text("reason")
     (tmp_path / "other.so").write_bytes(b"")
+    (tmp_path / f"{names[1]}.cpython-399-other.so").write_bytes(b"")  # another interpreter's build
+    os.utime(tmp_path / f"{names[1]}.cpython-399-other.so", (1e9 - 1, 1e9 - 1))
+    (tmp_path / ".build-killed").mkdir()  # a killed build's folder, two days old
+    os.utime(tmp_path / ".build-killed", (time.time() - 2 * 86400,) * 2)
     removed = aot.prune(tmp_path, keep=names[4])  # the oldest one was just built (an older clock)
     assert removed == [names[2], names[3]]
     left = sorted(p.name for p in tmp_path.iterdir())
-    assert left == sorted(["other.so", *(f"{n}{s}" for n in (names[0], names[1], names[4]) for s in (suffix, ".lock"))])
+    locks = [f"{n}.lock" for n in names]  # a lock stays: another process may hold it
+    assert left == sorted(["other.so", f"{names[1]}.cpython-399-other.so", *locks,
+                           *(f"{n}{suffix}" for n in (names[0], names[1], names[4]))])
+
+
+def test_prune_skips_a_file_another_process_removed(tmp_path, monkeypatch):
+    suffix = aot.module_path(tmp_path, "x").name[1:]
+    for i in range(5):
+        (tmp_path / f"{aot.PREFIX}{i:024d}{suffix}").write_bytes(b"")
+    real = aot._mtime
+
+    def vanishing(path):  # every file's stat fails, as when another prune removed it first
+        path.unlink(missing_ok=True)
+        return real(path)
+
+    monkeypatch.setattr(aot, "_mtime", vanishing)
+    aot.prune(tmp_path, keep=f"{aot.PREFIX}{0:024d}")  # no FileNotFoundError
+
+
+def test_module_name_follows_numba_and_llvmlite_and_the_interpreter(monkeypatch):
+    base = aot.module_name(aot._PACKAGE)
+    for patch in ((aot, "_compiler_versions", lambda: b"numba 9.9"),
+                  (aot.sys.implementation, "cache_tag", "cpython-399")):
+        with monkeypatch.context() as m:
+            aot._names.clear()
+            m.setattr(*patch)
+            assert aot.module_name(aot._PACKAGE) != base
+    aot._names.clear()
+    assert aot.module_name(aot._PACKAGE) == base
+
+
+def test_no_c_compiler_fails_the_build_at_once_and_one_process_tries_once(tmp_path, monkeypatch, capsys):
+    """Without a compiler the build stops before pycc's long part (nothing announced); a process
+    that failed does not try again on its next simulation, even when no failure file could be written."""
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    with pytest.raises(RuntimeError, match="no C compiler on the path"):
+        aot.build(tmp_path, "kvlab_loop_x")
+    assert "compiling" not in capsys.readouterr().err
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(aot, "_build_once", lambda folder, name: calls.append(name) or "it failed")
+    with pytest.warns(RuntimeWarning, match="could not be compiled ahead of time"):
+        assert aot.load() is None
+    assert aot.load() is None and len(calls) == 1
+
+
+def test_numba_disable_jit_runs_the_plain_python_loop_not_the_module(monkeypatch):
+    from kvlab.sim.fast import compiled, loop
+
+    monkeypatch.setenv("NUMBA_DISABLE_JIT", "1")
+    monkeypatch.setattr(aot, "load", lambda: pytest.fail("the ahead-of-time module was asked for"))
+    assert compiled._kernel() == (loop.run_loop, False)
 
 
 def test_a_run_through_the_aot_loop_imports_neither_numba_nor_scipy(aot_loop):

@@ -87,17 +87,22 @@ def fit_gemm(rows: pd.DataFrame) -> GemmCurve:
 
     Minimises the squared log ratio of predicted to measured seconds (``least_squares``, bounded:
     launch 2 ns-7 ms, half-tokens 1-22,000, sharpness 1-20, and the curve's bandwidth and
-    throughput at most the profiled GPU's spec-sheet HBM bandwidth and dense BF16 peak,
-    :data:`PROFILED_GPUS`: unbounded, the H100 rows fitted 4.5 TB/s on a 3.35 TB/s GPU, the
-    misfit landing on the decode-sized GEMMs the curve's knee trades off against).
+    throughput at most the GPU's spec-sheet HBM bandwidth and dense BF16 peak (the ``gpu`` column:
+    a family of :data:`PROFILED_GPUS`, or a catalogue GPU's name for a user's own profile).
+    Unbounded, the H100 rows fitted 4.5 TB/s on a 3.35 TB/s GPU, the misfit landing on the
+    decode-sized GEMMs the curve's knee trades off against.
     """
     if len(rows) < 5:
         raise ValueError(f"fit_gemm needs at least 5 GEMM rows, got {len(rows)}")
     families = sorted(set(rows["gpu"]))
-    if len(families) != 1 or families[0] not in PROFILED_GPUS:
-        raise ValueError(f"fit_gemm fits one profiled GPU family ({', '.join(sorted(PROFILED_GPUS))}); "
-                         f"rows' gpu column holds {families}")
-    spec = _gpu_spec(PROFILED_GPUS[families[0]])
+    if len(families) != 1:
+        raise ValueError(f"fit_gemm fits one GPU at a time (a profiled family, {', '.join(sorted(PROFILED_GPUS))}, "
+                         f"or a catalogue GPU's name); rows' gpu column holds {families}")
+    try:
+        spec = _gpu_spec(PROFILED_GPUS.get(families[0], families[0]))
+    except ValueError as err:
+        raise ValueError(f"fit_gemm: rows of gpu {families[0]!r}, which is neither a profiled family nor a "
+                         f"catalogue GPU (its spec sheet bounds the curve): {err}") from None
     m, n, k, t = (rows[c].to_numpy(dtype=np.float64) for c in ("m", "n", "k", "time_s"))
 
     def residuals(p: np.ndarray) -> np.ndarray:

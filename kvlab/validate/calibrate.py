@@ -166,7 +166,8 @@ def runs_overlap(runs: Sequence[RunRecord]) -> bool:
     if len(modes) > 1:
         sync = [r.name for r in runs if not r.setup.schedules_async]
         raise ValueError(f"runs {', '.join(sync)} schedule in step and the others asynchronously: one stack "
-                         "has one of the two pricings; calibrate each kind on its own (or pass overlap)")
+                         "has one of the two pricings; calibrate each kind on its own, or state async_scheduling in the "
+                         "set-up YAML where a run's version decides it wrongly (Python: fit(..., overlap=))")
     return modes.pop()
 
 

@@ -107,8 +107,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     rows = [compare(replay(r, cost_model=args.cost_model, stack=st)) for r, st in zip(runs, stacks)]
     df = pd.DataFrame(rows)
     named = args.cost_model if is_cost_model_file(args.cost_model or "") else None
-    fitted = set().union(*(_fitted_runs(named or st) for st in set(stacks)))
-    df["fitted_to_it"] = [(d, r) in fitted for d, r in zip(df["dataset"], df["run"])]
+    df["fitted_to_it"] = [(d, r) in _fitted_runs(named or st) for d, r, st in zip(df["dataset"], df["run"], stacks)]
     cols = ["dataset", "run", "ttft_mean_err", "e2e_mean_err", "tpot_mean_err", "overload_pred", "overload_meas",
             "fitted_to_it"]
     print(f"cost model: {'; '.join(sorted(set(df['cost_model'])))}")
@@ -118,7 +117,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if df["fitted_to_it"].any():
         print(f"note: {int(df['fitted_to_it'].sum())} run(s) were in the stack's own fit (fitted_to_it): their error "
               "is in-sample, not a validation; each held out (fitted to the others):")
-        for st in sorted({named or st for st in stacks if _fitted_runs(named or st)}):
+        for st in sorted({named or st for st, flagged in zip(stacks, df["fitted_to_it"]) if flagged}):
             print(f"  {st}: {_held_out_line(st)}")
     print()
     print(_fmt_table(error_table(rows)))

@@ -93,7 +93,7 @@ def why(row: pd.Series | dict, record: RunRecord) -> str:
         reasons.append(f"GPU time from the spec-sheet roofline ({not_measured})")
     elif g.name not in measured_gpus():
         reasons.append(f"{g.name} has no measurements: its curves are {reference_gpu(g)}'s carried by spec ratios "
-                       "(notebook 08's leave-one-GPU-out table: 6-10% on the linear layers)")
+                       "(notebook 08's leave-one-GPU-out table says how far that carries)")
     collectives = [what for what, holds in ((f"TP{s.tp} all-reduces", s.tp > 1),
                                             (f"EP{s.expert_parallel} dispatch and combine all-to-alls",
                                              s.expert_parallel > 1)) if holds]

@@ -34,6 +34,7 @@ import importlib.util
 import os
 import shutil
 import sys
+import sysconfig
 import tempfile
 import time
 import warnings
@@ -62,6 +63,7 @@ _loaded: dict[Path, Callable[..., int]] = {}
 _folders: dict[str | None, Path] = {}  # cache_folder() per NUMBA_CACHE_DIR
 _names: dict[Path, str] = {}
 _warned: set[str] = set()
+_failed: dict[Path, str] = {}  # why this process could not build or load a module
 
 
 def cpu_fingerprint() -> str:
@@ -84,12 +86,25 @@ def cpu_fingerprint() -> str:
     return f"{platform.machine()} {platform.processor()}"
 
 
+def _compiler_versions() -> bytes:
+    """The installed Numba's and llvmlite's ``_version.py`` bytes (found without importing them;
+    empty where missing): a new compiler builds a new module, as Numba's own cache recompiles."""
+    out = b""
+    for package in ("numba", "llvmlite"):
+        with contextlib.suppress(Exception):
+            spec = importlib.util.find_spec(package)
+            out += package.encode() + (Path(spec.origin).parent / "_version.py").read_bytes()
+    return out
+
+
 def module_name(root: Path = _PACKAGE) -> str:
     """The module's name for the kvlab sources under ``root``: a SHA-256 of each ``.py`` file's
-    path (relative to ``root``) and bytes, of NumPy's version (its C interface) and of
-    :func:`cpu_fingerprint` (the code is tuned to the CPU)."""
+    path (relative to ``root``) and bytes, of NumPy's version (its C interface), of Numba's and
+    llvmlite's (:func:`_compiler_versions`), of the interpreter (``sys.implementation.cache_tag``)
+    and of :func:`cpu_fingerprint` (the code is tuned to the CPU)."""
     if root not in _names:
-        h = hashlib.sha256(f"numpy {np.__version__}\n{cpu_fingerprint()}".encode())
+        h = hashlib.sha256(f"numpy {np.__version__}\n{sys.implementation.cache_tag}\n{cpu_fingerprint()}".encode())
+        h.update(_compiler_versions())
         for path in sorted(root.rglob("*.py")):
             h.update(path.relative_to(root).as_posix().encode() + b"\0")
             h.update(path.read_bytes())
@@ -133,9 +148,19 @@ def _signature() -> Any:
     return types.int64(*(numba_type(dtype, ndim) for _, dtype, ndim in ARGUMENTS))
 
 
+def c_compiler() -> str | None:
+    """The C compiler pycc would link the module with (``CC``, else Python's own build's), or
+    ``None`` when it is not on the path."""
+    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
+    return shutil.which(cc)
+
+
 def build(folder: Path, name: str) -> Path:
     """Compile :func:`.loop.run_loop` with ``numba.pycc`` into the module ``name`` in ``folder``
-    (built in a temporary folder there, then moved into place); its path. Announced on stderr."""
+    (built in a temporary folder there, then moved into place); its path. Announced on stderr.
+    Without a C compiler it fails at once (pycc would find out after most of the build)."""
+    if c_compiler() is None:
+        raise RuntimeError("no C compiler on the path (set CC, or install gcc): numba.pycc links the module with one")
     start = time.perf_counter()
     print("kvlab: compiling the simulator's loop ahead of time (first run after installing or changing kvlab; "
           "kept for later runs) ...", file=sys.stderr, flush=True)
@@ -160,18 +185,30 @@ def build(folder: Path, name: str) -> Path:
     return target
 
 
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:  # removed meanwhile by another process's prune
+        return 0.0
+
+
 def prune(folder: Path, keep: str) -> list[str]:
     """Remove the files of kvlab loop modules in ``folder`` other than ``keep`` and the newest
-    :data:`KEEP` - 1 others (by modification time); the names removed."""
-    built = sorted((p for p in folder.glob(f"{PREFIX}*{importlib.machinery.EXTENSION_SUFFIXES[0]}")),
-                   key=lambda p: p.stat().st_mtime, reverse=True)
-    names = [p.name[:len(keep)] for p in built]
+    :data:`KEEP` - 1 others (by modification time, every interpreter's suffix alike), and build
+    folders a killed build left over a day ago; the names removed. Lock files stay (another process
+    may hold one), and a file another process removed first is skipped."""
+    built = [p for p in folder.glob(f"{PREFIX}*") if p.suffix in (".so", ".pyd")]
+    newest = sorted(built, key=_mtime, reverse=True)
+    names = list(dict.fromkeys(p.name[:len(keep)] for p in newest))
     kept = {keep, *[n for n in names if n != keep][:KEEP - 1]}
     removed = sorted({p.name[:len(keep)] for p in folder.glob(f"{PREFIX}*")} - kept)
     for path in folder.glob(f"{PREFIX}*"):
-        if path.name[:len(keep)] in removed:
+        if path.name[:len(keep)] in removed and not path.name.endswith(".lock"):
             with contextlib.suppress(OSError):
                 path.unlink()
+    for stale in folder.glob(".build-*"):
+        if time.time() - _mtime(stale) > 86400:
+            shutil.rmtree(stale, ignore_errors=True)
     return removed
 
 
@@ -226,7 +263,8 @@ def _build_once(folder: Path, name: str) -> str | None:
             with contextlib.suppress(OSError):
                 failed.write_text(reason + "\n", encoding="utf-8")
             return reason
-    prune(folder, keep=name)
+    with contextlib.suppress(OSError):
+        prune(folder, keep=name)
     return None
 
 
@@ -239,6 +277,8 @@ def load() -> Callable[..., int] | None:
     path = module_path(folder, name)
     if path in _loaded:
         return _loaded[path]
+    if path in _failed:  # this process tried already: no second build
+        return None
     try:
         reason = None if path.exists() else _build_once(folder, name)
         if reason is None:
@@ -246,6 +286,7 @@ def load() -> Callable[..., int] | None:
     except Exception as err:  # a module that cannot be loaded (or a lock that cannot be taken)
         reason = f"{type(err).__name__}: {err}".strip()[:500]
     if reason is not None:
+        _failed[path] = reason
         _warn_once(name, reason, folder / f"{name}.failed")
         return None
     return _loaded[path]

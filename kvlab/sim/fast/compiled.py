@@ -155,8 +155,9 @@ def _needs_compile(kernel: object) -> bool:
 
 def _kernel() -> tuple[Callable[..., int], bool]:
     """The loop's entry, and whether it was compiled ahead of time (:mod:`.aot`: its arguments are
-    checked; built on first use) rather than Numba's JIT dispatcher (``KVLAB_AOT=0``, or no build)."""
-    if os.environ.get("KVLAB_AOT", "1") != "0":
+    checked; built on first use) rather than Numba's JIT dispatcher (``KVLAB_AOT=0``, or no build;
+    under ``NUMBA_DISABLE_JIT=1`` the dispatcher runs the loop as plain Python, as asked)."""
+    if os.environ.get("KVLAB_AOT", "1") != "0" and os.environ.get("NUMBA_DISABLE_JIT", "0") in ("", "0"):
         ahead = aot.load()
         if ahead is not None:
             return ahead, True
