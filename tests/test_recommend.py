@@ -401,7 +401,8 @@ def test_workers_inherit_the_loop_the_parent_loaded(monkeypatch):
     monkeypatch.setattr(aot, "_loaded", {})
     load_loop()
     folder, name = aot.cache_folder(), aot.module_name()
-    assert list(aot._loaded) == [aot.module_path(folder, name)] or (folder / f"{name}.failed").exists()  # no build
+    if aot.c_compiler() is not None:  # else no module can be built: only the JIT's half below holds
+        assert list(aot._loaded) == [aot.module_path(folder, name)]
     monkeypatch.setenv("KVLAB_AOT", "0")
     load_loop()
     assert loop.run_loop.signatures
