@@ -103,11 +103,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
         output_file(args.csv, inputs=[*args.results, *(args.set_up or [])], force=args.force, flag="--csv")
     runs = load_runs(args.results or ["shared"], args.set_up)
     chosen = args.cost_model is not None or args.stack is not None
-    stacks = [args.stack if chosen else engine_stack(r.setup.engine) for r in runs]
+    by_engine = {e: engine_stack(e) for e in {r.setup.engine for r in runs}}  # each stack file read once
+    stacks = [args.stack if chosen else by_engine[r.setup.engine] for r in runs]
     rows = [compare(replay(r, cost_model=args.cost_model, stack=st)) for r, st in zip(runs, stacks)]
     df = pd.DataFrame(rows)
     named = args.cost_model if is_cost_model_file(args.cost_model or "") else None
-    df["fitted_to_it"] = [(d, r) in _fitted_runs(named or st) for d, r, st in zip(df["dataset"], df["run"], stacks)]
+    fitted = {st: _fitted_runs(named or st) for st in set(stacks)}
+    df["fitted_to_it"] = [(d, r) in fitted[st] for d, r, st in zip(df["dataset"], df["run"], stacks)]
     cols = ["dataset", "run", "ttft_mean_err", "e2e_mean_err", "tpot_mean_err", "overload_pred", "overload_meas",
             "fitted_to_it"]
     print(f"cost model: {'; '.join(sorted(set(df['cost_model'])))}")
