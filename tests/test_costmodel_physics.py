@@ -262,26 +262,38 @@ def test_leave_one_gpu_out_table():
 
 
 def test_expert_parallel_halves_the_experts_a_gpu_reads():
-    """EP2 (Mixtral-8x7B, 8 experts, 2 per token): a GPU holds 4 experts and serves both ranks'
-    tokens, 2 T x 2 / 8 = T / 2 per expert, plus a dispatch and a combine of half its T x 2
-    hidden states over the link (by hand, compute-only curve)."""
+    """DP2 + EP2 (Mixtral-8x7B, 8 experts, 2 per token), as vLLM 0.19 runs it: a GPU holds 4 experts
+    and serves both ranks' tokens, 2 T x 2 / 8 = T / 2 per expert, plus an all-gather of both ranks'
+    hidden states and a reduce-scatter of the outputs, one all-reduce of 2 T x 2 h bytes on the
+    2-GPU NCCL line. TP2 + EP2 (one rank): whole experts, half of them per GPU, on the rank's own T
+    tokens, and no EP collective (by hand, compute-only curve)."""
     consts = zero_constants(gemm={"flops_per_s": 1e14})
     one = measured_mod.build("Mixtral-8x7B", "A100-80GB-SXM", constants=consts, stack="s")
     two = measured_mod.build("Mixtral-8x7B", "A100-80GB-SXM", constants=consts, stack="s", ep=2)
     m = spec("Mixtral-8x7B")
     h, ff = m.hidden_size, m.moe_intermediate_size or m.intermediate_size
-    dense = one.layer_linear_s(64) - sum(8 * (1 - (1 - 2 / 8) ** 64) * max(
-        2 * (2 * 64 / (8 * (1 - (1 - 2 / 8) ** 64))) * n * k / 1e14,
-        gemm_floor_s(2 * 64 / (8 * (1 - (1 - 2 / 8) ** 64)), n, k)) for n, k in ((2 * ff, h), (h, ff)))
-    touched = 4 * (1 - (1 - 2 / 8) ** 128)
-    per = 64 * 2 / touched
-    experts = sum(touched * max(2 * per * n * k / 1e14, gemm_floor_s(per, n, k)) for n, k in ((2 * ff, h), (h, ff)))
-    a2a = 2 * (1e-5 + 0.5 * 64 * 2 * h * 2 / 300e9)  # send/recv latency; A100-80GB-SXM's 300 GB/s link
-    assert two.layer_linear_s(64) == pytest.approx(dense + experts + a2a, rel=1e-12)
+
+    def experts_s(tokens: float, width: float, held: int) -> float:
+        touched = held * (1 - (1 - 2 / 8) ** tokens)
+        per = tokens * 2 * held / 8 / touched  # expert-tokens on this GPU over the experts they touch
+        return sum(touched * max(2 * per * n * k / 1e14, gemm_floor_s(per, n, k))
+                   for n, k in ((2 * width, h), (h, width)))
+
+    dense = one.layer_linear_s(64) - experts_s(64, ff, 8)
+    gathered = 2 * 64 * h * 2
+    ag_rs = max(1e-5 + 1e-9 * gathered, 1.0 * gathered / 300e9)  # the 2-GPU NCCL line; ring floor on 300 GB/s
+    assert two.layer_linear_s(64) == pytest.approx(dense + experts_s(128, ff, 4) + ag_rs, rel=1e-12)
     assert two.layer_linear_s(1) < one.layer_linear_s(1)  # one token: its 2 experts, half as likely here
+    tp2 = measured_mod.build("Mixtral-8x7B", "A100-80GB-SXM", constants=consts, stack="s", tp=2)
+    tp2ep2 = measured_mod.build("Mixtral-8x7B", "A100-80GB-SXM", constants=consts, stack="s", tp=2, ep=2)
+    dense2 = tp2.layer_linear_s(64) - experts_s(64, ff / 2, 8)
+    assert tp2ep2.layer_linear_s(64) == pytest.approx(dense2 + experts_s(64, ff, 4), rel=1e-12)
     assert compiled_equals_python(cm.measured("Mixtral-8x7B", "H100-SXM", tp=1, ep=2))
+    assert compiled_equals_python(cm.measured("Mixtral-8x7B", "H100-SXM", tp=2, ep=4))
     with pytest.raises(ValueError, match="ep=3 needs a mixture of experts whose experts it divides"):
         cm.measured("Mixtral-8x7B", "H100-SXM", ep=3)
+    with pytest.raises(ValueError, match="ep=2 must be tp=4 times the data-parallel ranks"):
+        cm.measured("Mixtral-8x7B", "H100-SXM", tp=4, ep=2)
 
 
 @needs_shared

@@ -314,8 +314,9 @@ def test_cli_validate_defaults_to_each_runs_engine_stack(tmp_path, runs, capsys)
 
 
 def test_why_names_pcie_collectives_of_tp_and_of_expert_parallelism():
-    """A PCIe-only GPU's collectives are named for TP all-reduces and for EP all-to-alls alike (the
-    LLMServingSim Qwen3 runs); an NVLinked GPU's TP, and a single GPU, get no such line."""
+    """A PCIe-only GPU's collectives are named for TP all-reduces and for the EP all-gathers and
+    reduce-scatters of data-parallel ranks alike (the LLMServingSim Qwen3 runs); TP2 + EP2 has no EP
+    collective (one rank); an NVLinked GPU's TP, and a single GPU, get no such line."""
     from kvlab.validate.study import why
 
     row = {"ttft_growth_meas": 1.0, "overload_meas": False, "ttft_mean_err": 0.01, "tpot_mean_err": -0.16,
@@ -330,9 +331,13 @@ def test_why_names_pcie_collectives_of_tp_and_of_expert_parallelism():
                              "ttft_s": [0.1, 0.1], "tpot_s": [0.01, 0.01], "e2e_s": [0.2, 0.2]})
 
     tp2 = reason(model="Qwen3-32B", gpu="RTXPRO6000", tp=2)
-    assert "TP2 all-reduces over PCIe" in tp2 and "all-to-alls" not in tp2
+    assert "TP2 all-reduces over PCIe" in tp2 and "EP" not in tp2
     ep2 = reason(model="Qwen3-30B-A3B", gpu="RTXPRO6000", dp=2, expert_parallel=2)
-    assert "EP2 dispatch and combine all-to-alls over PCIe" in ep2 and "TP" not in ep2.split("over PCIe")[0]
+    assert "EP2 all-gathers and reduce-scatters of the 2 data-parallel ranks' tokens over PCIe" in ep2 \
+        and "TP" not in ep2.split("over PCIe")[0]
+    tp_ep = reason(model="Qwen3-30B-A3B", gpu="RTXPRO6000", tp=2, expert_parallel=2)
+    assert "TP2 all-reduces over PCIe" in tp_ep and "EP2" not in tp_ep.split("over PCIe")[0]
+    assert "lockstep" in ep2 and "lockstep" not in tp_ep  # DP ranks of an EP MoE pad to the largest rank
     assert "over PCIe" not in reason(model="Llama-2-70B", gpu="H100-SXM", tp=4)
     assert "over PCIe" not in reason(model="Qwen3-32B", gpu="RTXPRO6000")
 

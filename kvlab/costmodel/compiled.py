@@ -59,15 +59,18 @@ def _measured_s(c, o, t, pairs, kv, s):  # pragma: no cover (compiled)
     num_expert = int(c[at])
     if c[o + M.num_experts] > 0:
         e, k_tok, ep = c[o + M.num_experts], c[o + M.experts_per_token], c[o + M.expert_parallel]
-        touched = e / ep * (1.0 - (1.0 - k_tok / e) ** (t * ep))
-        per = t * k_tok / max(touched, 1.0)
+        ranks = ep / c[o + M.tp]
+        seen = t * ranks if ep > 1 else t
+        touched = e / ep * (1.0 - (1.0 - k_tok / e) ** seen)
+        per = seen * k_tok / ep / max(touched, 1.0)
         experts = 0.0
         for i in range(num_expert):
             experts += c[o + M.gemm_launch_s] + touched * _gemm_s(c, lin, per, c[at + 1 + 2 * i], c[at + 2 + 2 * i], 0.0)
         linear = linear + experts
-        if ep > 1:
-            moved = (ep - 1.0) / ep * t * k_tok * c[o + M.activation_bytes_per_token]
-            linear = linear + 2.0 * (c[o + M.p2p_latency_s] + moved / c[o + M.interconnect_bytes_per_s])
+        if ranks > 1:
+            gathered = seen * c[o + M.activation_bytes_per_token]
+            linear = linear + max(c[o + M.ep_comm_latency_s] + c[o + M.ep_comm_s_per_byte] * gathered,
+                                  2.0 * (ranks - 1.0) / ranks * gathered / c[o + M.interconnect_bytes_per_s])
     pointwise = max(c[o + M.pointwise_s] + c[o + M.pointwise_s_per_element] * c[o + M.hidden_size] * t
                     + c[o + M.pointwise_s_per_sharded_element] * c[o + M.sharded_width] * t,
                     c[o + M.pointwise_bytes_per_token] * t / c[o + M.peak_bytes_per_s])

@@ -38,7 +38,8 @@ GEMM_FIELDS = ("launch_s", "bytes_per_s", "flops_per_s", "half_tokens", "sharpne
 #: its GEMM shapes follow them (:data:`MEASURED_SHAPES`: a count, then ``n, k`` per shape).
 MEASURED_FIELDS = (
     "num_layers", "hidden_size", "tp", *(f"gemm.{f}" for f in GEMM_FIELDS), *(f"head_gemm.{f}" for f in GEMM_FIELDS),
-    "num_experts", "experts_per_token", "expert_parallel", "lm_head_shape.0", "lm_head_shape.1", "peak_bytes_per_s",
+    "num_experts", "experts_per_token", "expert_parallel", "ep_comm_latency_s", "ep_comm_s_per_byte",
+    "lm_head_shape.0", "lm_head_shape.1", "peak_bytes_per_s",
     "peak_flops_per_s", "pointwise_s", "pointwise_s_per_element", "pointwise_s_per_sharded_element", "sharded_width",
     "pointwise_bytes_per_token", "attention_s", "attention_s_per_seq", "attention_s_per_token",
     "attention_s_per_kv_token", "attention_s_per_pair", "attention_s_per_decode_pair", "attention_kv_bytes_per_token",

@@ -149,9 +149,15 @@ class MeasuredCostModel:
         The layer's dense GEMMs per GPU (output and input features); a mixture of experts' router.
     expert_shapes : tuple of (n, k)
         One routed expert's GEMMs per GPU (empty for a dense model); ``num_experts`` experts,
-        ``experts_per_token`` used by each token, spread over ``expert_parallel`` GPUs (EP: each
-        GPU holds ``num_experts / expert_parallel`` of them and serves the tokens of all
-        ``expert_parallel`` ranks routed to them, each rank taken to carry this one's load).
+        ``experts_per_token`` used by each token, spread over ``expert_parallel`` GPUs (EP, as
+        vLLM builds it: ``tp x dp`` GPUs, each holding ``num_experts / expert_parallel`` whole
+        experts, not split by TP, and serving the tokens of all ``expert_parallel / tp`` data-parallel
+        ranks routed to them, each rank taken to carry this one's load).
+    ep_comm_latency_s, ep_comm_s_per_byte : float
+        Under EP with data parallelism, the NCCL alpha-beta fit of an all-reduce over the
+        ``expert_parallel / tp`` data-parallel ranks (0 without them): the dispatch (all-gather of
+        the ranks' hidden states) and the combine (reduce-scatter of the experts' outputs) of
+        each layer cost one all-reduce of the gathered hidden states (:meth:`layer_linear_s`).
     lm_head_shape : tuple of (n, k)
         The vocabulary projection per GPU, on ``head_gemm`` (BF16 weights: quantized checkpoints
         keep the LM head in BF16; ``gemm`` otherwise).
@@ -195,6 +201,8 @@ class MeasuredCostModel:
     num_experts: int = 0
     experts_per_token: int = 0
     expert_parallel: int = 1
+    ep_comm_latency_s: float = 0.0
+    ep_comm_s_per_byte: float = 0.0
     lm_head_shape: tuple[float, float]
     peak_bytes_per_s: float
     peak_flops_per_s: float
@@ -233,20 +241,34 @@ class MeasuredCostModel:
         A mixture of experts adds its routed experts: with ``E`` experts, ``k`` per token and
         uniform routing, ``T`` tokens touch ``E (1 - (1 - k / E)^T)`` experts in expectation,
         each running its GEMMs on ``T k / touched`` tokens (each touched expert reads its weights);
-        one launch per expert GEMM for all experts (a fused kernel, as vLLM's ``fused_moe``). Under
-        expert parallelism ``ep`` a GPU's ``E / ep`` experts see the ``ep T`` tokens of all ranks
-        (``T k`` expert-tokens per GPU in expectation), and each layer adds a dispatch and a combine
-        all-to-all of ``(ep - 1) / ep`` of its ``T k`` hidden states over the interconnect.
+        one launch per expert GEMM for all experts (a fused kernel, as vLLM's ``fused_moe``).
+
+        Under expert parallelism ``ep = tp x dp``, as vLLM 0.19 runs it (``FusedMoEParallelConfig``
+        in ``vllm/model_executor/layers/fused_moe/config.py``: each GPU owns whole experts, the
+        MoE's own TP is 1; the default ``all2all_backend`` ``"allgather_reducescatter"``,
+        ``vllm/config/parallel.py``, whose ``AgRsAll2AllManager`` in
+        ``vllm/distributed/device_communicators/all2all.py`` all-gathers the hidden states of the
+        ``dp`` data-parallel ranks and reduce-scatters the outputs; 0.19.0 wheel, commit 2a69949):
+        a GPU's ``E / ep`` experts see the ``dp T`` tokens of all ranks (``dp T k / ep`` expert-tokens
+        in expectation), and with ``dp > 1`` each layer adds that all-gather and reduce-scatter of
+        ``dp T`` hidden states, one all-reduce of them in bytes and ring steps
+        (``ep_comm_latency_s + ep_comm_s_per_byte x bytes``, at least their ring bytes over the
+        interconnect). Under TP alone (``dp = 1``) the tokens are every GPU's already and the
+        experts' partial outputs join the TP all-reduce that follows the MLP. The gathered top-k
+        ids and weights (8 bytes per token and expert, under 2% of the hidden state) are left out.
         """
         t = sum(self.gemm.time_s(num_tokens, n, k) for n, k in self.gemm_shapes)
         if self.num_experts:
             e, k_tok, ep = float(self.num_experts), float(self.experts_per_token), float(self.expert_parallel)
-            touched = e / ep * (1.0 - (1.0 - k_tok / e) ** (num_tokens * ep))
-            per = num_tokens * k_tok / _maximum(touched, 1.0)
+            seen = num_tokens * (ep / self.tp if ep > 1 else 1.0)
+            touched = e / ep * (1.0 - (1.0 - k_tok / e) ** seen)
+            per = seen * k_tok / ep / _maximum(touched, 1.0)
             t = t + sum(self.gemm.launch_s + touched * self.gemm.time_s(per, n, k, 0.0) for n, k in self.expert_shapes)
-            if ep > 1:
-                moved = (ep - 1.0) / ep * num_tokens * k_tok * self.activation_bytes_per_token
-                t = t + 2.0 * (self.p2p_latency_s + moved / self.interconnect_bytes_per_s)
+            ranks = ep / self.tp
+            if ranks > 1:
+                gathered = seen * self.activation_bytes_per_token
+                t = t + _maximum(self.ep_comm_latency_s + self.ep_comm_s_per_byte * gathered,
+                                 2.0 * (ranks - 1.0) / ranks * gathered / self.interconnect_bytes_per_s)
         return t
 
     def pointwise_layer_s(self, num_tokens: Any) -> Any:
@@ -478,6 +500,8 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
     if ep > 1 and (not m.is_moe or m.num_experts % ep):
         raise ValueError(f"ep={ep} needs a mixture of experts whose experts it divides; {m.name} has "
                          f"{m.num_experts} experts")
+    if ep > 1 and ep % tp:
+        raise ValueError(f"ep={ep} must be tp={tp} times the data-parallel ranks (vLLM's EP size is tp x dp)")
     why = unsupported(m, g, tp=tp, consts=constants)
     if why is not None:
         raise ValueError(f"the measured cost model cannot price {m.name} on {g.name} with tp={tp}: {why}")
@@ -494,6 +518,7 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
     over = {"overhead_s": 0.0, "overhead_s_per_seq": 0.0, "label": ""} if stack == "none" else stacks[stack]
     net = constants["networks"][entry["network"]]
     ar_latency, ar_per_byte = _allreduce_fit(net, tp) if tp > 1 else (0.0, 0.0)
+    ep_latency, ep_per_byte = _allreduce_fit(net, ep // tp) if ep // tp > 1 else (0.0, 0.0)
     p2p_latency, p2p_bytes_per_s = float(net["send_recv"]["latency_s"]), float(net["send_recv"]["bytes_per_s"])
     full_nvlink = _has_nvlink(g) and tp <= int(net.get("full_nvlink_gpus", 0))
     h = m.hidden_size
@@ -502,6 +527,8 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
     if m.is_moe:
         ff = (m.moe_intermediate_size or m.intermediate_size) / tp
         shared = m.num_shared_experts * ff
+        if ep > 1:  # EP: whole experts per GPU (the shared experts stay split by TP)
+            ff = ff * tp
         dense = (*attention, (float(m.num_experts), h)) + (((gate * shared, h), (h, shared)) if shared else ())
         experts: tuple[tuple[float, float], ...] = ((gate * ff, h), (h, ff))
     else:
@@ -535,6 +562,7 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
         num_layers=layers, hidden_size=h, gemm=layer_gemm, head_gemm=head,
         gemm_shapes=dense, expert_shapes=experts, num_experts=m.num_experts if m.is_moe else 0,
         experts_per_token=m.experts_per_token if m.is_moe else 0, expert_parallel=ep,
+        ep_comm_latency_s=ep_latency, ep_comm_s_per_byte=ep_per_byte / ic,
         lm_head_shape=(m.vocab_size / tp, h), peak_bytes_per_s=peak_bytes, peak_flops_per_s=peak_flops,
         pointwise_s=pw["launch_s"], pointwise_s_per_element=pw["s_per_element"] / bw,
         pointwise_s_per_sharded_element=pw["s_per_sharded_element"] / bw, sharded_width=q + kv + ff,

@@ -95,13 +95,18 @@ def why(row: pd.Series | dict, record: RunRecord) -> str:
         reasons.append(f"{g.name} has no measurements: its curves are {reference_gpu(g)}'s carried by spec ratios "
                        "(notebook 08's leave-one-GPU-out table says how far that carries)")
     collectives = [what for what, holds in ((f"TP{s.tp} all-reduces", s.tp > 1),
-                                            (f"EP{s.expert_parallel} dispatch and combine all-to-alls",
-                                             s.expert_parallel > 1)) if holds]
+                                            (f"EP{s.expert_parallel} all-gathers and reduce-scatters of the "
+                                             f"{s.expert_parallel // s.tp} data-parallel ranks' tokens",
+                                             s.expert_parallel > s.tp)) if holds]
     if collectives and g.interconnect_bytes_per_s <= g.host_link_bytes_per_s:
         reasons.append(f"{' and '.join(collectives)} over PCIe (no NVLink), priced from another link's measured "
                        "curves carried by bandwidth, with no measured collective on this one")
     if s.dp > 1:
-        reasons.append(f"DP{s.dp} replicas modelled as independent round-robin shares (vLLM balances by load)")
+        reasons.append(f"DP{s.dp} replicas modelled as independent round-robin shares (vLLM balances by load)"
+                       + ("; vLLM steps the ranks of an expert-parallel MoE in lockstep, every rank padded to the "
+                          "largest rank's tokens (vllm/v1/worker/dp_utils.py, _synchronize_dp_ranks, 0.19.0), so a "
+                          "prefill on one rank costs the other too: not modelled, and it makes the replay fast"
+                          if s.expert_parallel > s.tp else ""))
     if m.is_moe:
         reasons.append("mixture of experts: routing taken as uniform over the experts"
                        + (f", and every EP{s.expert_parallel} rank as loaded as the replayed one"
