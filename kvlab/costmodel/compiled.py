@@ -59,8 +59,8 @@ def _measured_s(c, o, t, pairs, kv, s):  # pragma: no cover (compiled)
     num_expert = int(c[at])
     if c[o + M.num_experts] > 0:
         e, k_tok, ep = c[o + M.num_experts], c[o + M.experts_per_token], c[o + M.expert_parallel]
-        ranks = ep / c[o + M.tp]
-        seen = t * ranks if ep > 1 else t
+        ranks = max(ep / c[o + M.tp], 1.0)
+        seen = t * ranks
         touched = e / ep * (1.0 - (1.0 - k_tok / e) ** seen)
         per = seen * k_tok / ep / max(touched, 1.0)
         experts = 0.0

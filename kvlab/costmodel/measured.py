@@ -260,11 +260,11 @@ class MeasuredCostModel:
         t = sum(self.gemm.time_s(num_tokens, n, k) for n, k in self.gemm_shapes)
         if self.num_experts:
             e, k_tok, ep = float(self.num_experts), float(self.experts_per_token), float(self.expert_parallel)
-            seen = num_tokens * (ep / self.tp if ep > 1 else 1.0)
+            ranks = max(ep / self.tp, 1.0)  # data-parallel ranks whose tokens the experts see
+            seen = num_tokens * ranks
             touched = e / ep * (1.0 - (1.0 - k_tok / e) ** seen)
             per = seen * k_tok / ep / _maximum(touched, 1.0)
             t = t + sum(self.gemm.launch_s + touched * self.gemm.time_s(per, n, k, 0.0) for n, k in self.expert_shapes)
-            ranks = ep / self.tp
             if ranks > 1:
                 gathered = seen * self.activation_bytes_per_token
                 t = t + _maximum(self.ep_comm_latency_s + self.ep_comm_s_per_byte * gathered,
@@ -525,10 +525,9 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
     gate = 2 if m.gated_mlp else 1
     attention, q, kv = attention_shapes(m, tp)
     if m.is_moe:
-        ff = (m.moe_intermediate_size or m.intermediate_size) / tp
-        shared = m.num_shared_experts * ff
-        if ep > 1:  # EP: whole experts per GPU (the shared experts stay split by TP)
-            ff = ff * tp
+        width = m.moe_intermediate_size or m.intermediate_size
+        shared = m.num_shared_experts * width / tp  # the shared experts stay split by TP
+        ff = width if ep > 1 else width / tp  # EP: whole experts per GPU
         dense = (*attention, (float(m.num_experts), h)) + (((gate * shared, h), (h, shared)) if shared else ())
         experts: tuple[tuple[float, float], ...] = ((gate * ff, h), (h, ff))
     else:
