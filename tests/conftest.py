@@ -1,6 +1,7 @@
 """Shared test set-up: headless plotting, GPU skips, and the notebook runner fixture."""
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 
@@ -40,14 +41,50 @@ def fast_loop(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture(scope="session")
+def quick_report(tmp_path_factory):
+    """``kvlab report -p quick true``: every notebook, as the test suite runs them (once per session)."""
+    from kvlab.cli import main
+
+    out = tmp_path_factory.mktemp("report") / "run"
+    assert main(["report", "-p", "quick", "true", "--out", str(out), "--no-progress"]) == 0
+    return out
+
+
+def _at_defaults(name: str, params: dict) -> bool:
+    """Whether ``params`` are ``{"quick": True}`` and otherwise the notebook's own defaults."""
+    import ast
+
+    import papermill
+
+    from kvlab._paths import ROOT
+
+    defaults = papermill.inspect_notebook(str(ROOT / "notebooks" / f"{name}.ipynb"))
+    rest = {k: v for k, v in params.items() if k != "quick"}
+    try:
+        return params.get("quick") is True and all(
+            k in defaults and ast.literal_eval(defaults[k]["default"]) == v for k, v in rest.items())
+    except (ValueError, SyntaxError):  # a default that is not a literal
+        return False
+
+
 @pytest.fixture
-def run_notebook(tmp_path):
-    """Execute ``notebooks/<name>.ipynb`` with ``params`` through papermill; return its JSON results."""
+def run_notebook(tmp_path, request):
+    """Execute ``notebooks/<name>.ipynb`` with ``params`` through papermill; return its JSON results.
+
+    A quick run at the notebook's defaults is the session's :func:`quick_report` page (the same
+    execution, not run twice)."""
     from kvlab.report import execute_notebook
 
     def _run(name: str, params: dict | None = None) -> dict:
-        results = execute_notebook(name, tmp_path / f"{name}.ipynb", params or {}, results_path=tmp_path / f"{name}.json")
-        _check_summary_card(name, results, tmp_path)
+        params = params or {}
+        if _at_defaults(name, params):
+            folder = request.getfixturevalue("quick_report")
+            results = json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))
+        else:
+            folder = tmp_path
+            results = execute_notebook(name, tmp_path / f"{name}.ipynb", params, results_path=tmp_path / f"{name}.json")
+        _check_summary_card(name, results, folder)
         return results
 
     return _run

@@ -8,7 +8,7 @@ compiled forms of the policies' rules and the cost model, and ``KVLAB_COMPILED_F
 asks Python every question) must give the reference engine's request table: the same integers,
 the same times to 1e-9, and the same refusal where the reference refuses.
 
-The normal run draws a fixed budget of cases per fast path (``KVLAB_FUZZ_EXAMPLES``, default 600,
+The normal run draws a fixed budget of cases per fast path (``KVLAB_FUZZ_EXAMPLES``, default 400,
 derandomized so CI is repeatable); the ``nightly`` profile (``KVLAB_FUZZ_PROFILE=nightly``) draws
 20,000 per path from a fresh seed. A new fast path joins by adding its switch to ``FAST_PATHS``.
 """
@@ -36,7 +36,7 @@ POLICY_PARAMS = {
     "orca_max": lambda: st.fixed_dictionaries({}),
     "predicted": lambda: st.fixed_dictionaries({"queue_order": st.sampled_from(["fcfs", "shortest_predicted", "tie"])}),
 }
-EXAMPLES = int(os.environ.get("KVLAB_FUZZ_EXAMPLES", "600"))
+EXAMPLES = int(os.environ.get("KVLAB_FUZZ_EXAMPLES", "400"))
 settings.register_profile("fuzz-ci", max_examples=EXAMPLES, derandomize=True, deadline=None, database=None)
 settings.register_profile("fuzz-nightly", max_examples=20_000, deadline=None)
 PROFILE = "fuzz-nightly" if os.environ.get("KVLAB_FUZZ_PROFILE") == "nightly" else "fuzz-ci"

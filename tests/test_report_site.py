@@ -57,15 +57,6 @@ def _read(path: Path) -> _Text:
     return p
 
 
-@pytest.fixture(scope="module")
-def quick_report(tmp_path_factory):
-    """``kvlab report 01 02 -p quick true``: the two notebooks every run must answer. (Every other
-    notebook's sidecar is put on a summary page by the ``run_notebook`` fixture of its own test.)"""
-    out = tmp_path_factory.mktemp("report") / "run"
-    assert main(["report", *(s[:2] for s in MUST_ANSWER), "-p", "quick", "true", "--out", str(out), "--no-progress"]) == 0
-    return out
-
-
 @pytest.mark.notebook
 def test_index_answers_each_notebooks_question(quick_report):
     page = _read(quick_report / "index.html")
@@ -88,7 +79,7 @@ def test_index_answers_each_notebooks_question(quick_report):
             assert f"{n} {kind}" in page.text, (nb.stem, kind)
     # the run's inputs and provenance
     for text in ("kvlab 0.", "model Llama-3-8B", "gpu H100-SXM", "profile seed-figures", "quick True",
-                 "kvlab report 01 02 -p quick true"):
+                 "kvlab report -p quick true"):
         assert text in page.text
 
 
@@ -221,21 +212,13 @@ def test_the_probe_sees_what_a_reader_must_not(tmp_path):
     assert not any(seen[k] for k in READER_CHECKS), seen
 
 
-@pytest.fixture(scope="module")
-def full_report(tmp_path_factory):
-    """``kvlab report -p quick true``: every notebook, as the test suite runs them."""
-    out = tmp_path_factory.mktemp("full") / "run"
-    assert main(["report", "-p", "quick", "true", "--out", str(out), "--no-progress"]) == 0
-    return out
-
-
 @pytest.mark.notebook
-def test_no_page_of_a_full_run_shows_raw_python(full_report):
+def test_no_page_of_a_full_run_shows_raw_python(quick_report):
     """Every page of a full run reads as a report: no raw dict or float, no build-machine path,
     no 0..N index column, no empty column; the summary page counts each notebook's verdicts by
     their structured kind, and every claim has one."""
     exe = _chromium()
-    pages = sorted(full_report.glob("*.html"))
+    pages = sorted(quick_report.glob("*.html"))
     stems = [p.stem for p in report.list_notebooks()]
     assert [p.stem for p in pages] == sorted([*stems, "index"])
     found = {}
@@ -245,9 +228,9 @@ def test_no_page_of_a_full_run_shows_raw_python(full_report):
         if bad or seen["broken"] or seen["cut"]:
             found[page.name] = {**bad, "broken": seen["broken"], "cut": seen["cut"]}
     assert not found, found
-    index = (full_report / "index.html").read_text(encoding="utf-8")
+    index = (quick_report / "index.html").read_text(encoding="utf-8")
     for stem in stems:
-        res = json.loads((full_report / f"{stem}.json").read_text())
+        res = json.loads((quick_report / f"{stem}.json").read_text())
         kinds = collections.Counter(c.get("kind") for c in res.get("claims") or [])
         assert all(k in kvlab_claims.KINDS for k in kinds), (stem, kinds)
         card = re.search(rf'<section class="card" id="{stem}">(.*?)</section>', index, flags=re.S)

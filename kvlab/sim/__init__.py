@@ -26,6 +26,7 @@ from .config import (DEFAULT_MAX_NEW_TOKENS, DEFAULT_MAX_NUM_SEQS, PoolConfig, P
                      SchedulerKind, SwapConfig)
 from .metrics import iteration_table, request_table, summarize
 from .fast import run_fast
+from .lockstep import serve as serve_lockstep
 from .reference import ReferenceEngine
 from .request import Request, RequestStatus
 
@@ -85,8 +86,8 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
              seed: int = 0, record_iterations: bool = False, engine: str = "fast",
              cost_model: Any = None, max_model_len: int | None = None, stack: str | None = None,
              prefix_caching: bool = False, hash_block_tokens: int = MOONCAKE_HASH_BLOCK_TOKENS,
-             prefix_model: PrefixModel | None = None, async_scheduling: bool = False,
-             **policy_params: Any) -> SimResult:
+             prefix_model: PrefixModel | None = None, async_scheduling: bool = False, data_parallel: int = 1,
+             cudagraph_max_tokens: int | None = None, **policy_params: Any) -> SimResult:
     """Serve ``workload`` under one reservation policy and return per-request and summary figures.
 
     Parameters
@@ -175,6 +176,18 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
         v0.14.0: while the engine is busy, admissions see arrivals, and the pages and slots of
         requests finishing, one iteration late (the reference engine's note states the rule). Off
         by default.
+    data_parallel : int
+        Data-parallel ranks of a mixture of experts, run in lockstep as vLLM V1 runs them
+        (:mod:`kvlab.sim.lockstep` states the rules: requests routed to the least-loaded rank, every
+        iteration as long as the slowest rank's, ranks padded to the largest one's tokens under CUDA
+        graphs). Each rank has its own ``pool_pages``, ``max_num_seqs`` and token budget; the
+        cost model prices one rank (for expert parallelism, one built with ``ep``). The request
+        table gains a ``rank`` column, the iteration table one row per rank and iteration. 1 (the
+        default): one engine.
+    cudagraph_max_tokens : int, optional
+        With ``data_parallel > 1``: the largest batch CUDA graphs capture (tokens); ranks are padded
+        to the largest rank's tokens only when every rank's batch is at most this. Default vLLM
+        0.19's ``min(2 x max_num_seqs, 512, max_num_batched_tokens)`` (``vllm/config/vllm.py``).
 
     Returns
     -------
@@ -187,8 +200,15 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
                   cpu_pool_pages=cpu_pool_pages, copy_latency_s=copy_latency_s, seed=seed, engine=engine,
                   cost_model=cost_model, max_model_len=max_model_len, stack=stack, prefix_caching=prefix_caching,
                   hash_block_tokens=hash_block_tokens, prefix_model=prefix_model, async_scheduling=async_scheduling,
-                  warn_stacklevel=3, **policy_params)
-    if run.params["engine"] == "fast":
+                  data_parallel=data_parallel, cudagraph_max_tokens=cudagraph_max_tokens, warn_stacklevel=3,
+                  **policy_params)
+    if run.params["data_parallel"] > 1:
+        req_table, it_table = serve_lockstep(
+            prompt=run.prompt, output=run.output, arrival_s=run.arrival_s, ids=run.ids,
+            max_new_tokens=run.max_new_tokens, policy=run.policy, pool=run.pool, scheduler=run.scheduler, swap=run.swap,
+            cost_model=run.cost, blocks=run.blocks, engine=run.params["engine"], data_parallel=run.params["data_parallel"],
+            cudagraph_max_tokens=run.params["cudagraph_max_tokens"], xp=get_xp(), every_column=record_iterations)
+    elif run.params["engine"] == "fast":
         req_table, it_table = run_fast(prompt_tokens=run.prompt, output_tokens=run.output, arrival_s=run.arrival_s,
                                        request_ids=run.ids, max_new_tokens=run.max_new_tokens, policy=run.policy,
                                        pool=run.pool, scheduler=run.scheduler, swap=run.swap, cost_model=run.cost,
@@ -260,7 +280,8 @@ def prepare(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: str
             seed: int = 0, engine: str = "fast", cost_model: Any = None, max_model_len: int | None = None,
             stack: str | None = None, prefix_caching: bool = False,
             hash_block_tokens: int = MOONCAKE_HASH_BLOCK_TOKENS, prefix_model: PrefixModel | None = None,
-            async_scheduling: bool = False, warn_stacklevel: int = 2, **policy_params: Any) -> PreparedRun:
+            async_scheduling: bool = False, data_parallel: int = 1, cudagraph_max_tokens: int | None = None,
+            warn_stacklevel: int = 2, **policy_params: Any) -> PreparedRun:
     """Check and resolve :func:`simulate`'s arguments (the same ones) without running an engine."""
     all_prompt, all_output, trace_arrival, all_ids = _workload_columns(workload)
     m, g = _model(model), _gpu(gpu)
@@ -282,6 +303,11 @@ def prepare(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: str
                          f"(block_size = {block_size} tokens)")
     if not isinstance(async_scheduling, (bool, np.bool_)):
         raise ValueError(f"async_scheduling must be True or False, got {async_scheduling!r}")
+    data_parallel = v.positive_int(data_parallel, "data_parallel")
+    if data_parallel > 1 and not m.is_moe:
+        raise ValueError(f"data_parallel={data_parallel}: vLLM runs the data-parallel ranks of a dense model "
+                         f"({m.name}) as independent engines, not in lockstep (vllm/v1/engine/core.py, 0.19.0): "
+                         f"simulate one engine per rank")
     sched = SchedulerConfig(kind=kind, max_num_seqs=v.positive_int(max_num_seqs, "max_num_seqs"),
                             max_num_batched_tokens=max_num_batched_tokens, preemption_mode=mode,
                             async_scheduling=bool(async_scheduling))
@@ -333,7 +359,10 @@ def prepare(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: str
               "stack": _stack_name(cost_model, stack),
               "max_model_len": context.max_model_len, "prefix_caching": bool(prefix_caching),
               "async_scheduling": bool(async_scheduling),
-              "prefix_blocks": prefix_source}
+              "prefix_blocks": prefix_source, "data_parallel": data_parallel,
+              "cudagraph_max_tokens": (min(2 * sched.max_num_seqs, 512, max_num_batched_tokens)
+                                       if cudagraph_max_tokens is None
+                                       else v.positive_int(cudagraph_max_tokens, "cudagraph_max_tokens"))}
     return PreparedRun(prompt=prompt, output=output, arrival_s=arrival_s, ids=ids, max_new_tokens=max_new_tokens,
                        policy=pol, pool=pool, scheduler=sched, swap=swap, cost=cost, context=context,
                        all_prompt=all_prompt, all_output=all_output, all_arrival_s=all_arrival_s, all_ids=all_ids,

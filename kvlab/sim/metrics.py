@@ -79,6 +79,10 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, num_pages: in
       (time-weighted mean and peak of the pages no request holds that keep a cached block),
       ``mean_pages_shared_saved`` / ``max_pages_shared_saved`` (pages sharing saves: block-table
       entries minus distinct pages in use).
+
+    Data-parallel ranks (a ``rank`` column in both tables, :mod:`kvlab.sim.lockstep`): each rank's
+    iterations are rows of their own (``num_iterations`` counts them all), token gaps are taken per
+    rank, and the pool shares are of one rank's ``num_pages``, averaged over the ranks' rows.
     """
     done = (requests["outcome"] != RequestStatus.FINISHED_ABORTED.name.lower()).to_numpy()  # completed (mask)
     num_done = int(done.sum())
@@ -110,7 +114,14 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, num_pages: in
         vals = vals[~np.isnan(vals)]
         for q in PERCENTILES:
             out[f"{name}_p{q}_s"] = float(np.percentile(vals, q)) if vals.size else float("nan")
-    gap_s, gap_count, max_only = _token_gap_counts(requests, iterations, iteration_end_s)
+    if "rank" in iterations.columns:  # data-parallel ranks: a request's iterations are its rank's (own indices)
+        parts = [_token_gap_counts(requests[requests["rank"].to_numpy() == r],
+                                   iterations[iterations["rank"].to_numpy() == r].reset_index(drop=True))
+                 for r in range(int(requests["rank"].max()) + 1)]
+        gap_s, gap_count = (np.concatenate([p[i] for p in parts]) for i in (0, 1))
+        max_only = sum(p[2] for p in parts)
+    else:
+        gap_s, gap_count, max_only = _token_gap_counts(requests, iterations, iteration_end_s)
     del iteration_end_s  # (as long as the run: let go before the percentiles)
     for q, value in zip(PERCENTILES, _weighted_percentiles(gap_s, gap_count, PERCENTILES)):
         out[f"tbt_p{q}_s"] = value

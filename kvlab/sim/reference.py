@@ -60,6 +60,10 @@ NOTE (the model; a fast engine must reproduce every integer below exactly)
   Otherwise (an idle engine, or nothing running or swapped: the lagged schedule would be empty, so
   vLLM waits for k - 1 and schedules after it) they are released first and arrivals up to the
   iteration's start join, as without it. Tokens still stream when their iteration ends.
+* Data-parallel ranks (``lockstep``): :mod:`kvlab.sim.lockstep` states the group's rules. A rank
+  starts with no request (the group routes each one to a rank), never jumps its clock (with
+  nothing to schedule at ``now_s`` it waits, not lagged, for the group's next iteration start), and
+  runs each iteration for the group's duration (its own swap time and cost are one rank's share).
 * All scheduling decisions compare integers; the only float comparison is arrival visibility.
   Every iteration must compute a token or abort a request, or else preempt one right after an
   iteration that did; otherwise ``RuntimeError`` is raised with the state (no livelock).
@@ -67,6 +71,7 @@ NOTE (the model; a fast engine must reproduce every integer below exactly)
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -91,6 +96,13 @@ class _Step:
     num_preempted: int = 0
     swap_pages: int = 0
     num_aborted: int = 0
+    duration_s: float = 0.0  # set before it runs: the engine's own price, or its data-parallel group's
+
+    def work(self) -> tuple[int, int, int, int]:
+        """What the iteration computes: (tokens, attention pairs, KV tokens read, sequences)."""
+        pairs = sum(int(prefill_attention_pairs(c, r.computed_tokens)) for r, c in self.chunks.items())
+        kv_tokens = sum(r.computed_tokens + c for r, c in self.chunks.items())
+        return sum(self.chunks.values()), pairs, kv_tokens, len(self.chunks)
 
     def schedule(self, req: Request, chunk_tokens: int) -> None:
         self.chunks[req] = chunk_tokens
@@ -110,10 +122,15 @@ PREFIX_ITERATION_COLUMNS = ("pages_cached", "pages_shared_saved")
 
 
 class ReferenceEngine:
-    """Runs one simulation; :meth:`run` returns the requests and the per-iteration rows."""
+    """Runs one simulation; :meth:`run` returns the requests and the per-iteration rows.
+
+    ``lockstep``: the engine is one data-parallel rank of a group (:mod:`kvlab.sim.lockstep` drives it
+    through :meth:`steps`): it starts with no request (they come by :meth:`assign`) and its clock is the group's.
+    """
 
     def __init__(self, requests: list[Request], *, policy: Policy, pool: PoolConfig, scheduler: SchedulerConfig,
-                 swap: SwapConfig, cost_model: CostModel, blocks: BlockIds | None = None) -> None:
+                 swap: SwapConfig, cost_model: CostModel, blocks: BlockIds | None = None,
+                 lockstep: bool = False) -> None:
         self.requests = requests
         self.policy, self.cfg, self.swap_cfg, self.cost = policy, scheduler, swap, cost_model
         self.block_size = pool.block_size
@@ -122,7 +139,8 @@ class ReferenceEngine:
             raise ValueError(f"prefix caching preempts by recompute only, not {scheduler.preemption_mode.value!r}")
         self.pool: BlockPool | PrefixPool = (PrefixPool(num_pages=pool.num_pages, blocks=blocks) if self.caching
                                              else BlockPool(num_pages=pool.num_pages, num_owners=len(requests), xp=np))
-        order = sorted(requests, key=lambda r: (r.arrival_s, r.index))
+        self.lockstep = lockstep
+        order = [] if lockstep else sorted(requests, key=lambda r: (r.arrival_s, r.index))
         self.pending: deque[Request] = deque(order)
         self.waiting: deque[Request] = deque()
         self.swapped: deque[Request] = deque()
@@ -138,7 +156,16 @@ class ReferenceEngine:
 
     # ------------------------------------------------------------------ main loop
     def run(self) -> tuple[list[Request], list[tuple]]:
-        while self.pending or self.waiting or self.running or self.swapped:
+        for step in self.steps():
+            step.duration_s = self.duration_s(step)
+        return self.requests, self.rows
+
+    def steps(self) -> Iterator[_Step | None]:
+        """The iterations one at a time: each is yielded once scheduled and runs when resumed, for the
+        ``duration_s`` set on it. Under ``lockstep`` an engine with nothing to schedule at ``now_s``
+        yields None instead of jumping to its next arrival (the group moves ``now_s`` and assigns
+        arrivals), and the generator never ends by itself."""
+        while self.lockstep or self.pending or self.waiting or self.running or self.swapped:
             lagged = self.prev_start_s is not None and bool(self.running or self.swapped)
             if not lagged:
                 self._release_finishing()
@@ -148,13 +175,29 @@ class ReferenceEngine:
             if self.policy.orders_queue:
                 self.waiting = deque(sorted(self.waiting, key=lambda r: int(self.policy.queue_rank(r.view()))))
             if not (self.waiting or self.running or self.swapped):
-                self.now_s = self.pending[0].arrival_s
                 self.prev_start_s = None
+                if self.lockstep:
+                    yield None
+                else:
+                    self.now_s = self.pending[0].arrival_s
                 continue
             step = self._schedule()
             self._release_finishing()
+            self._check_progress(step)
+            yield step
             self._execute(step)
-        return self.requests, self.rows
+
+    def assign(self, req: Request) -> None:
+        """A request the group routed to this rank (in arrival order); it joins at its arrival."""
+        self.pending.append(req)
+
+    def duration_s(self, step: _Step) -> float:
+        """The iteration's own time (s): its swap traffic plus, when it computes a token, the cost model's."""
+        tokens, pairs, kv_tokens, seqs = step.work()
+        duration_s = step.swap_pages * self.swap_cfg.page_copy_s
+        if tokens:
+            duration_s += float(self.cost.iteration_s(tokens, pairs, kv_tokens, seqs))
+        return duration_s
 
     def _release_finishing(self) -> None:
         """Async scheduling: the previous iteration's finished requests give back their pages and slots."""
@@ -334,18 +377,15 @@ class ReferenceEngine:
         step.num_aborted += 1
 
     # ------------------------------------------------------------------ running an iteration
-    def _execute(self, step: _Step) -> None:
+    def _check_progress(self, step: _Step) -> None:
         if not step.chunks and not step.num_aborted and (self.idle_before or not step.num_preempted):
             raise RuntimeError(
                 f"iteration {step.k} at {step.start_s:.6f} s makes no progress: "
                 f"running={self.running}, waiting={list(self.waiting)[:5]}, swapped={list(self.swapped)[:5]}, "
                 f"free pages={self.pool.num_free_pages}, unpromised pages={self.pool.num_uncommitted_pages}")
-        num_tokens = sum(step.chunks.values())
-        duration_s = step.swap_pages * self.swap_cfg.page_copy_s
-        if num_tokens:
-            pairs = sum(int(prefill_attention_pairs(c, r.computed_tokens)) for r, c in step.chunks.items())
-            kv_tokens = sum(r.computed_tokens + c for r, c in step.chunks.items())
-            duration_s += float(self.cost.iteration_s(num_tokens, pairs, kv_tokens, len(step.chunks)))
+
+    def _execute(self, step: _Step) -> None:
+        num_tokens, duration_s = sum(step.chunks.values()), step.duration_s
         end_s = step.start_s + duration_s
         decode_tokens = sum(1 for r in step.chunks if r.is_decoding)
         pages_used, pages_reserved = self.pool.num_used_pages, self.pool.num_committed_pages

@@ -5,8 +5,10 @@ exact lengths) with :func:`kvlab.simulate` under the run's set-up: the vLLM poli
 prefills or V1's chunked prefill, the run's ``max_num_seqs``, ``max_num_batched_tokens``,
 ``max_model_len``, block size and KV pool (the recorded block count where there is one), its model,
 GPU and TP, its KV and weight precision, V1's async scheduling
-(:attr:`SetUp.schedules_async`), its prefix cache (with the shared prefix the set-up states); ``dp``
-replicas each serve every ``dp``-th request. A client that caps its
+(:attr:`SetUp.schedules_async`), its prefix cache (with the shared prefix the set-up states). ``dp``
+data-parallel ranks of a mixture of experts run in lockstep (``simulate(data_parallel=dp)``,
+:mod:`kvlab.sim.lockstep`: routed by load, every step the slowest rank's); a dense model's ranks,
+independent engines in vLLM, are ``dp`` replicas each serving every ``dp``-th request. A client that caps its
 requests in flight (``max_concurrency`` C) is replayed exactly without preemptions: with FCFS
 admission the engine's schedule under the cap is the one of ``max_num_seqs = min(max_num_seqs, C)``
 (a request admitted while fewer than C run has had C fewer predecessors finish, so it was sent), and
@@ -55,7 +57,8 @@ class Replay:
 
     ``predicted`` has one row per request of ``record.requests`` (same order): ``ttft_s``,
     ``tpot_s``, ``e2e_s`` (from the client's send), ``client_queue_s`` (send - arrival),
-    ``num_preemptions``, ``replica``; ``iterations`` one table per replica
+    ``num_preemptions``, ``replica`` (its replica, or its rank of a lockstep group); ``iterations`` one
+    table per replica or rank
     (the engine's per-iteration rows); ``cost_model`` and ``stack`` name what priced it;
     ``front_end_s`` is the per-request front-end latency added to each TTFT and E2E (s).
     """
@@ -154,10 +157,11 @@ def replay(record: RunRecord, *, cost_model: Any = None, stack: str | None = Non
     m = _model(s.model)
     same = (s.kv_cache_dtype, s.weight_dtype) == (m.kv_cache_dtype, m.weight_dtype)
     model = m if same else with_precision(m, kv_cache_dtype=s.kv_cache_dtype, weights=s.weight_dtype)
+    lockstep = s.dp > 1 and m.is_moe  # one group of dp ranks, else dp independent replicas
     caps = _replica_caps(s.max_concurrency, s.dp)
     prefix = PrefixModel(system_prompt_tokens=s.shared_prefix_tokens, system_prompt_share=s.shared_prefix_share) \
         if s.shared_prefix_tokens else None
-    for r, idx in enumerate(_replicas(len(work), s.dp)):
+    for r, idx in enumerate([np.arange(len(work))] if lockstep else _replicas(len(work), s.dp)):
         seqs = s.max_num_seqs if caps[r] is None else min(s.max_num_seqs, caps[r])
         res = simulate(work.iloc[idx].reset_index(drop=True), "vllm", model=model, gpu=s.gpu, tp=s.tp,
                        scheduler=s.scheduler, max_num_seqs=seqs,
@@ -165,7 +169,8 @@ def replay(record: RunRecord, *, cost_model: Any = None, stack: str | None = Non
                        block_size=s.block_size, pool_pages=s.pool_pages,
                        gpu_memory_utilization=s.gpu_memory_utilization,
                        max_new_tokens=max(max_out, 1), cost_model=cost_model, stack=stack, record_iterations=True,
-                       async_scheduling=s.schedules_async, prefix_caching=s.prefix_caching, prefix_model=prefix)
+                       async_scheduling=s.schedules_async, prefix_caching=s.prefix_caching, prefix_model=prefix,
+                       data_parallel=s.dp if lockstep else 1)
         q = res.requests
         if (q["outcome"] == "finished_aborted").any():
             why = q.loc[q["outcome"] == "finished_aborted", "abort_reason"].iloc[0]
@@ -173,15 +178,17 @@ def replay(record: RunRecord, *, cost_model: Any = None, stack: str | None = Non
                              f"request(s) in the replay ({why}); the set-up cannot serve them")
         arr = work["arrival_s"].to_numpy(dtype=np.float64)[idx]
         first, fin = arr + q["ttft_s"].to_numpy(), arr + q["e2e_s"].to_numpy()
-        sent = client_send_times(arr, fin, caps[r])
+        sent = client_send_times(arr, fin, s.max_concurrency if lockstep else caps[r])
         pred.loc[idx, "ttft_s"] = np.maximum(first - sent, 0.0) + front
         pred.loc[idx, "e2e_s"] = np.maximum(fin - sent, 0.0) + front
         pred.loc[idx, "client_queue_s"] = sent - arr
         pred.loc[idx, "tpot_s"] = q["mean_tbt_s"].fillna(0.0).to_numpy()
         pred.loc[idx, "num_preemptions"] = q["num_preemptions"].to_numpy()
-        pred.loc[idx, "replica"] = r
+        pred.loc[idx, "replica"] = q["rank"].to_numpy() if lockstep else r
         it = res.iterations
-        iters.append(it)
+        ranks = [it[it["rank"].to_numpy() == k].drop(columns="rank").reset_index(drop=True)
+                 for k in range(s.dp)] if lockstep else [it]
+        iters.extend(ranks)
         ends.append(float((it["start_s"] + it["duration_s"]).max()))
         labels.add(res.params["cost_model"])
         stacks.add(res.params["stack"])

@@ -102,15 +102,14 @@ def why(row: pd.Series | dict, record: RunRecord) -> str:
         reasons.append(f"{' and '.join(collectives)} over PCIe (no NVLink), priced from another link's measured "
                        "curves carried by bandwidth, with no measured collective on this one")
     if s.dp > 1:
-        reasons.append(f"DP{s.dp} replicas modelled as independent round-robin shares (vLLM balances by load)"
-                       + ("; vLLM steps the ranks of an expert-parallel MoE in lockstep, every rank padded to the "
-                          "largest rank's tokens (vllm/v1/worker/dp_utils.py, _synchronize_dp_ranks, 0.19.0), so a "
-                          "prefill on one rank costs the other too: not modelled, and it makes the replay fast"
-                          if s.expert_parallel > s.tp else ""))
+        reasons.append(f"DP{s.dp} ranks in lockstep (kvlab.sim.lockstep) without the dummy steps vLLM runs before an "
+                       "idle group pauses" if m.is_moe else
+                       f"DP{s.dp} replicas modelled as independent round-robin shares (vLLM routes by load)")
     if m.is_moe:
         reasons.append("mixture of experts: routing taken as uniform over the experts"
-                       + (f", and every EP{s.expert_parallel} rank as loaded as the replayed one"
-                          if s.expert_parallel > 1 else ""))
+                       + (f", and each EP{s.expert_parallel} GPU's experts priced at {s.dp} x its rank's tokens "
+                          "(the gathered tokens when the ranks are padded; above the CUDA-graph size the longest "
+                          "rank's count)" if s.expert_parallel > s.tp else ""))
     meas_growth = float(row["ttft_growth_meas"])
     if 1.5 < meas_growth and not row["overload_meas"]:
         reasons.append(f"near saturation (measured late/early median TTFT {meas_growth:.2g}x, "

@@ -34,7 +34,7 @@ from ..config import PoolConfig, SchedulerConfig, SwapConfig
 from ..request import RequestStatus
 from .compiled import run_compiled, why_not
 
-__all__ = ["load_loop", "run_compiled", "run_fast", "why_not"]
+__all__ = ["load_loop", "request_frame", "run_compiled", "run_fast", "why_not"]
 
 
 def load_loop() -> None:
@@ -65,9 +65,14 @@ def run_fast(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arrival_s:
         prompt_tokens=prompt_tokens, output_tokens=output_tokens, arrival_s=arrival_s,
         max_new_tokens=max_new_tokens, policy=policy, pool=pool, scheduler=scheduler, swap=swap,
         cost_model=cost_model, xp=xp, blocks=blocks, every_column=every_column)
+    return request_frame(requests, request_ids), iterations
+
+
+def request_frame(requests: pd.DataFrame, request_ids: np.ndarray) -> pd.DataFrame:
+    """The compiled loop's request columns as :func:`kvlab.sim.metrics.request_table`'s (ids, TTFT, E2E)."""
     requests.insert(0, "request_id", request_ids)
     at = requests.columns.get_loc("mean_tbt_s")
     requests.insert(at, "ttft_s", requests["first_token_s"] - requests["arrival_s"])
     requests.insert(at + 1, "e2e_s", requests["finish_s"] - requests["arrival_s"])
     requests.loc[requests["outcome"] == RequestStatus.FINISHED_ABORTED.name.lower(), "e2e_s"] = np.nan
-    return requests, iterations
+    return requests

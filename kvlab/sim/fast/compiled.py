@@ -65,9 +65,11 @@ def why_not(policy: Policy, cost_model: CostModel) -> str | None:
 
 
 def _config(policy: Policy, cost_model: CostModel, pool: PoolConfig, scheduler: SchedulerConfig,
-            swap: SwapConfig, caching: bool = False, every_column: bool = True) -> tuple[np.ndarray, int, np.ndarray]:
+            swap: SwapConfig, caching: bool = False, every_column: bool = True,
+            lockstep: bool = False) -> tuple[np.ndarray, int, np.ndarray]:
     """The loop's configuration vector, cost-model kind and constants (``caching``: a prefix cache;
-    ``every_column``: write every iteration column, else only the summary's)."""
+    ``every_column``: write every iteration column, else only the summary's; ``lockstep``: a
+    data-parallel rank, every duration asked)."""
     forms = _forms_on()
     form = policy.compiled_form()
     admission = {"own_pages": lp.OWN_PAGES, "future_charge": lp.FUTURE_CHARGE}.get(form.admission, lp.ASK)
@@ -83,9 +85,9 @@ def _config(policy: Policy, cost_model: CostModel, pool: PoolConfig, scheduler: 
     C = np.array([bs, pool.num_pages, scheduler.max_num_batched_tokens, scheduler.max_num_seqs,
                   scheduler.kind == SchedulerKind.PREFILL_FIRST, policy.on_demand, mode, swap.cpu_pool_pages, shift,
                   admission, victim, state, policy.orders_queue, policy.max_new_tokens, *consts[:5], caching, every_column,
-                  scheduler.async_scheduling],
+                  scheduler.async_scheduling, lockstep],
                  dtype=np.int64)
-    compiled_cost = constants(cost_model) if forms else None
+    compiled_cost = constants(cost_model) if forms and not lockstep else None
     kind, params = compiled_cost if compiled_cost is not None else (lp.COST_ASK, np.zeros(1))
     return C, kind, params
 
@@ -224,6 +226,116 @@ def _tables(Q: np.ndarray, T: np.ndarray, E: np.ndarray, R: np.ndarray, RT: np.n
                         SUMMARY_ITERATION_COLUMNS + (PREFIX_ITERATION_COLUMNS if caching else ()))
 
 
+class CompiledRun:
+    """One run of the compiled loop, resumable: :meth:`advance` runs it to its next stop.
+
+    Alone it stops only when every request has finished (``DONE``). As a data-parallel rank
+    (``lockstep``, :mod:`kvlab.sim.lockstep`) it serves only the requests routed to it
+    (:meth:`assign`) and also stops at each iteration's question (``ASK_COST``: :meth:`work`, answered
+    by :meth:`run_for`) and where it has nothing to schedule (``RANK_IDLE``: the group sets :attr:`now_s`).
+    """
+
+    def __init__(self, *, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arrival_s: np.ndarray,
+                 max_new_tokens: int, policy: Policy, pool: PoolConfig, scheduler: SchedulerConfig, swap: SwapConfig,
+                 cost_model: CostModel, xp: ModuleType = np, blocks: BlockIds | None = None,
+                 every_column: bool = True, lockstep: bool = False) -> None:
+        prompt, output = (np.ascontiguousarray(a, dtype=np.int64) for a in (prompt_tokens, output_tokens))
+        n, self.arrival_h = prompt.shape[0], np.asarray(arrival_s, dtype=np.float64)
+        if lockstep:  # routed arrivals are appended; the rest wait at +inf
+            order, self.arrival_sorted = np.zeros(n, dtype=np.int64), np.full(n, np.inf)
+        else:
+            order = np.argsort(self.arrival_h, kind="stable").astype(np.int64)  # arrival order, ties by row
+            self.arrival_sorted = np.ascontiguousarray(self.arrival_h[order])  # the loop reads them in that order
+        self.order, self.num_assigned, self.lockstep = order, 0, lockstep
+        self.Q, self.T, self.E = _request_state(prompt, output, max_new_tokens)
+        cap = max(min(scheduler.max_num_seqs, n), 1)  # running (and scheduled) requests at most
+        self.run = np.zeros(cap, dtype=np.int64)
+        self.policy, self.pool = policy, pool
+        self.asker = _Asker(policy, cost_model, self.Q, self.run, xp)
+        self.asker.ask_facts(np.arange(n, dtype=np.int64))
+        self.caching, self.every_column = blocks is not None, every_column
+        if self.caching and scheduler.preemption_mode != PreemptionMode.RECOMPUTE:
+            raise ValueError(f"prefix caching preempts by recompute only, not {scheduler.preemption_mode.value!r}")
+        C, cost_kind, cost_params = _config(policy, cost_model, pool, scheduler, swap, self.caching, every_column,
+                                            lockstep)
+        self.prefix_pool = pool_arrays(blocks, pool.num_pages, n)
+        self.S, self.F = S, F = np.zeros(lp.NUM_INT_STATE, dtype=np.int64), np.zeros(lp.NUM_FLOAT_STATE)
+        F[lp.PREV_START] = -1.0  # no iteration has run
+        S[lp.STATE0], S[lp.STATE1] = policy.compiled_state()
+        queues = [np.zeros(max(n, 1), dtype=np.int64) for _ in range(2)]  # waiting (ring or heap), swapped (ring)
+        self.scratch = [np.zeros(cap * m, dtype=np.int64) for m in (1, 1, 2, 1, 1, 1)]  # scheduled ids, chunks,
+        rows = MIN_ROWS + ROWS_PER_REQUEST * n                                # snapshot, stale, limbo, finishing
+        self.R, self.RT = np.zeros((lp.NUM_ROW_INTS, rows), dtype=np.int64), np.zeros((2, rows))
+        self.kernel, self.ahead = _kernel()
+        self.head = (S, F, C, float(swap.page_copy_s), int(cost_kind), cost_params, self.Q, self.asker.facts, self.T,
+                     self.E, self.order, self.arrival_sorted, *queues, self.run, *self.scratch)
+        if self.ahead:
+            aot.check_arguments((*self.head, self.R, self.RT, *self.prefix_pool))
+        self.started = False
+
+    def advance(self) -> int:
+        """Run to the next stop (``DONE``, or a lockstep rank's ``ASK_COST`` or ``RANK_IDLE``); its event code."""
+        S = self.S
+        if not self.started:  # a compile is announced by the run that needs it (the first of a group's ranks)
+            self.compile_start = None if self.ahead else _compile_notice(self.kernel)
+            self.started = True
+        while True:
+            if S[lp.NROWS] == self.R.shape[1]:  # full: double it
+                self.R, self.RT = (np.concatenate([a, np.zeros_like(a)], axis=1) for a in (self.R, self.RT))
+            event = self.kernel(*self.head, self.R, self.RT, *self.prefix_pool)
+            if self.compile_start is not None:
+                print(f"kvlab: compiled the simulator's loop in {time.perf_counter() - self.compile_start:.0f} s",
+                      file=sys.stderr, flush=True)
+                self.compile_start = None
+            if event in (lp.DONE, lp.RANK_IDLE) or (event == lp.ASK_COST and self.lockstep):
+                return event
+            if event == lp.NO_PROGRESS:
+                raise no_progress(int(S[lp.K]), float(self.F[lp.START]), running=self.run[:S[lp.NRUN]],
+                                  waiting=int(S[lp.WQ_LEN]), swapped=int(S[lp.SW_LEN]),
+                                  free_pages=self.pool.num_pages - int(S[lp.USED_PAGES]),
+                                  unpromised_pages=self.pool.num_pages - int(S[lp.COMMITTED]))
+            if event == lp.STALE:
+                self.asker.ask_facts(self.scratch[3][:S[lp.NSTALE]].copy())
+                S[lp.NSTALE] = 0
+            elif event != lp.ROWS_FULL:
+                self.asker.answer(event, S, self.F)
+
+    # ---- the group's side of a lockstep rank (:class:`kvlab.sim.lockstep.Rank`)
+    def assign(self, r: int, arrival_s: float) -> None:
+        """Request ``r`` (a row) is routed here; it joins at ``arrival_s`` (routed in arrival order)."""
+        self.order[self.num_assigned], self.arrival_sorted[self.num_assigned] = r, arrival_s
+        self.num_assigned += 1
+
+    @property
+    def now_s(self) -> float:
+        return float(self.F[lp.NOW])
+
+    @now_s.setter
+    def now_s(self, t: float) -> None:
+        self.F[lp.NOW] = t
+
+    def counts(self) -> tuple[int, int]:
+        """(waiting, running) requests, the waiting ones counting those routed here and not yet joined."""
+        S = self.S
+        return int(S[lp.WQ_LEN] + S[lp.NLIMBO] + self.num_assigned - S[lp.ARRIVED]), int(S[lp.NRUN])
+
+    def work(self) -> tuple[int, int, int, int, int]:
+        """The asked iteration's (tokens, attention pairs, KV tokens, sequences, pages swapped)."""
+        S = self.S
+        return (int(S[lp.ASK_TOKENS]), int(S[lp.ASK_PAIRS]), int(S[lp.ASK_KV]), int(S[lp.NSCHED]),
+                int(S[lp.SWAP_PAGES]))
+
+    def run_for(self, duration_s: float) -> None:
+        """Answer the asked iteration with its (group's) duration (s)."""
+        self.F[lp.ANSWER_S], self.S[lp.HAS_ANSWER] = duration_s, 1
+
+    def tables(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """The request and iteration tables (:func:`run_compiled`'s), after ``DONE`` or the group's end."""
+        self.policy.load_compiled_state((int(self.S[lp.STATE0]), int(self.S[lp.STATE1])))
+        return _tables(self.Q, self.T, self.E, self.R, self.RT, int(self.S[lp.NROWS]), self.arrival_h, self.caching,
+                       self.every_column)
+
+
 def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arrival_s: np.ndarray,
                  max_new_tokens: int, policy: Policy, pool: PoolConfig, scheduler: SchedulerConfig, swap: SwapConfig,
                  cost_model: CostModel, xp: ModuleType = np, blocks: BlockIds | None = None,
@@ -236,51 +348,8 @@ def run_compiled(*, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arriva
     reads (:data:`~kvlab.sim.metrics.SUMMARY_ITERATION_COLUMNS`; the loop writes no others, which
     saves most of a long run's memory).
     """
-    prompt, output = (np.ascontiguousarray(a, dtype=np.int64) for a in (prompt_tokens, output_tokens))
-    n, arrival_h = prompt.shape[0], np.asarray(arrival_s, dtype=np.float64)
-    order = np.argsort(arrival_h, kind="stable").astype(np.int64)  # arrival order, ties by row
-    Q, T, E = _request_state(prompt, output, max_new_tokens)
-    cap = max(min(scheduler.max_num_seqs, n), 1)  # running (and scheduled) requests at most
-    run = np.zeros(cap, dtype=np.int64)
-    asker = _Asker(policy, cost_model, Q, run, xp)
-    asker.ask_facts(np.arange(n, dtype=np.int64))
-    caching = blocks is not None
-    if caching and scheduler.preemption_mode != PreemptionMode.RECOMPUTE:
-        raise ValueError(f"prefix caching preempts by recompute only, not {scheduler.preemption_mode.value!r}")
-    C, cost_kind, cost_params = _config(policy, cost_model, pool, scheduler, swap, caching, every_column)
-    prefix_pool = pool_arrays(blocks, pool.num_pages, n)
-    S, F = np.zeros(lp.NUM_INT_STATE, dtype=np.int64), np.zeros(lp.NUM_FLOAT_STATE)
-    F[lp.PREV_START] = -1.0  # no iteration has run
-    S[lp.STATE0], S[lp.STATE1] = policy.compiled_state()
-    queues = [np.zeros(max(n, 1), dtype=np.int64) for _ in range(2)]  # waiting (ring or heap), swapped (ring)
-    scratch = [np.zeros(cap * m, dtype=np.int64) for m in (1, 1, 2, 1, 1, 1)]  # scheduled ids, chunks, snapshot,
-    rows = MIN_ROWS + ROWS_PER_REQUEST * n                                      # stale, limbo, finishing
-    R, RT = np.zeros((lp.NUM_ROW_INTS, rows), dtype=np.int64), np.zeros((2, rows))
-    arrival_sorted = np.ascontiguousarray(arrival_h[order])  # the loop reads arrivals in that order
-    kernel, ahead = _kernel()
-    compile_start = None if ahead else _compile_notice(kernel)
-    head = (S, F, C, float(swap.page_copy_s), int(cost_kind), cost_params, Q, asker.facts, T, E, order,
-            arrival_sorted, *queues, run, *scratch)
-    if ahead:
-        aot.check_arguments((*head, R, RT, *prefix_pool))
-    while True:
-        if S[lp.NROWS] == R.shape[1]:  # full: double it
-            R, RT = (np.concatenate([a, np.zeros_like(a)], axis=1) for a in (R, RT))
-        event = kernel(*head, R, RT, *prefix_pool)
-        if compile_start is not None:
-            print(f"kvlab: compiled the simulator's loop in {time.perf_counter() - compile_start:.0f} s",
-                  file=sys.stderr, flush=True)
-            compile_start = None
-        if event == lp.DONE:
-            break
-        if event == lp.NO_PROGRESS:
-            raise no_progress(int(S[lp.K]), float(F[lp.START]), running=run[:S[lp.NRUN]], waiting=int(S[lp.WQ_LEN]),
-                              swapped=int(S[lp.SW_LEN]), free_pages=pool.num_pages - int(S[lp.USED_PAGES]),
-                              unpromised_pages=pool.num_pages - int(S[lp.COMMITTED]))
-        if event == lp.STALE:
-            asker.ask_facts(scratch[3][:S[lp.NSTALE]].copy())
-            S[lp.NSTALE] = 0
-        elif event != lp.ROWS_FULL:
-            asker.answer(event, S, F)
-    policy.load_compiled_state((int(S[lp.STATE0]), int(S[lp.STATE1])))
-    return _tables(Q, T, E, R, RT, int(S[lp.NROWS]), arrival_h, caching, every_column)
+    run = CompiledRun(prompt_tokens=prompt_tokens, output_tokens=output_tokens, arrival_s=arrival_s,
+                      max_new_tokens=max_new_tokens, policy=policy, pool=pool, scheduler=scheduler, swap=swap,
+                      cost_model=cost_model, xp=xp, blocks=blocks, every_column=every_column)
+    run.advance()
+    return run.tables()

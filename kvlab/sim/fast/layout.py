@@ -24,8 +24,9 @@ BETWEEN, WHOLE, RUNNING_PHASE, SWAPPED_PHASE, CHUNKED, END_SCHEDULE, EXECUTE = r
 # ---- configuration: C (int64)
 BLOCK_SIZE, NUM_PAGES, MNBT, MAX_SEQS, PREFILL_FIRST, ON_DEMAND, MODE, CPU_POOL, SHIFT, ADMISSION, VICTIM, \
     STATE_RULE, ORDERED, MAX_NEW, CLIP, FLOOR_NUM, FLOOR_DEN, STEP_NUM, STEP_DEN, CACHING, EVERY_COLUMN, \
-    ASYNC = range(22)
-NUM_CONFIG = 22
+    ASYNC, LOCKSTEP = range(23)
+NUM_CONFIG = 23  # LOCKSTEP: a data-parallel rank (:mod:`kvlab.sim.lockstep`): RANK_IDLE instead of a
+# clock jump, and every iteration's whole duration asked (ASK_COST)
 MODE_RECOMPUTE, MODE_SWAP, MODE_REJECT = 0, 1, 2
 # compiled forms of the policy's rules (ASK: hand the question back to Python)
 ASK, OWN_PAGES, FUTURE_CHARGE, NEWEST, NO_STATE, RATIO_DECAY = 0, 1, 2, 3, 4, 5
@@ -41,7 +42,8 @@ ADM_ITER, FT_ITER, FIN_ITER = range(3)
 F_RES_PAGES, F_ADM_PAGES, F_FITS, F_GEN, F_RES_TOKENS, F_RANK = range(6)
 NUM_FACTS = 6
 # ---- events
-CONTINUE, DONE, ROWS_FULL, STALE, NO_PROGRESS, ASK_ADMIT, ASK_VICTIM, ASK_END_SCHEDULE, ASK_COST = range(-1, 8)
+CONTINUE, DONE, ROWS_FULL, STALE, NO_PROGRESS, ASK_ADMIT, ASK_VICTIM, ASK_END_SCHEDULE, ASK_COST, RANK_IDLE = \
+    range(-1, 9)
 EXCEEDS_POOL, EXCEEDS_TOKEN_BUDGET, KV_EXCEEDS_POOL, PREEMPTED_REJECTED = (
     ABORT_REASONS.index(reason) for reason in ("exceeds_pool", "exceeds_token_budget", "kv_exceeds_pool",
                                                "preempted_rejected"))
