@@ -138,20 +138,26 @@ def run_group(ranks: Sequence[Rank], arrival_s: np.ndarray, *, cost_model: CostM
     return rank_of
 
 
-class ReferenceRank:
-    """A :class:`~kvlab.sim.reference.ReferenceEngine` (``lockstep=True``) as a :class:`Rank`."""
+class _Wrapping:
+    """A rank's clock is the clock of the engine it wraps (``inner``)."""
 
-    def __init__(self, engine: ReferenceEngine, requests: list[Request]) -> None:
-        self.engine, self.requests = engine, requests
-        self._steps, self._step = engine.steps(), None
+    inner: ReferenceEngine | CompiledRun
 
     @property
     def now_s(self) -> float:
-        return self.engine.now_s
+        return self.inner.now_s
 
     @now_s.setter
     def now_s(self, t: float) -> None:
-        self.engine.now_s = t
+        self.inner.now_s = t
+
+
+class ReferenceRank(_Wrapping):
+    """A :class:`~kvlab.sim.reference.ReferenceEngine` (``lockstep=True``) as a :class:`Rank`."""
+
+    def __init__(self, engine: ReferenceEngine, requests: list[Request]) -> None:
+        self.inner, self.requests = engine, requests
+        self._steps, self._step = engine.steps(), None
 
     def advance(self) -> str:
         self._step = next(self._steps)
@@ -164,41 +170,33 @@ class ReferenceRank:
         self._step.duration_s = duration_s
 
     def counts(self) -> tuple[int, int]:
-        e = self.engine
+        e = self.inner
         return len(e.waiting) + len(e.pending), len(e.running)
 
     def assign(self, r: int) -> None:
-        self.engine.assign(self.requests[r])
+        self.inner.assign(self.requests[r])
 
 
-class CompiledRank:
+class CompiledRank(_Wrapping):
     """A :class:`~kvlab.sim.fast.compiled.CompiledRun` (``lockstep=True``) as a :class:`Rank`."""
 
     def __init__(self, run: CompiledRun, arrival_s: np.ndarray) -> None:
-        self.run, self.arrival_s = run, arrival_s
-
-    @property
-    def now_s(self) -> float:
-        return self.run.now_s
-
-    @now_s.setter
-    def now_s(self, t: float) -> None:
-        self.run.now_s = t
+        self.inner, self.arrival_s = run, arrival_s
 
     def advance(self) -> str:
-        return IDLE if self.run.advance() == lp.RANK_IDLE else ASKS
+        return IDLE if self.inner.advance() == lp.RANK_IDLE else ASKS
 
     def work(self) -> tuple[int, int, int, int, int]:
-        return self.run.work()
+        return self.inner.work()
 
     def run_for(self, duration_s: float) -> None:
-        self.run.run_for(duration_s)
+        self.inner.run_for(duration_s)
 
     def counts(self) -> tuple[int, int]:
-        return self.run.counts()
+        return self.inner.counts()
 
     def assign(self, r: int) -> None:
-        self.run.assign(r, float(self.arrival_s[r]))
+        self.inner.assign(r, float(self.arrival_s[r]))
 
 
 def _with_rank(tables: list[pd.DataFrame]) -> pd.DataFrame:
