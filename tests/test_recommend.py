@@ -159,7 +159,7 @@ def test_small_trace_warns_with_the_number_needed():
 
 def test_systems_offer_only_what_they_can_set():
     vllm = settings("vllm", model="Llama-3-8B", gpu="H100-SXM")
-    assert {s.policy for s in vllm} == {"vllm"}
+    assert {s.policy for s in vllm} == {"vllm_v1"}
     # V1 recomputes; the one host tier is --kv-offloading-size, labelled CPU offload, never "swap"
     assert {s.overflow for s in vllm} == {"recompute", "cpu offload"}
     offload = [s for s in vllm if s.overflow == "cpu offload"]

@@ -18,7 +18,11 @@ engine on arrays of many requests, the reference engine on one request at a time
   itself (False); :meth:`Policy.choose_victim` picks the running request to preempt;
 * :meth:`Policy.queue_rank` with :attr:`Policy.orders_queue`: the waiting queue's order
   (default FCFS);
-* :meth:`Policy.end_schedule`: per-iteration state updates (SGLang's ``new_token_ratio``).
+* :meth:`Policy.end_schedule`: per-iteration state updates (SGLang's ``new_token_ratio``);
+* :attr:`Policy.reserves_first_chunk`: admission from the waiting queue asks only for the pages
+  of the request's first scheduled chunk (its prefix-cache hit plus ``min(remaining, token
+  budget left)`` tokens) among the unpromised pages, and reserves just those (vLLM V1's
+  ``allocate_slots``); ``can_admit`` and the reservation then rule only resuming a swapped request.
 
 The simulator's compiled loop evaluates some rules itself and asks Python for the rest (one
 call per question, so every policy runs there and stays correct). :meth:`Policy.compiled_form`
@@ -104,6 +108,7 @@ class Policy(ABC):
 
     name: ClassVar[str]
     on_demand: ClassVar[bool] = False
+    reserves_first_chunk: ClassVar[bool] = False
     admits_on_own_pages: ClassVar[bool] = True
     keeps_state: ClassVar[bool] = False
     preempts_newest: ClassVar[bool] = True

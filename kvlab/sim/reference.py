@@ -34,7 +34,10 @@ NOTE (the model; a fast engine must reproduce every integer below exactly)
     whole (their full prefill must fit the budget left) and runs no decode; otherwise it decodes
     every running request and resumes swapped ones.
   At most ``max_num_seqs`` requests run.
-* Admission checks ``policy.can_admit(req, free_pages=unpromised pages, running)``, except that
+* Admission checks ``policy.can_admit(req, free_pages=unpromised pages, running)`` (a policy that
+  ``reserves_first_chunk``, vLLM V1: whether the pages of its prefix-cache hit plus its first
+  chunk, ``min(remaining - hit tokens, budget left)``, fit the unpromised pages plus the hit pages
+  others hold; it then reserves just those pages; resuming a swapped request asks ``can_admit``), except that
   a server with nothing running (and no request finishing, under async scheduling) admits its head
   whenever ``policy.fits_empty_pool(req)`` (so it
   never idles with work queued). A request that does not fit an empty pool is aborted
@@ -270,13 +273,16 @@ class ReferenceEngine:
                 continue
             if whole and req.remaining_tokens - hit * self.block_size > step.budget_tokens:
                 break
-            if self._slots_taken() and not self._can_admit(req, shared):
+            first = self._pages(hit * self.block_size + min(req.remaining_tokens - hit * self.block_size,
+                                                              step.budget_tokens))
+            if self._slots_taken() and not (first <= self.pool.num_uncommitted_pages + shared
+                                            if self.policy.reserves_first_chunk else self._can_admit(req, shared)):
                 break
             self.waiting.popleft()
             req.admit(iteration=step.k, seq=self._next_seq(), start_s=step.start_s)
             if hit:
                 self._take_hits(req, hit)
-            self._reserve(req)
+            self._reserve(req, first if self.policy.reserves_first_chunk else None)
             self.running.append(req)
             self._allocate(req, min(req.remaining_tokens, step.budget_tokens), step)
 
@@ -336,8 +342,10 @@ class ReferenceEngine:
         self.admit_count += 1
         return self.admit_count
 
-    def _reserve(self, req: Request) -> None:
-        pages = self._pages(int(self.policy.reservation_tokens(req.view())))
+    def _reserve(self, req: Request, pages: int | None = None) -> None:
+        """Reserve ``pages`` for ``req`` (default: its policy's reservation)."""
+        if pages is None:
+            pages = self._pages(int(self.policy.reservation_tokens(req.view())))
         self.pool.reserve(req.index, pages)
         req.max_reserved_pages = max(req.max_reserved_pages, pages)
 

@@ -1,7 +1,8 @@
 """Replay a measured run in its own set-up and compare kvlab's latencies with the server's.
 
 :func:`replay` serves a :class:`~kvlab.validate.records.RunRecord`'s requests (its arrivals and
-exact lengths) with :func:`kvlab.simulate` under the run's set-up: the vLLM policy, V0's whole
+exact lengths) with :func:`kvlab.simulate` under the run's set-up: vLLM's policy (V0's admission on
+the whole prompt's pages with its 1% watermark, or V1's on the first chunk's, ``vllm_v1``), V0's whole
 prefills or V1's chunked prefill, the run's ``max_num_seqs``, ``max_num_batched_tokens``,
 ``max_model_len``, block size and KV pool (the recorded block count where there is one), its model,
 GPU and TP, its KV and weight precision, V1's async scheduling
@@ -163,7 +164,8 @@ def replay(record: RunRecord, *, cost_model: Any = None, stack: str | None = Non
         if s.shared_prefix_tokens else None
     for r, idx in enumerate([np.arange(len(work))] if lockstep else _replicas(len(work), s.dp)):
         seqs = s.max_num_seqs if caps[r] is None else min(s.max_num_seqs, caps[r])
-        res = simulate(work.iloc[idx].reset_index(drop=True), "vllm", model=model, gpu=s.gpu, tp=s.tp,
+        res = simulate(work.iloc[idx].reset_index(drop=True), "vllm_v1" if s.engine == "vllm-v1" else "vllm",
+                       model=model, gpu=s.gpu, tp=s.tp,
                        scheduler=s.scheduler, max_num_seqs=seqs,
                        max_num_batched_tokens=s.max_num_batched_tokens, max_model_len=s.max_model_len,
                        block_size=s.block_size, pool_pages=s.pool_pages,

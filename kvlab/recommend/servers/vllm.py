@@ -92,7 +92,7 @@ class VLLM(ServerProfile):
     def settings(self, ctx: Context) -> list[Setting]:
         d = self.defaults(ctx)
         seqs, tokens, util = d["max_num_seqs"], d["max_num_batched_tokens"], d["gpu_memory_utilization"]
-        base = self.base(policy="vllm", policy_params={"watermark_frac": 0.0}, max_num_seqs=seqs,
+        base = self.base(policy="vllm_v1", max_num_seqs=seqs,
                          max_num_batched_tokens=tokens, gpu_memory_utilization=util,
                          kv_cache_dtype=ctx.model.kv_cache_dtype,
                          flags={"--max-num-seqs": seqs, "--max-num-batched-tokens": tokens,

@@ -74,6 +74,7 @@ def why_not(run: PreparedRun) -> str | None:
         return "async scheduling (the batched engine schedules each iteration at its start)"
     traits = [what for what, holds in (
         ("admission reads the running requests", not pol.admits_on_own_pages),
+        ("admits on its first chunk's pages", pol.reserves_first_chunk),
         ("keeps per-iteration state", pol.keeps_state), ("orders the waiting queue", pol.orders_queue),
         ("chooses its own victims", not pol.preempts_newest)) if holds]
     if traits:

@@ -24,9 +24,10 @@ BETWEEN, WHOLE, RUNNING_PHASE, SWAPPED_PHASE, CHUNKED, END_SCHEDULE, EXECUTE = r
 # ---- configuration: C (int64)
 BLOCK_SIZE, NUM_PAGES, MNBT, MAX_SEQS, PREFILL_FIRST, ON_DEMAND, MODE, CPU_POOL, SHIFT, ADMISSION, VICTIM, \
     STATE_RULE, ORDERED, MAX_NEW, CLIP, FLOOR_NUM, FLOOR_DEN, STEP_NUM, STEP_DEN, CACHING, EVERY_COLUMN, \
-    ASYNC, LOCKSTEP = range(23)
-NUM_CONFIG = 23  # LOCKSTEP: a data-parallel rank (:mod:`kvlab.sim.lockstep`): RANK_IDLE instead of a
-# clock jump, and every iteration's whole duration asked (ASK_COST)
+    ASYNC, LOCKSTEP, FIRST_CHUNK = range(24)
+NUM_CONFIG = 24  # LOCKSTEP: a data-parallel rank (:mod:`kvlab.sim.lockstep`): RANK_IDLE instead of a
+# clock jump, and every iteration's whole duration asked (ASK_COST); FIRST_CHUNK: the policy
+# reserves_first_chunk (vLLM V1's admission)
 MODE_RECOMPUTE, MODE_SWAP, MODE_REJECT = 0, 1, 2
 # compiled forms of the policy's rules (ASK: hand the question back to Python)
 ASK, OWN_PAGES, FUTURE_CHARGE, NEWEST, NO_STATE, RATIO_DECAY = 0, 1, 2, 3, 4, 5

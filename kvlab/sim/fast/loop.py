@@ -57,7 +57,7 @@ from .layout import (  # every slot, column and code: one definition, shared wit
     CACHED_FREE, NFIN, NOW, START, ANSWER_S, PREV_START, BETWEEN, WHOLE, RUNNING_PHASE, SWAPPED_PHASE, CHUNKED,
     END_SCHEDULE, EXECUTE, BLOCK_SIZE, NUM_PAGES, MNBT, MAX_SEQS, PREFILL_FIRST, ON_DEMAND, MODE, CPU_POOL, SHIFT,
     ADMISSION, VICTIM, STATE_RULE, ORDERED, MAX_NEW, CLIP, FLOOR_NUM, FLOOR_DEN, STEP_NUM, STEP_DEN, CACHING,
-    EVERY_COLUMN, ASYNC, LOCKSTEP, RANK_IDLE, MODE_SWAP, MODE_REJECT, OWN_PAGES, FUTURE_CHARGE, NEWEST, NO_STATE,
+    EVERY_COLUMN, ASYNC, LOCKSTEP, FIRST_CHUNK, RANK_IDLE, MODE_SWAP, MODE_REJECT, OWN_PAGES, FUTURE_CHARGE, NEWEST, NO_STATE,
     RATIO_DECAY, COST_ASK, PROMPT,
     GEN, COMP, RES, USED, TARGET, MAX_USED, MAX_RES, STATUS, OUTPUT, CPU, NPRE, NSWAP, ABORT, HIT, SAVED, LAST_S,
     MAX_TBT, ADM_S, FT_S, FIN_S, ADM_ITER, FT_ITER, FIN_ITER, F_RES_PAGES, F_ADM_PAGES, F_FITS, F_GEN, F_RES_TOKENS,
@@ -392,12 +392,12 @@ def _begin(S, F, C, Q, Fct, order, arrival, wq, limbo, fin, R, pg, blk, rb):  # 
 
 
 @_jit
-def _start_running(r, swapped, S, F, Q, Fct, T, E, run):  # pragma: no cover (compiled)
-    """``r`` (off its queue) runs: its reservation, its KV back from the CPU pool if swapped."""
+def _start_running(r, swapped, res, S, F, Q, T, E, run):  # pragma: no cover (compiled)
+    """``r`` (off its queue) runs: its reservation of ``res`` pages, its KV back from the CPU pool if swapped."""
     Q[r, STATUS] = RUNNING
     if E[r, ADM_ITER] < 0:
         E[r, ADM_ITER], T[r, ADM_S] = S[K], F[START]
-    Q[r, RES] = Fct[r, F_RES_PAGES]  # it holds no GPU pages yet, or only its prefix-cache hits (counted)
+    Q[r, RES] = res  # it holds no GPU pages yet, or only its prefix-cache hits (counted)
     if swapped:
         Q[r, USED] = Q[r, CPU]
         S[USED_PAGES] += Q[r, CPU]
@@ -434,8 +434,12 @@ def _admit_waiting(whole, S, F, C, Q, Fct, T, E, wq, run, sched_ids, sched_chunk
             continue
         if whole and rem > S[BUDGET]:
             break
+        first = _pages_of(hit * C[BLOCK_SIZE] + min(rem, S[BUDGET]), C[BLOCK_SIZE], C[SHIFT])  # (V1's admission)
         if S[NRUN] + S[NFIN] > 0:
-            ok = _can_admit(r, shared, S, C, Q, Fct, run)
+            if C[FIRST_CHUNK]:
+                ok = 1 if first <= C[NUM_PAGES] - S[COMMITTED] + shared else 0
+            else:
+                ok = _can_admit(r, shared, S, C, Q, Fct, run)
             if ok < 0:
                 return ASK_ADMIT
             if ok == 0:
@@ -443,7 +447,7 @@ def _admit_waiting(whole, S, F, C, Q, Fct, T, E, wq, run, sched_ids, sched_chunk
         _pop_waiting(S, C, Fct, wq)
         if hit:
             _take_hits(r, hit, S, C, Q, pg, page_of, blk, rb)
-        _start_running(r, False, S, F, Q, Fct, T, E, run)
+        _start_running(r, False, first if C[FIRST_CHUNK] else Fct[r, F_RES_PAGES], S, F, Q, T, E, run)
         _allocate(r, min(rem, S[BUDGET]), S, C, Q, sched_ids, sched_chunk, pg, page_of, blk, rb)
     return CONTINUE
 
@@ -467,7 +471,7 @@ def _resume_swapped(S, F, C, Q, Fct, T, E, sw, run, sched_ids, sched_chunk, pg, 
             Q[r, CPU] = 0
             _abort(r, EXCEEDS_POOL, S, F, Q, T, E)
             continue
-        _start_running(r, True, S, F, Q, Fct, T, E, run)
+        _start_running(r, True, Fct[r, F_RES_PAGES], S, F, Q, T, E, run)
         _allocate(r, min(_remaining_of(Q[r, PROMPT], Q[r, GEN], Q[r, COMP]), S[BUDGET]), S, C, Q, sched_ids,
                   sched_chunk, pg, page_of, blk, rb)
     return CONTINUE
