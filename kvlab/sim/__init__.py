@@ -26,7 +26,7 @@ from .config import (DEFAULT_MAX_NEW_TOKENS, DEFAULT_MAX_NUM_SEQS, PoolConfig, P
                      SchedulerKind, SwapConfig)
 from .metrics import iteration_table, request_table, summarize
 from .fast import run_fast
-from .lockstep import serve as serve_lockstep
+from .data_parallel import serve as serve_data_parallel
 from .reference import ReferenceEngine
 from .request import Request, RequestStatus
 
@@ -177,15 +177,15 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
         requests finishing, one iteration late (the reference engine's note states the rule). Off
         by default.
     data_parallel : int
-        Data-parallel ranks of a mixture of experts, run in lockstep as vLLM V1 runs them
-        (:mod:`kvlab.sim.lockstep` states the rules: requests routed to the least-loaded rank, every
+        Data-parallel ranks, as vLLM V1 runs them (:mod:`kvlab.sim.data_parallel` states the rules):
+        each request routed to the least-loaded rank; a mixture of experts' ranks in lockstep (every
         iteration as long as the slowest rank's, ranks padded to the largest one's tokens under CUDA
-        graphs). Each rank has its own ``pool_pages``, ``max_num_seqs`` and token budget; the
-        cost model prices one rank (for expert parallelism, one built with ``ep``). The request
-        table gains a ``rank`` column, the iteration table one row per rank and iteration. 1 (the
-        default): one engine.
+        graphs), a dense model's as independent engines. Each rank has its own ``pool_pages``,
+        ``max_num_seqs`` and token budget; the cost model prices one rank (for expert parallelism,
+        one built with ``ep``). The request table gains a ``rank`` column, the iteration table one
+        row per rank and iteration. 1 (the default): one engine.
     cudagraph_max_tokens : int, optional
-        With ``data_parallel > 1``: the largest batch CUDA graphs capture (tokens); ranks are padded
+        With ``data_parallel > 1`` in lockstep: the largest batch CUDA graphs capture (tokens); ranks are padded
         to the largest rank's tokens only when every rank's batch is at most this. Default vLLM
         0.19's ``min(2 x max_num_seqs, 512, max_num_batched_tokens)`` (``vllm/config/vllm.py``).
 
@@ -203,11 +203,12 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
                   data_parallel=data_parallel, cudagraph_max_tokens=cudagraph_max_tokens, warn_stacklevel=3,
                   **policy_params)
     if run.params["data_parallel"] > 1:
-        req_table, it_table = serve_lockstep(
+        req_table, it_table = serve_data_parallel(
             prompt=run.prompt, output=run.output, arrival_s=run.arrival_s, ids=run.ids,
             max_new_tokens=run.max_new_tokens, policy=run.policy, pool=run.pool, scheduler=run.scheduler, swap=run.swap,
             cost_model=run.cost, blocks=run.blocks, engine=run.params["engine"], data_parallel=run.params["data_parallel"],
-            cudagraph_max_tokens=run.params["cudagraph_max_tokens"], xp=get_xp(), every_column=record_iterations)
+            lockstep=run.params["dp_lockstep"], cudagraph_max_tokens=run.params["cudagraph_max_tokens"], xp=get_xp(),
+            every_column=record_iterations)
     elif run.params["engine"] == "fast":
         req_table, it_table = run_fast(prompt_tokens=run.prompt, output_tokens=run.output, arrival_s=run.arrival_s,
                                        request_ids=run.ids, max_new_tokens=run.max_new_tokens, policy=run.policy,
@@ -304,10 +305,6 @@ def prepare(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: str
     if not isinstance(async_scheduling, (bool, np.bool_)):
         raise ValueError(f"async_scheduling must be True or False, got {async_scheduling!r}")
     data_parallel = v.positive_int(data_parallel, "data_parallel")
-    if data_parallel > 1 and not m.is_moe:
-        raise ValueError(f"data_parallel={data_parallel}: vLLM runs the data-parallel ranks of a dense model "
-                         f"({m.name}) as independent engines, not in lockstep (vllm/v1/engine/core.py, 0.19.0): "
-                         f"simulate one engine per rank")
     sched = SchedulerConfig(kind=kind, max_num_seqs=v.positive_int(max_num_seqs, "max_num_seqs"),
                             max_num_batched_tokens=max_num_batched_tokens, preemption_mode=mode,
                             async_scheduling=bool(async_scheduling))
@@ -360,6 +357,7 @@ def prepare(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: str
               "max_model_len": context.max_model_len, "prefix_caching": bool(prefix_caching),
               "async_scheduling": bool(async_scheduling),
               "prefix_blocks": prefix_source, "data_parallel": data_parallel,
+              "dp_lockstep": bool(data_parallel > 1 and m.is_moe),
               "cudagraph_max_tokens": (min(2 * sched.max_num_seqs, 512, max_num_batched_tokens)
                                        if cudagraph_max_tokens is None
                                        else v.positive_int(cudagraph_max_tokens, "cudagraph_max_tokens"))}

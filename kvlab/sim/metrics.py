@@ -80,7 +80,7 @@ def summarize(requests: pd.DataFrame, iterations: pd.DataFrame, *, num_pages: in
       ``mean_pages_shared_saved`` / ``max_pages_shared_saved`` (pages sharing saves: block-table
       entries minus distinct pages in use).
 
-    Data-parallel ranks (a ``rank`` column in both tables, :mod:`kvlab.sim.lockstep`): each rank's
+    Data-parallel ranks (a ``rank`` column in both tables, :mod:`kvlab.sim.data_parallel`): each rank's
     iterations are rows of their own (``num_iterations`` counts them all), token gaps are taken per
     rank, and the pool shares are of one rank's ``num_pages``, averaged over the ranks' rows.
     """

@@ -63,10 +63,10 @@ NOTE (the model; a fast engine must reproduce every integer below exactly)
   Otherwise (an idle engine, or nothing running or swapped: the lagged schedule would be empty, so
   vLLM waits for k - 1 and schedules after it) they are released first and arrivals up to the
   iteration's start join, as without it. Tokens still stream when their iteration ends.
-* Data-parallel ranks (``lockstep``): :mod:`kvlab.sim.lockstep` states the group's rules. A rank
+* Data-parallel ranks (``as_rank``): :mod:`kvlab.sim.data_parallel` states the group's rules. A rank
   starts with no request (the group routes each one to a rank), never jumps its clock (with
-  nothing to schedule at ``now_s`` it waits, not lagged, for the group's next iteration start), and
-  runs each iteration for the group's duration (its own swap time and cost are one rank's share).
+  nothing to schedule at ``now_s`` it waits, not lagged, until the group sets ``now_s``), and runs
+  each iteration for the duration the group gives it (its own, or in lockstep the group's).
 * All scheduling decisions compare integers; the only float comparison is arrival visibility.
   Every iteration must compute a token or abort a request, or else preempt one right after an
   iteration that did; otherwise ``RuntimeError`` is raised with the state (no livelock).
@@ -127,13 +127,13 @@ PREFIX_ITERATION_COLUMNS = ("pages_cached", "pages_shared_saved")
 class ReferenceEngine:
     """Runs one simulation; :meth:`run` returns the requests and the per-iteration rows.
 
-    ``lockstep``: the engine is one data-parallel rank of a group (:mod:`kvlab.sim.lockstep` drives it
+    ``as_rank``: the engine is one data-parallel rank of a group (:mod:`kvlab.sim.data_parallel` drives it
     through :meth:`steps`): it starts with no request (they come by :meth:`assign`) and its clock is the group's.
     """
 
     def __init__(self, requests: list[Request], *, policy: Policy, pool: PoolConfig, scheduler: SchedulerConfig,
                  swap: SwapConfig, cost_model: CostModel, blocks: BlockIds | None = None,
-                 lockstep: bool = False) -> None:
+                 as_rank: bool = False) -> None:
         self.requests = requests
         self.policy, self.cfg, self.swap_cfg, self.cost = policy, scheduler, swap, cost_model
         self.block_size = pool.block_size
@@ -142,8 +142,8 @@ class ReferenceEngine:
             raise ValueError(f"prefix caching preempts by recompute only, not {scheduler.preemption_mode.value!r}")
         self.pool: BlockPool | PrefixPool = (PrefixPool(num_pages=pool.num_pages, blocks=blocks) if self.caching
                                              else BlockPool(num_pages=pool.num_pages, num_owners=len(requests), xp=np))
-        self.lockstep = lockstep
-        order = [] if lockstep else sorted(requests, key=lambda r: (r.arrival_s, r.index))
+        self.as_rank = as_rank
+        order = [] if as_rank else sorted(requests, key=lambda r: (r.arrival_s, r.index))
         self.pending: deque[Request] = deque(order)
         self.waiting: deque[Request] = deque()
         self.swapped: deque[Request] = deque()
@@ -165,10 +165,10 @@ class ReferenceEngine:
 
     def steps(self) -> Iterator[_Step | None]:
         """The iterations one at a time: each is yielded once scheduled and runs when resumed, for the
-        ``duration_s`` set on it. Under ``lockstep`` an engine with nothing to schedule at ``now_s``
+        ``duration_s`` set on it. Under ``as_rank`` an engine with nothing to schedule at ``now_s``
         yields None instead of jumping to its next arrival (the group moves ``now_s`` and assigns
         arrivals), and the generator never ends by itself."""
-        while self.lockstep or self.pending or self.waiting or self.running or self.swapped:
+        while self.as_rank or self.pending or self.waiting or self.running or self.swapped:
             lagged = self.prev_start_s is not None and bool(self.running or self.swapped)
             if not lagged:
                 self._release_finishing()
@@ -179,7 +179,7 @@ class ReferenceEngine:
                 self.waiting = deque(sorted(self.waiting, key=lambda r: int(self.policy.queue_rank(r.view()))))
             if not (self.waiting or self.running or self.swapped):
                 self.prev_start_s = None
-                if self.lockstep:
+                if self.as_rank:
                     yield None
                 else:
                     self.now_s = self.pending[0].arrival_s

@@ -98,8 +98,8 @@ def read_llmservingsim(folder: str | Path = SHARED_SERVING) -> list[RunRecord]:
             assumed.append(PREFIX_NOTE)
         ep = int(row["tp"]) * dp if str(row["expert_parallel"]).strip().lower() == "true" else 1
         if dp > 1:
-            assumed.append(f"DP{dp} in lockstep (a mixture of experts): each request routed to the least-loaded rank "
-                           "(4 x waiting + running) when the group's next step starts, not on arrival")
+            assumed.append(f"DP{dp}: each request routed to the least-loaded rank (4 x waiting + running); a mixture "
+                           "of experts' ranks in lockstep, routed when the group's next step starts, not on arrival")
         mml = None if pd.isna(row["max_model_len"]) else int(row["max_model_len"])
         setup = SetUp(name=name, dataset=LLMSERVINGSIM, server="vLLM", server_version=str(row["vllm_version"]),
                       engine="vllm-v1", model=_MODELS.get(str(row["model"]), str(row["model"])), gpu=str(row["gpu"]),

@@ -6,16 +6,16 @@ the whole prompt's pages with its 1% watermark, or V1's on the first chunk's, ``
 prefills or V1's chunked prefill, the run's ``max_num_seqs``, ``max_num_batched_tokens``,
 ``max_model_len``, block size and KV pool (the recorded block count where there is one), its model,
 GPU and TP, its KV and weight precision, V1's async scheduling
-(:attr:`SetUp.schedules_async`), its prefix cache (with the shared prefix the set-up states). ``dp``
-data-parallel ranks of a mixture of experts run in lockstep (``simulate(data_parallel=dp)``,
-:mod:`kvlab.sim.lockstep`: routed by load, every step the slowest rank's); a dense model's ranks,
-independent engines in vLLM, are ``dp`` replicas each serving every ``dp``-th request. A client that caps its
+(:attr:`SetUp.schedules_async`), its prefix cache (with the shared prefix the set-up states), its
+``dp`` data-parallel ranks (``simulate(data_parallel=dp)``, :mod:`kvlab.sim.data_parallel`: routed
+by load; a mixture of experts' in lockstep, a dense model's independent). A client that caps its
 requests in flight (``max_concurrency`` C) is replayed exactly without preemptions: with FCFS
 admission the engine's schedule under the cap is the one of ``max_num_seqs = min(max_num_seqs, C)``
 (a request admitted while fewer than C run has had C fewer predecessors finish, so it was sent), and
 the k-th request is sent at ``max(arrival_k, the (k - C + 1)-th finish among the first k)``
 (:func:`client_send_times`); TTFT and E2E count from that send, as the client measures them, and the
-wait before it is the client's queue. :func:`compare` puts the
+wait before it is the client's queue. Over ``dp`` ranks each takes ``ceil(C / dp)`` as its share (an
+approximation: the balancer spreads the client's C requests but not exactly evenly). :func:`compare` puts the
 predicted and measured TTFT, TPOT and E2E (mean, p50, p90, p99), output throughput and
 preemptions side by side, with the relative errors and the overload calls.
 
@@ -74,10 +74,6 @@ class Replay:
     front_end_s: float = 0.0
 
 
-def _replicas(n: int, dp: int) -> list[np.ndarray]:
-    return [np.arange(r, n, dp) for r in range(dp)]
-
-
 def client_send_times(arrival_s: np.ndarray, finish_s: np.ndarray, cap: int | None) -> np.ndarray:
     """When a client that keeps at most ``cap`` requests in flight sends each one (seconds).
 
@@ -97,13 +93,6 @@ def client_send_times(arrival_s: np.ndarray, finish_s: np.ndarray, cap: int | No
         if k >= cap:
             sent[k] = max(a[k], heapq.heappop(pending))
     return sent
-
-
-def _replica_caps(cap: int | None, dp: int) -> list[int | None]:
-    """The client's cap split over ``dp`` replicas dealt round-robin (the first ones take the remainder)."""
-    if cap is None:
-        return [None] * dp
-    return [max(1, cap // dp + (r < cap % dp)) for r in range(dp)]
 
 
 def expert_parallel_cost(record: RunRecord, cost_model: Any, stack: str | None) -> tuple[Any, str] | None:
@@ -153,51 +142,40 @@ def replay(record: RunRecord, *, cost_model: Any = None, stack: str | None = Non
     work = record.workload()
     pred = pd.DataFrame(index=work.index, columns=["ttft_s", "tpot_s", "e2e_s", "client_queue_s", "num_preemptions",
                                                    "replica"], dtype=np.float64)
-    iters, labels, stacks, pools, ends = [], set(), set(), set(), []
     max_out = int(work["output_tokens"].max())
     m = _model(s.model)
     same = (s.kv_cache_dtype, s.weight_dtype) == (m.kv_cache_dtype, m.weight_dtype)
     model = m if same else with_precision(m, kv_cache_dtype=s.kv_cache_dtype, weights=s.weight_dtype)
-    lockstep = s.dp > 1 and m.is_moe  # one group of dp ranks, else dp independent replicas
-    caps = _replica_caps(s.max_concurrency, s.dp)
+    cap = s.max_concurrency
+    seqs = s.max_num_seqs if cap is None else min(s.max_num_seqs, -(-cap // s.dp))  # a rank's share of the cap
     prefix = PrefixModel(system_prompt_tokens=s.shared_prefix_tokens, system_prompt_share=s.shared_prefix_share) \
         if s.shared_prefix_tokens else None
-    for r, idx in enumerate([np.arange(len(work))] if lockstep else _replicas(len(work), s.dp)):
-        seqs = s.max_num_seqs if caps[r] is None else min(s.max_num_seqs, caps[r])
-        res = simulate(work.iloc[idx].reset_index(drop=True), "vllm_v1" if s.engine == "vllm-v1" else "vllm",
-                       model=model, gpu=s.gpu, tp=s.tp,
-                       scheduler=s.scheduler, max_num_seqs=seqs,
-                       max_num_batched_tokens=s.max_num_batched_tokens, max_model_len=s.max_model_len,
-                       block_size=s.block_size, pool_pages=s.pool_pages,
-                       gpu_memory_utilization=s.gpu_memory_utilization,
-                       max_new_tokens=max(max_out, 1), cost_model=cost_model, stack=stack, record_iterations=True,
-                       async_scheduling=s.schedules_async, prefix_caching=s.prefix_caching, prefix_model=prefix,
-                       data_parallel=s.dp if lockstep else 1)
-        q = res.requests
-        if (q["outcome"] == "finished_aborted").any():
-            why = q.loc[q["outcome"] == "finished_aborted", "abort_reason"].iloc[0]
-            raise ValueError(f"run {record.name}: kvlab aborted {int((q['outcome'] == 'finished_aborted').sum())} "
-                             f"request(s) in the replay ({why}); the set-up cannot serve them")
-        arr = work["arrival_s"].to_numpy(dtype=np.float64)[idx]
-        first, fin = arr + q["ttft_s"].to_numpy(), arr + q["e2e_s"].to_numpy()
-        sent = client_send_times(arr, fin, s.max_concurrency if lockstep else caps[r])
-        pred.loc[idx, "ttft_s"] = np.maximum(first - sent, 0.0) + front
-        pred.loc[idx, "e2e_s"] = np.maximum(fin - sent, 0.0) + front
-        pred.loc[idx, "client_queue_s"] = sent - arr
-        pred.loc[idx, "tpot_s"] = q["mean_tbt_s"].fillna(0.0).to_numpy()
-        pred.loc[idx, "num_preemptions"] = q["num_preemptions"].to_numpy()
-        pred.loc[idx, "replica"] = q["rank"].to_numpy() if lockstep else r
-        it = res.iterations
-        ranks = [it[it["rank"].to_numpy() == k].drop(columns="rank").reset_index(drop=True)
-                 for k in range(s.dp)] if lockstep else [it]
-        iters.extend(ranks)
-        ends.append(float((it["start_s"] + it["duration_s"]).max()))
-        labels.add(res.params["cost_model"])
-        stacks.add(res.params["stack"])
-        pools.add(res.params["pool_pages"])
-    return Replay(record=record, predicted=pred, iterations=tuple(iters), cost_model="; ".join(sorted(labels)),
-                  stack=ep_cost[1] if ep_cost is not None else "; ".join(sorted(stacks)), pool_pages=int(min(pools)),
-                  makespan_s=max(ends) + front - float(work["arrival_s"].min()), front_end_s=front)
+    res = simulate(work, "vllm_v1" if s.engine == "vllm-v1" else "vllm", model=model, gpu=s.gpu, tp=s.tp,
+                   scheduler=s.scheduler, max_num_seqs=seqs, max_num_batched_tokens=s.max_num_batched_tokens,
+                   max_model_len=s.max_model_len, block_size=s.block_size, pool_pages=s.pool_pages,
+                   gpu_memory_utilization=s.gpu_memory_utilization, max_new_tokens=max(max_out, 1),
+                   cost_model=cost_model, stack=stack, record_iterations=True, async_scheduling=s.schedules_async,
+                   prefix_caching=s.prefix_caching, prefix_model=prefix, data_parallel=s.dp)
+    q = res.requests
+    if (q["outcome"] == "finished_aborted").any():
+        why = q.loc[q["outcome"] == "finished_aborted", "abort_reason"].iloc[0]
+        raise ValueError(f"run {record.name}: kvlab aborted {int((q['outcome'] == 'finished_aborted').sum())} "
+                         f"request(s) in the replay ({why}); the set-up cannot serve them")
+    arr = work["arrival_s"].to_numpy(dtype=np.float64)
+    first, fin = arr + q["ttft_s"].to_numpy(), arr + q["e2e_s"].to_numpy()
+    sent = client_send_times(arr, fin, cap)
+    pred = pd.DataFrame({"ttft_s": np.maximum(first - sent, 0.0) + front, "tpot_s": q["mean_tbt_s"].fillna(0.0).to_numpy(),
+                         "e2e_s": np.maximum(fin - sent, 0.0) + front, "client_queue_s": sent - arr,
+                         "num_preemptions": q["num_preemptions"].to_numpy(dtype=np.float64),
+                         "replica": (q["rank"] if s.dp > 1 else pd.Series(0, index=q.index)).to_numpy(dtype=np.float64)},
+                        index=work.index)
+    it = res.iterations
+    iters = [it[it["rank"].to_numpy() == k].drop(columns="rank").reset_index(drop=True)
+             for k in range(s.dp)] if s.dp > 1 else [it]
+    end_s = float((it["start_s"] + it["duration_s"]).max())
+    return Replay(record=record, predicted=pred, iterations=tuple(iters), cost_model=res.params["cost_model"],
+                  stack=ep_cost[1] if ep_cost is not None else res.params["stack"], pool_pages=int(res.params["pool_pages"]),
+                  makespan_s=end_s + front - float(work["arrival_s"].min()), front_end_s=front)
 
 
 def _stats(x: np.ndarray) -> dict[str, float]:

@@ -102,9 +102,10 @@ def why(row: pd.Series | dict, record: RunRecord) -> str:
         reasons.append(f"{' and '.join(collectives)} over PCIe (no NVLink), priced from another link's measured "
                        "curves carried by bandwidth, with no measured collective on this one")
     if s.dp > 1:
-        reasons.append(f"DP{s.dp} ranks in lockstep (kvlab.sim.lockstep) without the dummy steps vLLM runs before an "
+        reasons.append(f"DP{s.dp} ranks in lockstep (kvlab.sim.data_parallel) without the dummy steps vLLM runs before an "
                        "idle group pauses" if m.is_moe else
-                       f"DP{s.dp} replicas modelled as independent round-robin shares (vLLM routes by load)")
+                       f"DP{s.dp} ranks routed on counts as of their last scheduled step (vLLM's client reads "
+                       "them as republished every 100 ms)")
     if m.is_moe:
         reasons.append("mixture of experts: routing taken as uniform over the experts"
                        + (f", and each EP{s.expert_parallel} GPU's experts priced at {s.dp} x its rank's tokens "

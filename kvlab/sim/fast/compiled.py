@@ -66,9 +66,9 @@ def why_not(policy: Policy, cost_model: CostModel) -> str | None:
 
 def _config(policy: Policy, cost_model: CostModel, pool: PoolConfig, scheduler: SchedulerConfig,
             swap: SwapConfig, caching: bool = False, every_column: bool = True,
-            lockstep: bool = False) -> tuple[np.ndarray, int, np.ndarray]:
+            as_rank: bool = False) -> tuple[np.ndarray, int, np.ndarray]:
     """The loop's configuration vector, cost-model kind and constants (``caching``: a prefix cache;
-    ``every_column``: write every iteration column, else only the summary's; ``lockstep``: a
+    ``every_column``: write every iteration column, else only the summary's; ``as_rank``: a
     data-parallel rank, every duration asked)."""
     forms = _forms_on()
     form = policy.compiled_form()
@@ -85,9 +85,9 @@ def _config(policy: Policy, cost_model: CostModel, pool: PoolConfig, scheduler: 
     C = np.array([bs, pool.num_pages, scheduler.max_num_batched_tokens, scheduler.max_num_seqs,
                   scheduler.kind == SchedulerKind.PREFILL_FIRST, policy.on_demand, mode, swap.cpu_pool_pages, shift,
                   admission, victim, state, policy.orders_queue, policy.max_new_tokens, *consts[:5], caching, every_column,
-                  scheduler.async_scheduling, lockstep, policy.reserves_first_chunk],
+                  scheduler.async_scheduling, as_rank, policy.reserves_first_chunk],
                  dtype=np.int64)
-    compiled_cost = constants(cost_model) if forms and not lockstep else None
+    compiled_cost = constants(cost_model) if forms and not as_rank else None
     kind, params = compiled_cost if compiled_cost is not None else (lp.COST_ASK, np.zeros(1))
     return C, kind, params
 
@@ -230,7 +230,7 @@ class CompiledRun:
     """One run of the compiled loop, resumable: :meth:`advance` runs it to its next stop.
 
     Alone it stops only when every request has finished (``DONE``). As a data-parallel rank
-    (``lockstep``, :mod:`kvlab.sim.lockstep`) it serves only the requests routed to it
+    (``as_rank``, :mod:`kvlab.sim.data_parallel`) it serves only the requests routed to it
     (:meth:`assign`) and also stops at each iteration's question (``ASK_COST``: :meth:`work`, answered
     by :meth:`run_for`) and where it has nothing to schedule (``RANK_IDLE``: the group sets :attr:`now_s`).
     """
@@ -238,15 +238,15 @@ class CompiledRun:
     def __init__(self, *, prompt_tokens: np.ndarray, output_tokens: np.ndarray, arrival_s: np.ndarray,
                  max_new_tokens: int, policy: Policy, pool: PoolConfig, scheduler: SchedulerConfig, swap: SwapConfig,
                  cost_model: CostModel, xp: ModuleType = np, blocks: BlockIds | None = None,
-                 every_column: bool = True, lockstep: bool = False) -> None:
+                 every_column: bool = True, as_rank: bool = False) -> None:
         prompt, output = (np.ascontiguousarray(a, dtype=np.int64) for a in (prompt_tokens, output_tokens))
         n, self.arrival_h = prompt.shape[0], np.asarray(arrival_s, dtype=np.float64)
-        if lockstep:  # routed arrivals are appended; the rest wait at +inf
+        if as_rank:  # routed arrivals are appended; the rest wait at +inf
             order, self.arrival_sorted = np.zeros(n, dtype=np.int64), np.full(n, np.inf)
         else:
             order = np.argsort(self.arrival_h, kind="stable").astype(np.int64)  # arrival order, ties by row
             self.arrival_sorted = np.ascontiguousarray(self.arrival_h[order])  # the loop reads them in that order
-        self.order, self.num_assigned, self.lockstep = order, 0, lockstep
+        self.order, self.num_assigned, self.as_rank = order, 0, as_rank
         self.Q, self.T, self.E = _request_state(prompt, output, max_new_tokens)
         cap = max(min(scheduler.max_num_seqs, n), 1)  # running (and scheduled) requests at most
         self.run = np.zeros(cap, dtype=np.int64)
@@ -257,7 +257,7 @@ class CompiledRun:
         if self.caching and scheduler.preemption_mode != PreemptionMode.RECOMPUTE:
             raise ValueError(f"prefix caching preempts by recompute only, not {scheduler.preemption_mode.value!r}")
         C, cost_kind, cost_params = _config(policy, cost_model, pool, scheduler, swap, self.caching, every_column,
-                                            lockstep)
+                                            as_rank)
         self.prefix_pool = pool_arrays(blocks, pool.num_pages, n)
         self.S, self.F = S, F = np.zeros(lp.NUM_INT_STATE, dtype=np.int64), np.zeros(lp.NUM_FLOAT_STATE)
         F[lp.PREV_START] = -1.0  # no iteration has run
@@ -274,7 +274,7 @@ class CompiledRun:
         self.started = False
 
     def advance(self) -> int:
-        """Run to the next stop (``DONE``, or a lockstep rank's ``ASK_COST`` or ``RANK_IDLE``); its event code."""
+        """Run to the next stop (``DONE``, or a data-parallel rank's ``ASK_COST`` or ``RANK_IDLE``); its event code."""
         S = self.S
         if not self.started:  # a compile is announced by the run that needs it (the first of a group's ranks)
             self.compile_start = None if self.ahead else _compile_notice(self.kernel)
@@ -287,7 +287,7 @@ class CompiledRun:
                 print(f"kvlab: compiled the simulator's loop in {time.perf_counter() - self.compile_start:.0f} s",
                       file=sys.stderr, flush=True)
                 self.compile_start = None
-            if event in (lp.DONE, lp.RANK_IDLE) or (event == lp.ASK_COST and self.lockstep):
+            if event in (lp.DONE, lp.RANK_IDLE) or (event == lp.ASK_COST and self.as_rank):
                 return event
             if event == lp.NO_PROGRESS:
                 raise no_progress(int(S[lp.K]), float(self.F[lp.START]), running=self.run[:S[lp.NRUN]],
@@ -300,7 +300,7 @@ class CompiledRun:
             elif event != lp.ROWS_FULL:
                 self.asker.answer(event, S, self.F)
 
-    # ---- the group's side of a lockstep rank (:class:`kvlab.sim.lockstep.Rank`)
+    # ---- the group's side of a data-parallel rank (:class:`kvlab.sim.data_parallel.Rank`)
     def assign(self, r: int, arrival_s: float) -> None:
         """Request ``r`` (a row) is routed here; it joins at ``arrival_s`` (routed in arrival order)."""
         self.order[self.num_assigned], self.arrival_sorted[self.num_assigned] = r, arrival_s

@@ -24,8 +24,8 @@ BETWEEN, WHOLE, RUNNING_PHASE, SWAPPED_PHASE, CHUNKED, END_SCHEDULE, EXECUTE = r
 # ---- configuration: C (int64)
 BLOCK_SIZE, NUM_PAGES, MNBT, MAX_SEQS, PREFILL_FIRST, ON_DEMAND, MODE, CPU_POOL, SHIFT, ADMISSION, VICTIM, \
     STATE_RULE, ORDERED, MAX_NEW, CLIP, FLOOR_NUM, FLOOR_DEN, STEP_NUM, STEP_DEN, CACHING, EVERY_COLUMN, \
-    ASYNC, LOCKSTEP, FIRST_CHUNK = range(24)
-NUM_CONFIG = 24  # LOCKSTEP: a data-parallel rank (:mod:`kvlab.sim.lockstep`): RANK_IDLE instead of a
+    ASYNC, AS_RANK, FIRST_CHUNK = range(24)
+NUM_CONFIG = 24  # AS_RANK: a data-parallel rank (:mod:`kvlab.sim.data_parallel`): RANK_IDLE instead of a
 # clock jump, and every iteration's whole duration asked (ASK_COST); FIRST_CHUNK: the policy
 # reserves_first_chunk (vLLM V1's admission)
 MODE_RECOMPUTE, MODE_SWAP, MODE_REJECT = 0, 1, 2

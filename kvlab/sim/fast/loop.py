@@ -37,7 +37,7 @@ sums. Events:
   both ways in ``S[STATE0:]``), ``ASK_COST`` (``iteration_s`` of ``ASK_TOKENS``, ``ASK_PAIRS``,
   ``ASK_KV``, ``NSCHED``).
 
-A data-parallel rank (``C[LOCKSTEP]``, driven by :mod:`kvlab.sim.lockstep`) hands back
+A data-parallel rank (``C[AS_RANK]``, driven by :mod:`kvlab.sim.data_parallel`) hands back
 ``RANK_IDLE`` where it has nothing to schedule at ``F[NOW]`` (its group moves ``F[NOW]`` and
 appends routed arrivals to ``order`` / ``arrival``), and asks ``ASK_COST`` for every iteration,
 whose answer is then the iteration's whole duration (its group's).
@@ -57,7 +57,7 @@ from .layout import (  # every slot, column and code: one definition, shared wit
     CACHED_FREE, NFIN, NOW, START, ANSWER_S, PREV_START, BETWEEN, WHOLE, RUNNING_PHASE, SWAPPED_PHASE, CHUNKED,
     END_SCHEDULE, EXECUTE, BLOCK_SIZE, NUM_PAGES, MNBT, MAX_SEQS, PREFILL_FIRST, ON_DEMAND, MODE, CPU_POOL, SHIFT,
     ADMISSION, VICTIM, STATE_RULE, ORDERED, MAX_NEW, CLIP, FLOOR_NUM, FLOOR_DEN, STEP_NUM, STEP_DEN, CACHING,
-    EVERY_COLUMN, ASYNC, LOCKSTEP, FIRST_CHUNK, RANK_IDLE, MODE_SWAP, MODE_REJECT, OWN_PAGES, FUTURE_CHARGE, NEWEST, NO_STATE,
+    EVERY_COLUMN, ASYNC, AS_RANK, FIRST_CHUNK, RANK_IDLE, MODE_SWAP, MODE_REJECT, OWN_PAGES, FUTURE_CHARGE, NEWEST, NO_STATE,
     RATIO_DECAY, COST_ASK, PROMPT,
     GEN, COMP, RES, USED, TARGET, MAX_USED, MAX_RES, STATUS, OUTPUT, CPU, NPRE, NSWAP, ABORT, HIT, SAVED, LAST_S,
     MAX_TBT, ADM_S, FT_S, FIN_S, ADM_ITER, FT_ITER, FIN_ITER, F_RES_PAGES, F_ADM_PAGES, F_FITS, F_GEN, F_RES_TOKENS,
@@ -374,7 +374,7 @@ def _begin(S, F, C, Q, Fct, order, arrival, wq, limbo, fin, R, pg, blk, rb):  # 
             S[ARRIVED] += 1
         if S[WQ_LEN] or S[NRUN] or S[SW_LEN]:
             break
-        if C[LOCKSTEP]:  # a data-parallel rank: its group moves the clock and routes the arrivals
+        if C[AS_RANK]:  # a data-parallel rank: its group moves the clock and routes the arrivals
             F[PREV_START] = -1.0
             return RANK_IDLE
         if S[ARRIVED] == n:
@@ -598,11 +598,11 @@ def _execute(S, F, C, page_copy_s, Q, T, E, run, sched_ids, sched_chunk, fin, R,
         kv += Q[r, COMP] + c
         decode_tokens += _is_decoding_of(Q[r, PROMPT], Q[r, GEN], Q[r, COMP])
     duration = S[SWAP_PAGES] * page_copy_s
-    if num_tokens > 0 or C[LOCKSTEP]:  # a data-parallel rank is answered its group's whole duration
+    if num_tokens > 0 or C[AS_RANK]:  # a data-parallel rank is answered its group's whole duration
         cost = _cost_s(S, F, num_tokens, pairs, kv)
         if cost < 0.0:
             return ASK_COST
-        duration = cost if C[LOCKSTEP] else duration + cost
+        duration = cost if C[AS_RANK] else duration + cost
     start, k = F[START], S[K]
     end = start + duration
     pages_used, pages_reserved = S[USED_PAGES], S[COMMITTED]

@@ -1,5 +1,6 @@
-"""Data-parallel ranks in lockstep (:mod:`kvlab.sim.lockstep`): a hand-worked group, the routing and
-padding rules, and the compiled loop against the reference engine on random groups."""
+"""Data-parallel ranks (:mod:`kvlab.sim.data_parallel`): hand-worked groups in lockstep and independent,
+the routing and padding rules, one independent rank against one engine, and the compiled loop
+against the reference engine on random groups of both kinds."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,10 +11,12 @@ import pytest
 
 from kvlab.costmodel import roofline
 from kvlab.sim import simulate
-from kvlab.sim.lockstep import group_duration_s, route
-from test_sim_fast_equivalence import POLICIES, assert_same, random_case
+from kvlab.sim import finish, prepare
+from kvlab.sim.data_parallel import group_duration_s, route, serve
+from test_sim_fast_equivalence import POLICIES, assert_same, assert_same_table, random_case
 
-MOE = "Qwen3-30B-A3B"
+MOE, DENSE = "Qwen3-30B-A3B", "Llama-2-7B"
+COST = dataclasses.replace(roofline(MOE, "H100-SXM"), iteration_overhead_s=0.01)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,13 +81,41 @@ def test_an_idle_rank_waits_for_the_group_and_the_clock_jumps_when_all_are_idle(
     assert res.iterations["start_s"].iloc[-1] == 5.0
 
 
-def test_a_dense_model_is_refused():
-    w = pd.DataFrame({"prompt_tokens": [10], "output_tokens": [2]})
-    with pytest.raises(ValueError, match="dense model.*independent engines"):
-        simulate(w, model="Llama-3-8B", gpu="H100-SXM", data_parallel=2)
+def test_a_dense_models_ranks_run_on_their_own_clocks():
+    """r1, routed at its arrival (1 ms) to idle rank 1 (rank 0 runs r0: score 1 against 0), starts
+    at once: first token at 1 + 11 ms, where in lockstep it would wait for rank 0's iteration end."""
+    w = pd.DataFrame({"prompt_tokens": [10, 10], "output_tokens": [3, 3], "arrival_s": [0.0, 0.001]})
+    for engine in ("reference", "fast"):
+        res = simulate(w, "vllm", model=DENSE, gpu="H100-SXM", cost_model=Linear(), data_parallel=2, max_num_seqs=8,
+                       pool_pages=100, engine=engine, record_iterations=True)
+        q = res.requests
+        assert q["rank"].tolist() == [0, 1] and not res.params["dp_lockstep"]
+        np.testing.assert_allclose(q["first_token_s"], [0.011, 0.012], rtol=1e-12)
+        np.testing.assert_allclose(q["finish_s"], [0.011 + 2 * 0.0101, 0.012 + 2 * 0.0101], rtol=1e-12)
+    moe = simulate(w, "vllm", model=MOE, gpu="H100-SXM", cost_model=Linear(), data_parallel=2, max_num_seqs=8,
+                   pool_pages=100)
+    assert moe.params["dp_lockstep"] and moe.requests["first_token_s"].iloc[1] == pytest.approx(0.022)
 
 
-COST = dataclasses.replace(roofline(MOE, "H100-SXM"), iteration_overhead_s=0.01)
+@pytest.mark.parametrize("engine", ["reference", "fast"])
+def test_one_independent_rank_is_one_engine(engine):
+    """Routing every request to one rank at its arrival and pricing its iterations itself gives the
+    single engine's tables exactly (arrivals, idle gaps, async scheduling, preemptions)."""
+    rng = np.random.default_rng(3)
+    w = pd.DataFrame({"prompt_tokens": rng.integers(5, 200, 80), "output_tokens": rng.integers(1, 60, 80),
+                      "arrival_s": np.sort(rng.uniform(0, 3, 80))})
+    kw = dict(model=DENSE, gpu="H100-SXM", cost_model=COST, max_num_seqs=6, pool_pages=40, block_size=8,
+              max_num_batched_tokens=64, async_scheduling=True, engine=engine, record_iterations=True)
+    one = simulate(w, "vllm_v1", **kw)
+    run = prepare(w, "vllm_v1", **{k: x for k, x in kw.items() if k != "record_iterations"})
+    req, it = serve(prompt=run.prompt, output=run.output, arrival_s=run.arrival_s, ids=run.ids,
+                    max_new_tokens=run.max_new_tokens, policy=run.policy, pool=run.pool, scheduler=run.scheduler,
+                    swap=run.swap, cost_model=run.cost, blocks=None, engine=engine, data_parallel=1, lockstep=False,
+                    cudagraph_max_tokens=1)
+    ranked = finish(run, req.drop(columns="rank"), it.drop(columns="rank"), record_iterations=True)
+    assert (one.requests["num_preemptions"] > 0).any()
+    assert_same_table(one.requests, ranked.requests, "requests")
+    assert_same_table(one.iterations, ranked.iterations, "iterations")
 
 
 def random_group(seed: int) -> tuple[pd.DataFrame, str, dict]:
@@ -106,8 +137,8 @@ def test_fast_equals_reference_in_lockstep_on_random_groups(block, fast_loop):
         runs = []
         for engine in ("reference", "fast"):
             try:
-                runs.append(simulate(w, policy, model=MOE, gpu="H100-SXM", record_iterations=True, engine=engine,
-                                     **kw))
+                runs.append(simulate(w, policy, model=(MOE, DENSE)[seed % 4 < 2], gpu="H100-SXM",
+                                     record_iterations=True, engine=engine, **kw))
             except RuntimeError as exc:
                 runs.append(f"RuntimeError: {str(exc).split(':')[0]}")
         assert_same(*runs)
@@ -126,3 +157,16 @@ def test_the_random_groups_reach_every_policy_rank_and_preemption_path():
     t = pd.concat(t)
     assert policies == set(POLICIES) and set(t["rank"]) == {0, 1, 2}
     assert (t["num_swaps"] > 0).any() and (t["num_preemptions"] > t["num_swaps"]).any()
+
+
+def test_a_sweep_over_data_parallel_runs_the_group_never_one_engine():
+    """The batched engine runs one engine per simulation: a data-parallel run goes to the group."""
+    import kvlab
+
+    w = pd.DataFrame({"prompt_tokens": [40] * 16, "output_tokens": [30] * 16, "arrival_s": np.linspace(0, 0.2, 16)})
+    kw = dict(model=MOE, gpu="H100-SXM", cost_model=COST, max_num_seqs=4, pool_pages=40)
+    rows = kvlab.sweep(w, {"data_parallel": [1, 2]}, fixed=kw, batch="always", progress=False)
+    for dp, row in zip([1, 2], rows.itertuples()):
+        want = simulate(w, data_parallel=dp, **kw).summary
+        assert row.data_parallel == dp and row.e2e_p50_s == pytest.approx(want["e2e_p50_s"], rel=1e-12)
+    assert rows["e2e_p50_s"].iloc[1] < rows["e2e_p50_s"].iloc[0]  # two ranks serve the queue faster
