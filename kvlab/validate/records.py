@@ -50,7 +50,7 @@ class SetUp:
     model, gpu : str
         Catalogue names (:mod:`kvlab.specs`).
     tp, dp : int
-        Tensor-parallel GPUs per replica and data-parallel replicas (requests split evenly).
+        Tensor-parallel GPUs per rank and data-parallel ranks (routed by load: :mod:`kvlab.sim.data_parallel`).
     expert_parallel : int
         GPUs a mixture of experts' experts are spread over (vLLM's ``--enable-expert-parallel``:
         ``tp x dp``); 1 without expert parallelism.
