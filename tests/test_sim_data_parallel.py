@@ -81,6 +81,15 @@ def test_an_idle_rank_waits_for_the_group_and_the_clock_jumps_when_all_are_idle(
     assert res.iterations["start_s"].iloc[-1] == 5.0
 
 
+@pytest.mark.parametrize("engine", ["reference", "fast"])
+def test_a_request_the_context_rejects_has_no_rank(engine):
+    w = pd.DataFrame({"prompt_tokens": [50, 5000, 40], "output_tokens": [3, 3, 2], "arrival_s": [0.0, 0.0, 0.0]})
+    res = simulate(w, model=DENSE, gpu="H100-SXM", cost_model=Linear(), data_parallel=2, max_model_len=4096,
+                   max_new_tokens=8, engine=engine)
+    assert res.requests["rank"].tolist() == [0, -1, 1]  # r2 goes to the rank r0 does not load
+    assert res.requests["abort_reason"].iloc[1] != ""
+
+
 def test_a_dense_models_ranks_run_on_their_own_clocks():
     """r1, routed at its arrival (1 ms) to idle rank 1 (rank 0 runs r0: score 1 against 0), starts
     at once: first token at 1 + 11 ms, where in lockstep it would wait for rank 0's iteration end."""

@@ -182,8 +182,9 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
         iteration as long as the slowest rank's, ranks padded to the largest one's tokens under CUDA
         graphs), a dense model's as independent engines. Each rank has its own ``pool_pages``,
         ``max_num_seqs`` and token budget; the cost model prices one rank (for expert parallelism,
-        one built with ``ep``). The request table gains a ``rank`` column, the iteration table one
-        row per rank and iteration. 1 (the default): one engine.
+        one built with ``ep``). The request table gains a ``rank`` column (-1 for a request the
+        context rejects), the iteration table one row per rank and iteration. 1 (the default): one
+        engine.
     cudagraph_max_tokens : int, optional
         With ``data_parallel > 1`` in lockstep: the largest batch CUDA graphs capture (tokens); ranks are padded
         to the largest rank's tokens only when every rank's batch is at most this. Default vLLM

@@ -99,7 +99,7 @@ def merge(table: pd.DataFrame, limit: ContextLimit, *, prompt_tokens: np.ndarray
             rows[col] = np.full(rej.size, CONTEXT_REJECT_REASON, dtype=object)
         elif col == "context_capped":
             rows[col] = np.zeros(rej.size, dtype=bool)
-        elif col.endswith("_iter"):
+        elif col.endswith("_iter") or col == "rank":  # never run: no iteration, no data-parallel rank
             rows[col] = np.full(rej.size, -1, dtype=dtype)
         elif np.issubdtype(dtype, np.floating):
             rows[col] = np.full(rej.size, np.nan, dtype=dtype)

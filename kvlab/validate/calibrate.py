@@ -87,7 +87,7 @@ def design(rep: Replay, terms: StackTerms) -> dict[str, np.ndarray]:
     out_tok = rep.record.requests["output_tokens"].to_numpy(dtype=np.float64)
     rows = {name: np.zeros((len(pred), 3)) for _, name in TARGETS}
     for r, it in enumerate(rep.iterations):
-        idx = np.flatnonzero(pred["replica"].to_numpy() == r)
+        idx = np.flatnonzero(pred["rank"].to_numpy() == r)
         starts = it["start_s"].to_numpy(dtype=np.float64)
         dur = it["duration_s"].to_numpy(dtype=np.float64)
         seqs = it["batch_size"].to_numpy(dtype=np.float64)

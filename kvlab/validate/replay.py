@@ -58,8 +58,8 @@ class Replay:
 
     ``predicted`` has one row per request of ``record.requests`` (same order): ``ttft_s``,
     ``tpot_s``, ``e2e_s`` (from the client's send), ``client_queue_s`` (send - arrival),
-    ``num_preemptions``, ``replica`` (its replica, or its rank of a lockstep group); ``iterations`` one
-    table per replica or rank
+    ``num_preemptions``, ``rank`` (its data-parallel rank; 0 without DP); ``iterations`` one table
+    per rank
     (the engine's per-iteration rows); ``cost_model`` and ``stack`` name what priced it;
     ``front_end_s`` is the per-request front-end latency added to each TTFT and E2E (s).
     """
@@ -140,8 +140,6 @@ def replay(record: RunRecord, *, cost_model: Any = None, stack: str | None = Non
     if ep_cost is not None:
         cost_model, stack = ep_cost[0], None
     work = record.workload()
-    pred = pd.DataFrame(index=work.index, columns=["ttft_s", "tpot_s", "e2e_s", "client_queue_s", "num_preemptions",
-                                                   "replica"], dtype=np.float64)
     max_out = int(work["output_tokens"].max())
     m = _model(s.model)
     same = (s.kv_cache_dtype, s.weight_dtype) == (m.kv_cache_dtype, m.weight_dtype)
@@ -164,17 +162,18 @@ def replay(record: RunRecord, *, cost_model: Any = None, stack: str | None = Non
     arr = work["arrival_s"].to_numpy(dtype=np.float64)
     first, fin = arr + q["ttft_s"].to_numpy(), arr + q["e2e_s"].to_numpy()
     sent = client_send_times(arr, fin, cap)
-    pred = pd.DataFrame({"ttft_s": np.maximum(first - sent, 0.0) + front, "tpot_s": q["mean_tbt_s"].fillna(0.0).to_numpy(),
+    pred = pd.DataFrame({"ttft_s": np.maximum(first - sent, 0.0) + front,
+                         "tpot_s": q["mean_tbt_s"].fillna(0.0).to_numpy(),
                          "e2e_s": np.maximum(fin - sent, 0.0) + front, "client_queue_s": sent - arr,
                          "num_preemptions": q["num_preemptions"].to_numpy(dtype=np.float64),
-                         "replica": (q["rank"] if s.dp > 1 else pd.Series(0, index=q.index)).to_numpy(dtype=np.float64)},
-                        index=work.index)
+                         "rank": q["rank"].to_numpy() if s.dp > 1 else 0}, index=work.index)
     it = res.iterations
     iters = [it[it["rank"].to_numpy() == k].drop(columns="rank").reset_index(drop=True)
              for k in range(s.dp)] if s.dp > 1 else [it]
     end_s = float((it["start_s"] + it["duration_s"]).max())
     return Replay(record=record, predicted=pred, iterations=tuple(iters), cost_model=res.params["cost_model"],
-                  stack=ep_cost[1] if ep_cost is not None else res.params["stack"], pool_pages=int(res.params["pool_pages"]),
+                  stack=ep_cost[1] if ep_cost is not None else res.params["stack"],
+                  pool_pages=int(res.params["pool_pages"]),
                   makespan_s=end_s + front - float(work["arrival_s"].min()), front_end_s=front)
 
 

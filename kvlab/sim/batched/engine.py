@@ -73,7 +73,7 @@ def why_not(run: PreparedRun) -> str | None:
     if run.scheduler.async_scheduling:
         return "async scheduling (the batched engine schedules each iteration at its start)"
     if run.params.get("data_parallel", 1) > 1:
-        return "data-parallel ranks in lockstep (the batched engine runs one engine per simulation)"
+        return "data-parallel ranks (the batched engine runs one engine per simulation)"
     traits = [what for what, holds in (
         ("admission reads the running requests", not pol.admits_on_own_pages),
         ("admits on its first chunk's pages", pol.reserves_first_chunk),
