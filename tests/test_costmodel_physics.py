@@ -122,15 +122,18 @@ def test_moe_is_priced_from_the_gemm_curve_at_tokens_per_expert():
     for source in (None, "measured"):
         moe = cm.cost_model("Mixtral-8x7B", "H100-SXM", tp=2, source=source)
         assert isinstance(moe, cm.MeasuredCostModel) and moe.num_experts == 8
-    q3 = cm.cost_model("Qwen3-30B-A3B", "RTXPRO6000")
+    q3 = cm.cost_model("Qwen3-30B-A3B", "B200")
     assert isinstance(q3, cm.MeasuredCostModel) and "extrapolated from" in q3.label
+    q3 = cm.cost_model("Qwen3-30B-A3B", "RTXPRO6000")  # its own GPU's operator profiles
+    assert isinstance(q3, cm.MeasuredCostModel) and "operator profiles" in q3.label
 
 
 # ----------------------------------------------------------------- compiled form, field by field
 MODELS = [cm.measured("Llama-2-70B", "H100-SXM", tp=4), cm.measured("Mixtral-8x7B", "H100-SXM", tp=2),
           cm.measured("Llama-2-7B", "A40"), cm.roofline("Llama-2-70B", "H100-SXM", tp=4),
           cm.measured(with_precision("DeepSeek-V3", weights="fp8"), "H100-SXM", tp=8),
-          cm.measured(with_precision("Llama-3-8B", weights="fp8", kv_cache_dtype="fp8"), "L40S")]
+          cm.measured(with_precision("Llama-3-8B", weights="fp8", kv_cache_dtype="fp8"), "L40S"),
+          cm.measured("Qwen3-32B", "RTXPRO6000", tp=2)]  # an engine's own profiles: mixed-batch attention
 POINTS = [(1, 900, 900, 1), (37, 37 * 3000, 37 * 3000, 37), (2048, 2048 * 2049 // 2, 2048, 1),
           (600, 512 * 400 + 88 * 1500, 512 * 400 + 88 * 1500, 88), (9000, 4 * 10 ** 7, 10 ** 6, 256)]
 #: Fields that do not enter iteration_s (names, and the measured model's FLOP accounting).
@@ -251,6 +254,7 @@ def test_leave_one_gpu_out_table():
     from kvlab.costmodel import fit
     a100 = fit.fit_gemm(fit.gemm_rows(linear[linear["gpu"] == "a100"]))
     held = linear[linear["gpu"] == "h100"]
+    held = held[(held[[f"{op}_s" for op in data.GEMM_OPS]] > 0).all(axis=1)]  # every GEMM measured
     curve = replace(a100, bytes_per_s=a100.bytes_per_s * 3350 / 2039, flops_per_s=a100.flops_per_s * 989 / 312,
                     peak_bytes_per_s=3.35e12, peak_flops_per_s=989e12)
     shapes = data.gemm_shapes(held).values()
@@ -259,6 +263,34 @@ def test_leave_one_gpu_out_table():
     row = t[(t["target"] == "H100-SXM") & (t["from"] == "A100-80GB-SXM")].iloc[0]
     assert row["mape"] == pytest.approx(want, rel=1e-9)
     assert row["nearest"] and row["mape"] < 0.15
+
+
+@needs_shared
+def test_leave_one_gpu_out_reaches_the_profiled_gpus():
+    """The engines' operator profiles join the table as targets and sources; an unmeasured GPU is
+    only ever extrapolated from Vidur's GPUs; one row recomputed by hand (RTX PRO 6000 from A40:
+    bandwidth x1,792/696, throughput x503.8/149.7, shapes of Llama-3.1-8B and Qwen3-32B by hand)."""
+    from kvlab.costmodel import fit, op_profiles
+    linear, prof = data.vidur_linear(), op_profiles.layers()
+    t = validate.leave_one_gpu_out(linear, prof)
+    assert {"RTX4090", "RTXPRO6000"} <= set(t["target"]) and {"RTX4090", "RTXPRO6000"} <= set(t["from"])
+    assert t.groupby("target")["nearest"].sum().eq(1).all()
+    assert set(t[t["nearest"]]["from"]) <= {"A100-80GB-SXM", "A40", "H100-SXM"}
+    a40 = fit.fit_gemm(fit.gemm_rows(linear[linear["gpu"] == "a40"]))
+    curve = replace(a40, bytes_per_s=a40.bytes_per_s * 1792 / 696, flops_per_s=a40.flops_per_s * 503.8 / 149.7,
+                    peak_bytes_per_s=1.792e12, peak_flops_per_s=503.8e12)
+    shapes = {"Llama-3.1-8B": (4096, 4096, 1024, 14336), "Qwen3-32B": (5120, 8192, 1024, 25600)}  # h, q, kv, ff
+    pro = prof[(prof["gpu"] == "RTXPRO6000") & prof["op"].isin(["qkv_proj", "o_proj", "gate_up_proj", "down_proj"])]
+    rel = []
+    for (model, tp, tokens), g in pro.groupby(["model", "tp", "tokens"]):
+        if model not in shapes:
+            continue  # the mixture's experts are profiled apart
+        h, q, kv, ff = shapes[model]
+        want = sum(curve.time_s(float(tokens), n, k) for n, k in
+                   (((q + 2 * kv) / tp, h), (h, q / tp), (2 * ff / tp, h), (h, ff / tp)))
+        rel.append(want / g["time_s"].sum() - 1)
+    row = t[(t["target"] == "RTXPRO6000") & (t["from"] == "A40")].iloc[0]
+    assert row["rows"] == len(rel) and row["mape"] == pytest.approx(float(np.mean(np.abs(rel))), rel=1e-9)
 
 
 def test_expert_parallel_halves_the_experts_a_gpu_reads():

@@ -47,6 +47,16 @@ def _gemm_s(c, g, m, n, k, launches):  # pragma: no cover (compiled)
 
 
 @njit(nogil=True, inline="always")
+def _mixed_decode_kv(t, pairs, kv, s):  # pragma: no cover (compiled)
+    """:func:`kvlab.costmodel.measured.mixed_decode_kv_tokens`."""
+    c = t - s + 1.0
+    if c <= 1.0 or s <= 1.0:
+        return 0.0
+    p = max((pairs - kv - c * (c - 1.0) / 2.0) / (c - 1.0), 0.0)
+    return min(max(kv - p - c, 0.0), kv)
+
+
+@njit(nogil=True, inline="always")
 def _measured_s(c, o, t, pairs, kv, s):  # pragma: no cover (compiled)
     """:meth:`kvlab.costmodel.measured.MeasuredCostModel.iteration_s` with its constants at ``c[o:]``."""
     at = o + len(M)
@@ -79,7 +89,8 @@ def _measured_s(c, o, t, pairs, kv, s):  # pragma: no cover (compiled)
     flops = c[o + M.attention_flops_per_pair_layer] * prefill + c[o + M.attention_decode_flops_per_pair_layer] * decode
     attention = max(c[o + M.attention_s] + c[o + M.attention_s_per_seq] * s + c[o + M.attention_s_per_token] * t
                     + c[o + M.attention_s_per_kv_token] * kv + c[o + M.attention_s_per_pair] * prefill
-                    + c[o + M.attention_s_per_decode_pair] * decode,
+                    + c[o + M.attention_s_per_decode_pair] * decode
+                    + c[o + M.attention_s_per_mixed_decode_kv_token] * _mixed_decode_kv(t, pairs, kv, s),
                     max(c[o + M.attention_kv_bytes_per_token] * kv / c[o + M.peak_bytes_per_s],
                         flops / c[o + M.peak_flops_per_s]))
     allreduce = 0.0

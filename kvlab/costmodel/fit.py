@@ -16,6 +16,16 @@ Each term of :mod:`.measured` is fitted to the measurements of that term alone, 
 * :func:`fit_stack`: the per-iteration and per-sequence overheads of a serving stack: the part
   of Sarathi-Serve's measured batch times that the GPU terms above do not explain (``nnls``).
 
+GPUs profiled with a serving engine's own operators (:mod:`.op_profiles`: LLMServingSim's vLLM
+0.19.0 profiles of the RTX 4090 and RTX PRO 6000) get a family of their own from the same fits:
+their GEMMs (:func:`profile_gemm_rows`, the vocabulary projection included), their pointwise
+operators (:func:`profile_pointwise`) and their attention (:func:`profile_attention_work`), with
+the collectives of the nearest GPU whose interconnect is measured (:func:`network_gpu`). They
+price their own GPU only (``"extrapolate": false``): their kernels are another stack's (a 2026
+vLLM's, Vidur's are 2024 PyTorch's), and the RTX 4090 runs its kernels 24-32% faster than spec
+ratios carry from any other measured GPU (notebook 08's leave-one-GPU-out table), so GPUs without
+measurements keep Vidur's GPUs as their references.
+
 :func:`fit_constants` runs them all and returns the dictionary shipped as
 ``data/costmodels/measured.json`` (:func:`write_constants`); ``python -m kvlab.costmodel.fit``
 refits and rewrites it from ``../shared/data/measured``.
@@ -31,8 +41,9 @@ import pandas as pd
 from scipy.optimize import least_squares, nnls
 
 from . import data as _data
-from .measured import CONSTANTS_PATH, GemmCurve, MeasuredCostModel, build
-from ..specs import gpu as _gpu_spec
+from . import op_profiles as _op
+from .measured import CONSTANTS_PATH, GemmCurve, MeasuredCostModel, attention_shapes, build, spec_distance
+from ..specs import gpu as _gpu_spec, model as _model_spec
 from .roofline import prefill_attention_pairs
 
 #: Vidur's SKU folders, the catalogue GPUs they stand for, and how each catalogue GPU reaches
@@ -66,11 +77,12 @@ SARATHI_GPU, SARATHI_MODEL, SARATHI_TP = "A100-80GB-PCIe", "Yi-34B", 2
 
 # ------------------------------------------------------------------------------------ GEMMs
 def gemm_rows(linear: pd.DataFrame) -> pd.DataFrame:
-    """One row per GEMM of ``linear`` (:func:`.data.vidur_linear`): gpu, model, tp, op, m, n, k, time_s."""
+    """One row per GEMM of ``linear`` (:func:`.data.vidur_linear`): gpu, model, tp, op, m, n, k,
+    time_s, and ``layer`` (the row of ``linear`` it belongs to)."""
     frames = []
     for op, (n, k) in _data.gemm_shapes(linear).items():
         frames.append(pd.DataFrame({"gpu": linear["gpu"].to_numpy(), "model": linear["model"].to_numpy(),
-                                    "tp": linear["tp"].to_numpy(), "op": op,
+                                    "tp": linear["tp"].to_numpy(), "op": op, "layer": np.arange(len(linear)),
                                     "m": linear["num_tokens"].to_numpy(dtype=np.float64), "n": n, "k": k,
                                     "time_s": linear[f"{op}_s"].to_numpy()}))
     rows = pd.concat(frames, ignore_index=True)
@@ -119,7 +131,7 @@ def pointwise_design(linear: pd.DataFrame) -> np.ndarray:
     adds: every GPU works on the whole hidden state), token-elements TP splits (rotary on q and k,
     the MLP activation: per-GPU widths)."""
     tp = linear["tp"].to_numpy(dtype=np.float64)
-    head_dim = linear["hidden_size"] / linear["num_q_heads"]
+    head_dim = linear["head_dim"] if "head_dim" in linear else linear["hidden_size"] / linear["num_q_heads"]
     q = (linear["num_q_heads"] * head_dim).to_numpy(dtype=np.float64) / tp
     kv = np.maximum(1, np.ceil(linear["num_kv_heads"].to_numpy() / tp)) * head_dim.to_numpy()
     ff = linear["intermediate_size"].to_numpy(dtype=np.float64) / tp
@@ -153,30 +165,44 @@ def attention_work(att: pd.DataFrame) -> dict[str, np.ndarray]:
             "flops": 4.0 * att["num_q_heads"].to_numpy() * d * pairs}
 
 
-def attention_design(att: pd.DataFrame) -> np.ndarray:
-    """The attention terms' columns: launch, per sequence, per token, per KV byte, per FLOP."""
-    w = attention_work(att)
-    return np.column_stack([np.ones(len(att)), w["num_seqs"], w["num_tokens"], w["kv_bytes"], w["flops"]])
+ATTENTION_TERMS = ("launch_s", "s_per_seq", "s_per_token", "s_per_kv_byte", "s_per_flop")
+
+
+def attention_design(work: dict[str, np.ndarray]) -> np.ndarray:
+    """The attention terms' columns from per-row work (:func:`attention_work`,
+    :func:`profile_attention_work`): launch, per sequence, per token, per KV byte, per FLOP, and
+    where the rows have mixed batches, per decode KV byte read in a batch that also prefills."""
+    cols = [np.ones(len(work["num_seqs"])), work["num_seqs"], work["num_tokens"], work["kv_bytes"], work["flops"]]
+    return np.column_stack(cols + ([work["mixed_kv_bytes"]] if "mixed_kv_bytes" in work else []))
 
 
 def fit_attention(att: pd.DataFrame) -> dict[str, float]:
-    """Attention terms fitted to an attention profile (:func:`.data.vidur_attention`).
+    """Attention terms fitted to an attention profile: Vidur's (:func:`.data.vidur_attention`) or
+    an engine's (:func:`.op_profiles.attention`, one GPU).
 
     ``attention_s = launch_s + s_per_seq x seqs + s_per_token x tokens + s_per_kv_byte x KV bytes
-    + s_per_flop x FLOPs`` per layer, by ``nnls`` on relative errors; prefill and decode rows
-    weigh equally in total whatever their counts.
+    + s_per_flop x FLOPs`` per layer (an engine profile's also ``+ s_per_mixed_decode_kv_byte x``
+    the decodes' KV bytes in its mixed batches), by ``nnls`` on relative errors; each phase
+    (prefill, decode, mixed) weighs equally in total whatever its row count.
     """
-    att = att[att["attention_s"] > 0]
-    if att["phase"].nunique() < 2:
+    if "prefill_chunk" in att:
+        att = att.rename(columns={"time_s": "attention_s"})
+        work = profile_attention_work(att)
+    else:
+        att = att[att["attention_s"] > 0]
+        work = attention_work(att)
+    phase = work.get("phase", att.get("phase"))
+    if pd.Series(phase).nunique() < 2:
         raise ValueError("fit_attention needs prefill and decode rows")
     t = att["attention_s"].to_numpy(dtype=np.float64)
-    counts = att["phase"].map(att["phase"].value_counts()).to_numpy(dtype=np.float64)
+    counts = pd.Series(phase).map(pd.Series(phase).value_counts()).to_numpy(dtype=np.float64)
     w = 1.0 / np.sqrt(counts)
-    x = attention_design(att)
-    scale = x.max(axis=0)
+    x = attention_design(work)
+    scale = np.where(x.max(axis=0) > 0, x.max(axis=0), 1.0)
     coef, _ = nnls(x / scale / t[:, None] * w[:, None], w)
     coef = coef / scale
-    return dict(zip(("launch_s", "s_per_seq", "s_per_token", "s_per_kv_byte", "s_per_flop"), map(float, coef)))
+    keys = ATTENTION_TERMS + (("s_per_mixed_decode_kv_byte",) if x.shape[1] > len(ATTENTION_TERMS) else ())
+    return dict(zip(keys, map(float, coef)))
 
 
 # ------------------------------------------------------------------------------ collectives
@@ -276,6 +302,89 @@ def fit_stack(gpu_only: MeasuredCostModel, batches: pd.DataFrame) -> dict[str, f
     return {"overhead_s": float(per_it), "overhead_s_per_seq": float(per_seq)}
 
 
+# ------------------------------------------------------------------ engines' operator profiles
+def _layer_shapes(model: str, tp: int) -> dict[str, tuple[float, float]]:
+    """Per-GPU ``(n, k)`` of each profiled GEMM of ``model`` at ``tp`` (vLLM's fused projections)."""
+    m = _model_spec(model)
+    qkv, o = attention_shapes(m, tp)[0][:2]  # grouped-query attention: the fused QKV and the output
+    ff = m.intermediate_size / tp
+    gate = 2 if m.gated_mlp else 1
+    return {"qkv_proj": qkv, "o_proj": o, "gate_up_proj": (gate * ff, m.hidden_size),
+            "down_proj": (m.hidden_size, ff), "lm_head": (m.vocab_size / tp, m.hidden_size)}
+
+
+def profile_gemm_rows(ops: pd.DataFrame) -> pd.DataFrame:
+    """One row per GEMM of the operator profiles (:func:`.op_profiles.layers`), in :func:`gemm_rows`'
+    columns: the layer's projections at ``tokens`` and the vocabulary projection at one token per
+    sequence (``layer`` numbers each (model, TP, tokens)). A mixture of experts' experts are
+    profiled apart and are not among them."""
+    frames = []
+    for (gpu, model, tp), g in ops.groupby(["gpu", "model", "tp"]):
+        for op, (n, k) in _layer_shapes(str(model), int(tp)).items():
+            r = g[g["op"] == op]
+            frames.append(pd.DataFrame({"gpu": gpu, "model": model, "tp": int(tp), "op": op,
+                                        "layer": f"{model}/tp{tp}/" + r["tokens"].astype(str),
+                                        "m": r["tokens"].to_numpy(dtype=np.float64), "n": n, "k": k,
+                                        "time_s": r["time_s"].to_numpy(dtype=np.float64)}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def profile_pointwise(ops: pd.DataFrame) -> pd.DataFrame:
+    """One layer's pointwise time per (model, TP, tokens) of the operator profiles, as
+    :func:`fit_pointwise` reads it: each operator of :data:`.op_profiles.POINTWISE_OPS` times its
+    count per layer, over the dense models (a mixture of experts' activation runs inside its experts)."""
+    rows = []
+    for (gpu, model, tp, tokens), g in ops[ops["op"].isin(list(_op.POINTWISE_OPS))].groupby(
+            ["gpu", "model", "tp", "tokens"]):
+        if "act_fn" not in set(g["op"]):
+            continue
+        m = _model_spec(str(model))
+        t = float(sum(_op.POINTWISE_OPS[o] * s for o, s in zip(g["op"], g["time_s"])))
+        rows.append({"gpu": gpu, "model": model, "tp": int(tp), "num_tokens": int(tokens), "pointwise_s": t,
+                     "hidden_size": m.hidden_size, "num_q_heads": m.num_q_heads, "num_kv_heads": m.num_kv_heads,
+                     "head_dim": m.head_dim, "intermediate_size": m.intermediate_size})
+    return pd.DataFrame(rows)
+
+
+def profile_attention_work(att: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per-layer aggregates of an engine profile's attention rows (one chunk of ``prefill_chunk``
+    tokens after ``kv_prefill`` cached, plus ``n_decode`` decodes of ``kv_decode`` context), counted
+    as the simulator counts an iteration: sequences, tokens, KV bytes read, FLOPs, the decodes'
+    KV bytes where the batch also prefills, and the phase."""
+    pc, kp, nd, kd = (att[c].to_numpy(dtype=np.int64) for c in ("prefill_chunk", "kv_prefill", "n_decode", "kv_decode"))
+    kv_bytes = np.empty(len(att))
+    flops = np.empty(len(att))
+    for (model, tp), idx in att.groupby(["model", "tp"]).indices.items():
+        m = _model_spec(str(model))
+        kv_bytes[idx] = m.kv_bytes_per_token_per_layer(tp=int(tp))
+        flops[idx] = m.attention_flops_per_pair_per_layer / int(tp)
+    pairs = nd * (kd + 1) + prefill_attention_pairs(pc, kp)
+    kv_tokens = nd * (kd + 1) + np.where(pc > 0, kp + pc, 0)
+    phase = np.where(nd == 0, "prefill", np.where(pc == 0, "decode", "mixed"))
+    mixed = np.where((pc > 0) & (nd > 0), nd * (kd + 1), 0)
+    return {"num_seqs": (nd + (pc > 0)).astype(np.float64), "num_tokens": (pc + nd).astype(np.float64),
+            "kv_bytes": kv_bytes * kv_tokens, "flops": flops * pairs, "mixed_kv_bytes": kv_bytes * mixed,
+            "phase": phase}
+
+
+def network_gpu(gpu: str) -> str:
+    """The GPU of :data:`GPUS` whose measured interconnect prices ``gpu``'s collectives: the
+    nearest by spec (:func:`.measured.spec_distance`), scaled by the interconnect ratio."""
+    return min(sorted(GPUS), key=lambda name: spec_distance(_gpu_spec(gpu), _gpu_spec(name)))
+
+
+def profile_families(ops: pd.DataFrame, att: pd.DataFrame) -> dict[str, Any]:
+    """A family per GPU of the operator profiles: GEMM curve, pointwise and attention terms."""
+    out: dict[str, Any] = {}
+    for gpu, g in ops.groupby("gpu"):
+        releases = ", ".join(sorted(set(g["vllm"].astype(str))))
+        out[str(gpu).lower()] = {
+            "label": f"{gpu} (LLMServingSim's vLLM {releases} operator profiles)", "gpu": str(gpu),
+            "gemm": _gemm_dict(fit_gemm(profile_gemm_rows(g))), "pointwise": fit_pointwise(profile_pointwise(g)),
+            "attention": {**fit_attention(att[att["gpu"] == gpu]), "gpu": str(gpu)}}
+    return out
+
+
 # ------------------------------------------------------------------------------- everything
 def fit_constants(path: str | os.PathLike | None = None, *, linear: pd.DataFrame | None = None) -> dict[str, Any]:
     """Fit every curve to the measured data in ``path`` (default ``../shared/data/measured``).
@@ -302,6 +411,13 @@ def fit_constants(path: str | os.PathLike | None = None, *, linear: pd.DataFrame
                                f", {net} collectives"}
     for fam in families:
         families[fam]["gpu"] = PROFILED_GPUS[fam]
+    for fam, entry in profile_families(_op.layers(), _op.attention()).items():
+        name, near = entry["gpu"], network_gpu(entry["gpu"])
+        net = gpus[near]["network"]
+        ratio = _gpu_spec(name).interconnect_bytes_per_s / _gpu_spec(near).interconnect_bytes_per_s
+        families[fam] = entry
+        gpus[name] = {"family": fam, "network": net, "network_gpu": near, "extrapolate": False,
+                      "label": f"{entry['label']}, {net} collectives of {near} x{ratio:.2f} by interconnect"}
     constants: dict[str, Any] = {"families": families, "attention": att, "networks": networks, "gpus": gpus,
                                  "stacks": {}}
     batches = _data.sarathi_batches(path)
@@ -318,6 +434,8 @@ SOURCES = {
              "compute/a100/attention_llama2-70b-tp2-2024-05/attention.csv (blob ee3dec7), network/*/*.csv",
     "sarathi-serve": "microsoft/sarathi-serve commit 02d2567, osdi-experiments/ (Apache-2.0): "
                      "figure-2/decode.csv, figure-2/prefill.csv (first batch of each run left out: warm-up)",
+    "llmservingsim": "casys-kaist/LLMServingSim commit 5daddb2, profiler/perf/{RTX4090,RTXPRO6000}/*/*/bf16/ (MIT): "
+                     "tp*/dense.csv, attention.csv, per_sequence.csv, reduced in data/costmodels/op_profiles_*.csv",
 }
 
 

@@ -42,7 +42,8 @@ MEASURED_FIELDS = (
     "lm_head_shape.0", "lm_head_shape.1", "peak_bytes_per_s",
     "peak_flops_per_s", "pointwise_s", "pointwise_s_per_element", "pointwise_s_per_sharded_element", "sharded_width",
     "pointwise_bytes_per_token", "attention_s", "attention_s_per_seq", "attention_s_per_token",
-    "attention_s_per_kv_token", "attention_s_per_pair", "attention_s_per_decode_pair", "attention_kv_bytes_per_token",
+    "attention_s_per_kv_token", "attention_s_per_pair", "attention_s_per_decode_pair",
+    "attention_s_per_mixed_decode_kv_token", "attention_kv_bytes_per_token",
     "attention_flops_per_pair_layer", "attention_decode_flops_per_pair_layer", "allreduces_per_layer",
     "activation_bytes_per_token", "allreduce_latency_s", "allreduce_s_per_byte", "custom_allreduce_max_bytes",
     "p2p_latency_s", "p2p_s_per_byte", "ring_factor", "interconnect_bytes_per_s", "gpu_time_scale", "overhead_s", "overhead_s_per_seq")

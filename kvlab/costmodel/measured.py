@@ -22,7 +22,11 @@ the iteration, summed over sequences) and ``S`` sequences scheduled:
 * **attention**: a launch time, seconds per sequence, per token, per KV byte read and per
   attention FLOP, fitted to Vidur's A100 attention profile (FlashAttention) and carried to every
   GPU by the ratio of its spec HBM bandwidth (the byte term) and dense peak (the token and FLOP
-  terms) to the A100's, at least its KV bytes over HBM and its FLOPs over peak;
+  terms) to the A100's, at least its KV bytes over HBM and its FLOPs over peak; a GPU with an
+  engine's own attention profile (:mod:`.op_profiles`) has its own terms, and one more: seconds
+  per decode KV byte read in a batch that also prefills (vLLM 0.19 runs such a batch in one
+  varlen kernel, whose decodes read their context about 3x slower than a decode-only batch
+  does), applied to the decodes' context estimated by :func:`mixed_decode_kv_tokens`;
 * **all-reduce(T)**: two per layer under TP, ``T x hidden x 2`` bytes each: the alpha-beta line
   fitted to the measured all-reduce curve of the GPU's interconnect for ``tp`` GPUs, or vLLM's
   custom in-node all-reduce (priced from the measured send/recv link) where it is faster and
@@ -97,6 +101,28 @@ def _minimum(a: Any, b: Any) -> Any:
     return array_namespace(a, b).minimum(a, b)
 
 
+def mixed_decode_kv_tokens(num_tokens: Any, attention_pairs: Any, kv_tokens: Any, num_seqs: Any) -> Any:
+    """The decodes' context tokens (after the iteration) in a batch that also prefills, from the
+    iteration's aggregates (0 in a decode-only or a prefill-only batch).
+
+    Exact for one prefill chunk of ``c = num_tokens - num_seqs + 1 > 1`` tokens after ``p`` cached
+    plus ``num_seqs - 1`` decodes: the chunk adds ``c p + c (c + 1) / 2`` pairs and ``p + c`` KV
+    tokens, so ``p = (pairs - kv - c (c - 1) / 2) / (c - 1)`` and the decodes hold ``kv - p - c``.
+    With several chunks it is an estimate, clamped to ``[0, kv_tokens]``.
+    """
+    c = num_tokens - num_seqs + 1.0
+    if isinstance(c, (int, float)):
+        if c <= 1.0 or num_seqs <= 1.0:
+            return 0.0
+        p = max((attention_pairs - kv_tokens - c * (c - 1.0) / 2.0) / (c - 1.0), 0.0)
+        return min(max(kv_tokens - p - c, 0.0), kv_tokens)
+    xp = array_namespace(num_tokens, attention_pairs, kv_tokens, num_seqs)
+    mixed = (c > 1.0) & (num_seqs > 1.0)
+    cc = xp.where(mixed, c, 2.0)
+    p = xp.maximum((attention_pairs - kv_tokens - cc * (cc - 1.0) / 2.0) / (cc - 1.0), 0.0)
+    return xp.where(mixed, xp.minimum(xp.maximum(kv_tokens - p - cc, 0.0), kv_tokens), 0.0)
+
+
 @dataclass(frozen=True, kw_only=True)
 class GemmCurve:
     """Fitted time of one ``M x k @ k x n`` GEMM on one GPU (``M`` = tokens), never under its floor.
@@ -169,6 +195,9 @@ class MeasuredCostModel:
     attention_s_per_pair, attention_s_per_decode_pair : float
         Seconds per (query, key) pair of a prefill and of a decode (:meth:`attention_layer_s`
         splits them); equal but for MLA, whose decode runs the absorbed form.
+    attention_s_per_mixed_decode_kv_token : float
+        Extra seconds per decode context token read in a batch that also prefills
+        (:func:`mixed_decode_kv_tokens`); 0 where the attention profile has no mixed batches.
     attention_flops_per_pair_layer, attention_decode_flops_per_pair_layer : float
         FLOPs per prefill and per decode pair of one layer per GPU (the FLOP floor).
     allreduce_* : float
@@ -217,6 +246,7 @@ class MeasuredCostModel:
     attention_s_per_kv_token: float
     attention_s_per_pair: float
     attention_s_per_decode_pair: float
+    attention_s_per_mixed_decode_kv_token: float = 0.0
     attention_kv_bytes_per_token: float
     attention_flops_per_pair_layer: float
     attention_decode_flops_per_pair_layer: float
@@ -281,13 +311,17 @@ class MeasuredCostModel:
         """One layer's attention (seconds), at least its KV bytes over HBM and FLOPs over peak.
 
         ``min(attention_pairs, kv_tokens)`` pairs are priced as decode pairs (a decode's pairs are
-        its context), the rest as prefill pairs (see the module note on MLA).
+        its context), the rest as prefill pairs (see the module note on MLA); the decodes of a
+        batch that also prefills pay ``attention_s_per_mixed_decode_kv_token`` more per context token.
         """
         decode = _minimum(attention_pairs, kv_tokens)
         prefill = attention_pairs - decode
         t = (self.attention_s + self.attention_s_per_seq * num_seqs + self.attention_s_per_token * num_tokens
              + self.attention_s_per_kv_token * kv_tokens + self.attention_s_per_pair * prefill
              + self.attention_s_per_decode_pair * decode)
+        if self.attention_s_per_mixed_decode_kv_token:
+            t = t + self.attention_s_per_mixed_decode_kv_token * mixed_decode_kv_tokens(
+                num_tokens, attention_pairs, kv_tokens, num_seqs)
         flops = self.attention_flops_per_pair_layer * prefill + self.attention_decode_flops_per_pair_layer * decode
         floor = _maximum(self.attention_kv_bytes_per_token * kv_tokens / self.peak_bytes_per_s,
                          flops / self.peak_flops_per_s)
@@ -399,12 +433,14 @@ def peak_ratio(a: GPUSpec, b: GPUSpec) -> float:
 
 def reference_gpu(gpu: str | GPUSpec, consts: Mapping[str, Any] | None = None) -> str:
     """The measured GPU whose curves price ``gpu``: itself when measured, else the nearest by spec
-    (:func:`spec_distance`: HBM bandwidth and compute; ties by name)."""
+    (:func:`spec_distance`: HBM bandwidth and compute; ties by name) among those that extrapolate
+    (an entry with ``"extrapolate": false``, an engine's operator profile, prices only its own GPU)."""
     c = constants() if consts is None else consts
     g = _gpu(gpu)
     if g.name in c.get("gpus", {}):
         return g.name
-    return min(sorted(c["gpus"]), key=lambda name: spec_distance(g, _gpu(name)))
+    sources = [name for name, entry in c["gpus"].items() if entry.get("extrapolate", True)]
+    return min(sorted(sources), key=lambda name: spec_distance(g, _gpu(name)))
 
 
 def send_recv(gpu: str | GPUSpec, consts: Mapping[str, Any] | None = None) -> tuple[float, float]:
@@ -415,8 +451,9 @@ def send_recv(gpu: str | GPUSpec, consts: Mapping[str, Any] | None = None) -> tu
     if not c.get("gpus"):
         raise ValueError(f"gpu {g.name!r} has no measured curves (no constants)")
     ref = reference_gpu(g, c)
-    link = c["networks"][c["gpus"][ref]["network"]]["send_recv"]
-    ratio = g.interconnect_bytes_per_s / _gpu(ref).interconnect_bytes_per_s
+    entry = c["gpus"][ref]
+    link = c["networks"][entry["network"]]["send_recv"]
+    ratio = g.interconnect_bytes_per_s / _gpu(entry.get("network_gpu", ref)).interconnect_bytes_per_s
     return float(link["latency_s"]), float(link["bytes_per_s"]) * ratio
 
 
@@ -511,7 +548,7 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
     prof = _gpu(fam["gpu"])  # the GPU the family's profiles ran on
     bw = g.hbm_bandwidth_bytes_per_s / prof.hbm_bandwidth_bytes_per_s
     fl = g.gemm_flops_per_s("bf16") / prof.gemm_flops_per_s("bf16")
-    ic = g.interconnect_bytes_per_s / _gpu(ref).interconnect_bytes_per_s
+    ic = g.interconnect_bytes_per_s / _gpu(entry.get("network_gpu", ref)).interconnect_bytes_per_s
     stacks = constants.get("stacks", {})
     if stack != "none" and stack not in stacks:
         raise ValueError(f"stack {stack!r} is not one of {', '.join(['none', *stacks])}")
@@ -533,7 +570,7 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
     else:
         ff = m.intermediate_size / tp
         dense, experts = (*attention, (gate * ff, h), (h, ff)), ()
-    att = constants["attention"]
+    att = fam.get("attention", constants["attention"])  # a family's own attention profile, else the A100 one
     att_gpu = _gpu(att["gpu"])
     att_bw = g.hbm_bandwidth_bytes_per_s / att_gpu.hbm_bandwidth_bytes_per_s
     att_fl = g.gemm_flops_per_s("bf16") / att_gpu.gemm_flops_per_s("bf16")
@@ -571,6 +608,7 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
         attention_s_per_kv_token=att["s_per_kv_byte"] / att_bw * kv_bytes,
         attention_s_per_pair=att["s_per_flop"] / att_fl * flops_per_pair_layer,
         attention_s_per_decode_pair=att["s_per_flop"] / att_fl * decode_flops_per_pair_layer,
+        attention_s_per_mixed_decode_kv_token=att.get("s_per_mixed_decode_kv_byte", 0.0) / att_bw * kv_bytes,
         attention_kv_bytes_per_token=kv_bytes, attention_flops_per_pair_layer=flops_per_pair_layer,
         attention_decode_flops_per_pair_layer=decode_flops_per_pair_layer,
         allreduces_per_layer=2.0 if tp > 1 else 0.0, activation_bytes_per_token=float(h * 2),

@@ -105,27 +105,49 @@ def carried_curve(curve: GemmCurve, source_gpu: str, target_gpu: str) -> GemmCur
                    peak_bytes_per_s=dst.hbm_bandwidth_bytes_per_s, peak_flops_per_s=dst.gemm_flops_per_s("bf16"))
 
 
-def leave_one_gpu_out(linear: pd.DataFrame) -> pd.DataFrame:
-    """Each profiled GPU's layer linear time predicted from every other profiled GPU by spec ratios.
+def _gemm_rows_by_gpu(linear: pd.DataFrame, profiles: pd.DataFrame | None) -> dict[str, pd.DataFrame]:
+    """Each measured GPU's GEMM rows (catalogue name -> rows): Vidur's families and, with
+    ``profiles`` (:func:`.op_profiles.layers`), the GPUs of the engines' operator profiles."""
+    rows = _fit.gemm_rows(linear)
+    out = {_fit.PROFILED_GPUS[f]: rows[rows["gpu"] == f] for f in sorted(linear["gpu"].unique())}
+    if profiles is not None:
+        prof = _fit.profile_gemm_rows(profiles)
+        out.update({str(g): prof[prof["gpu"] == g] for g in sorted(prof["gpu"].unique())})
+    return out
 
-    One row per (target, source) pair: the source's GEMM curve (fitted on its rows only) carried to
-    the target (:func:`carried_curve`), scored on every row of the target: ``rows``, ``mape``,
-    ``median_abs_err``, ``worst`` (signed) and ``nearest`` (the source :func:`.measured.build`
-    would use: the smallest spec distance).
+
+def _layer_errors(curve: GemmCurve, rows: pd.DataFrame) -> np.ndarray:
+    """Signed relative error of ``curve`` on each whole layer of ``rows`` (its four GEMMs summed;
+    vocabulary projections, a mixture's attention-only layers and rows with an unmeasured GEMM left out)."""
+    t = rows.assign(predicted_s=curve.time_s(*(rows[c].to_numpy(dtype=np.float64) for c in ("m", "n", "k"))))
+    layer = t[t["op"] != "lm_head"].groupby("layer").agg(
+        ops=("op", "size"), measured_s=("time_s", "sum"), predicted_s=("predicted_s", "sum"))
+    layer = layer[layer["ops"] == 4]
+    return layer["predicted_s"].to_numpy() / layer["measured_s"].to_numpy() - 1.0
+
+
+def leave_one_gpu_out(linear: pd.DataFrame, profiles: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Each measured GPU's layer linear time predicted from every other measured GPU by spec ratios.
+
+    ``linear`` is Vidur's table (:func:`.data.vidur_linear`); ``profiles`` adds the GPUs of the
+    engines' operator profiles (:func:`.op_profiles.layers`: a 2026 vLLM's kernels, so a row
+    between the two sources also carries the change of stack). One row per (target, source) pair:
+    the source's GEMM curve (fitted on its rows only) carried to the target (:func:`carried_curve`),
+    scored on every whole layer of the target: ``rows``, ``mape``, ``median_abs_err``, ``worst``
+    (signed) and ``nearest`` (the source :func:`.measured.build` would use: the smallest spec distance
+    among Vidur's GPUs, the only ones an unmeasured GPU is extrapolated from).
     """
-    fams = sorted(linear["gpu"].unique())
-    curves = {f: _fit.fit_gemm(_fit.gemm_rows(linear[linear["gpu"] == f])) for f in fams}
+    by_gpu = _gemm_rows_by_gpu(linear, profiles)
+    curves = {g: _fit.fit_gemm(r) for g, r in by_gpu.items()}
+    references = [_fit.PROFILED_GPUS[f] for f in sorted(linear["gpu"].unique())]  # what extrapolates (Vidur's)
     out = []
-    for target in fams:
-        held = linear[linear["gpu"] == target]
-        t_gpu = _fit.PROFILED_GPUS[target]
-        others = [f for f in fams if f != target]
-        nearest = min(others, key=lambda f: spec_distance(_gpu(t_gpu), _gpu(_fit.PROFILED_GPUS[f])))
+    for target, held in by_gpu.items():
+        others = [g for g in by_gpu if g != target]
+        nearest = min((g for g in others if g in references), key=lambda g: spec_distance(_gpu(target), _gpu(g)))
         for source in others:
-            curve = carried_curve(curves[source], _fit.PROFILED_GPUS[source], t_gpu)
-            rel = _layer_linear_s(curve, held) / held["linear_s"].to_numpy() - 1.0
-            out.append({"target": t_gpu, "from": _fit.PROFILED_GPUS[source], "nearest": source == nearest,
-                        "rows": len(held), "mape": float(np.mean(np.abs(rel))),
+            rel = _layer_errors(carried_curve(curves[source], source, target), held)
+            out.append({"target": target, "from": source, "nearest": source == nearest,
+                        "rows": len(rel), "mape": float(np.mean(np.abs(rel))),
                         "median_abs_err": float(np.median(np.abs(rel))), "worst": float(rel[np.argmax(np.abs(rel))])})
     return pd.DataFrame(out)
 
@@ -136,8 +158,8 @@ def attention_holdout(att: pd.DataFrame, *, test_frac: float = 0.3, seed: int = 
     test = np.random.default_rng(seed).random(len(att)) < test_frac
     coef = _fit.fit_attention(att[~test])
     held = att[test]
-    x = _fit.attention_design(held)
-    keys = ("launch_s", "s_per_seq", "s_per_token", "s_per_kv_byte", "s_per_flop")
+    x = _fit.attention_design(_fit.attention_work(held))
+    keys = _fit.ATTENTION_TERMS
     return held[["phase", "batch_size", "chunk_tokens", "context_tokens"]].assign(
         measured_s=held["attention_s"].to_numpy(), predicted_s=x @ np.array([coef[k] for k in keys]))
 
