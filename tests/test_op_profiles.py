@@ -75,7 +75,9 @@ def test_a_bundle_is_read_and_its_terms_fitted_back(tmp_path):
     attention coefficients), through the same reduction the shipped tables went through."""
     bundle = write_bundle(tmp_path)
     assert op.find_bundles([tmp_path]) == [bundle]
-    layers, att = op.reduce(*op.read_bundle(bundle))
+    layers, att, experts = op.read_bundle(bundle)
+    assert experts.empty  # a dense model has no expert block
+    layers, att = op.reduce(layers, att)
     assert set(layers["gpu"]) == {GPU} and set(layers["model"]) == {"Llama-3.1-8B"} and set(layers["tp"]) == {1, 2}
     assert "sampler" in set(layers["op"])
     fam = fit.profile_families(layers, att)["rtxpro6000"]
@@ -194,3 +196,23 @@ def test_mixed_batches_cost_more_on_a_profiled_gpu():
     alone = c.attention_layer_s(64, 64 * 16385, 64 * 16385, 64)
     mixed = c.attention_layer_s(576, 64 * 16385 + 512 * 513 // 2, 64 * 16385 + 512, 65)
     assert mixed > 2 * alone and abs(mixed / q[512] - 1) < 0.35 and abs(alone / q[0] - 1) < 0.35
+
+
+def test_experts_are_priced_from_the_gemm_curve_at_tokens_per_expert():
+    """LLMServingSim's measured expert block of Qwen3-30B-A3B on the RTX PRO 6000 (1-2,048 tokens
+    spread over 8-128 of its 128 experts, 8 per token), against kvlab's pricing on the GPU's GEMM
+    curve, which was fitted without any expert: each of the two expert GEMMs one launch plus every
+    touched expert at tokens x 8 / touched tokens (module note of kvlab.costmodel.measured), plus the
+    router GEMM (128 x 2,048) on every token; within 10% median and 25% worst."""
+    rows = op.moe()
+    assert len(rows) >= 40 and set(rows["model"]) == {"Qwen3-30B-A3B"}
+    c = measured("Qwen3-30B-A3B", GPU)
+    assert c.expert_shapes == ((2 * 768.0, 2048), (2048, 768.0)) and (128.0, 2048) in c.gemm_shapes
+    g = c.gemm
+    rel = []
+    for t, touched, want in rows[["tokens", "activated_experts", "time_s"]].itertuples(index=False):
+        per = t * 8 / touched
+        got = sum(g.launch_s + touched * g.time_s(per, n, k, 0.0) for n, k in c.expert_shapes) + g.time_s(t, 128, 2048)
+        rel.append(got / want - 1)
+    rel = np.abs(rel)
+    assert np.median(rel) < 0.10 and rel.max() < 0.25

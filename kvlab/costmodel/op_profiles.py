@@ -11,12 +11,15 @@ degree is run on one GPU with the per-GPU shapes), and per TP degree:
 * ``tp<N>/attention.csv`` (``prefill_chunk, kv_prefill, n_decode, kv_decode, time_us``): one
   layer's attention over one prefill chunk after ``kv_prefill`` cached tokens plus ``n_decode``
   decodes of ``kv_decode`` context each;
-* ``tp<N>/per_sequence.csv`` (``layer, sequences, time_us``): ``lm_head`` and ``sampler``.
+* ``tp<N>/per_sequence.csv`` (``layer, sequences, time_us``): ``lm_head`` and ``sampler``;
+* ``tp<N>/moe.csv`` (``tokens, activated_experts, time_us``; a mixture of experts only): one
+  layer's expert block over ``tokens`` tokens spread over ``activated_experts`` experts.
 
 Times are GPU kernel times in microseconds. kvlab ships the part it fits to, reduced to a grid
 (:data:`TOKENS`, :data:`ATTENTION_GRID`) and converted to seconds and catalogue names, as
-``data/costmodels/op_profiles_layers.csv`` and ``op_profiles_attention.csv``; :func:`layers` and
-:func:`attention` read them, and ``python -m kvlab.costmodel.op_profiles DIR...`` rewrites them
+``data/costmodels/op_profiles_layers.csv``, ``op_profiles_attention.csv`` and ``op_profiles_moe.csv``
+(every row: kvlab checks its experts' pricing against them, it fits nothing to them); :func:`layers`,
+:func:`attention` and :func:`moe` read them, and ``python -m kvlab.costmodel.op_profiles DIR...`` rewrites them
 from bundles (any folders holding ``meta.yaml`` files, e.g. a checkout's ``profiler/perf``).
 A user's own bundles go through the same :func:`read_bundle`.
 """
@@ -36,6 +39,7 @@ from ..specs import gpu as _gpu, model as _model
 
 LAYERS_PATH = DATA_DIR / "costmodels" / "op_profiles_layers.csv"
 ATTENTION_PATH = DATA_DIR / "costmodels" / "op_profiles_attention.csv"
+MOE_PATH = DATA_DIR / "costmodels" / "op_profiles_moe.csv"
 #: The GEMMs of one layer and the pointwise operators, with how often each runs per layer.
 GEMM_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 POINTWISE_OPS = {"layernorm": 2, "rotary_emb": 1, "act_fn": 1, "qk_norm": 1}
@@ -47,6 +51,7 @@ ATTENTION_GRID = {"prefill_chunk": (0, 16, 128, 512, 2048), "kv_prefill": (0, 10
                   "n_decode": (0, 1, 4, 16, 64, 256), "kv_decode": (0, 256, 1024, 4096, 16384)}
 LAYER_COLUMNS = ("gpu", "model", "tp", "vllm", "op", "tokens", "time_s")
 ATTENTION_COLUMNS = ("gpu", "model", "tp", "vllm", *ATTENTION_GRID, "time_s")
+MOE_COLUMNS = ("gpu", "model", "tp", "vllm", "tokens", "activated_experts", "time_s")
 
 
 def _read(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
@@ -61,8 +66,9 @@ def _read(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
     return table
 
 
-def read_bundle(path: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """One bundle's operator rows and attention rows, in seconds, with catalogue GPU and model names.
+def read_bundle(path: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """One bundle's operator, attention and expert-block rows (the last empty but for a mixture of
+    experts), in seconds, with catalogue GPU and model names.
 
     ``ValueError`` names the file and what is wrong: a missing file or column, a GPU or model the
     catalogue does not know, a non-positive time.
@@ -81,7 +87,7 @@ def read_bundle(path: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
     except ValueError as err:
         raise ValueError(f"{meta_path}: {err}") from None
     vllm = str(meta.get("vllm_version", ""))
-    layer_frames, attention_frames = [], []
+    layer_frames, attention_frames, moe_frames = [], [], []
     for tp in meta["tp_degrees"]:
         tp = v.positive_int(tp, f"{meta_path} tp_degrees")
         base = {"gpu": gpu, "model": model, "tp": tp, "vllm": vllm}
@@ -92,8 +98,12 @@ def read_bundle(path: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:
         layer_frames.append(ops.assign(**base, time_s=ops["time_us"] * 1e-6))
         att = _read(d / f"tp{tp}" / "attention.csv", (*ATTENTION_GRID, "time_us"))
         attention_frames.append(att.assign(**base, time_s=att["time_us"] * 1e-6))
+        if (d / f"tp{tp}" / "moe.csv").is_file():
+            moe_ = _read(d / f"tp{tp}" / "moe.csv", ("tokens", "activated_experts", "time_us"))
+            moe_frames.append(moe_.assign(**base, time_s=moe_["time_us"] * 1e-6)[list(MOE_COLUMNS)])
     layers_ = pd.concat(layer_frames, ignore_index=True)
-    return (layers_[list(LAYER_COLUMNS)], pd.concat(attention_frames, ignore_index=True)[list(ATTENTION_COLUMNS)])
+    return (layers_[list(LAYER_COLUMNS)], pd.concat(attention_frames, ignore_index=True)[list(ATTENTION_COLUMNS)],
+            pd.concat(moe_frames, ignore_index=True) if moe_frames else pd.DataFrame(columns=list(MOE_COLUMNS)))
 
 
 def reduce(layer_rows: pd.DataFrame, attention_rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -134,12 +144,21 @@ def attention(path: str | os.PathLike = ATTENTION_PATH) -> pd.DataFrame:
     return _shipped(Path(path), ATTENTION_COLUMNS)
 
 
-def write(roots: list[str | os.PathLike], layers_path: Path = LAYERS_PATH, attention_path: Path = ATTENTION_PATH) -> None:
-    """Read every bundle under ``roots``, reduce, and write the two shipped tables (each atomically)."""
+def moe(path: str | os.PathLike = MOE_PATH) -> pd.DataFrame:
+    """The shipped expert-block rows: gpu, model, tp, vllm, tokens, activated_experts, time_s."""
+    return _shipped(Path(path), MOE_COLUMNS)
+
+
+def write(roots: list[str | os.PathLike], layers_path: Path = LAYERS_PATH, attention_path: Path = ATTENTION_PATH,
+          moe_path: Path = MOE_PATH) -> None:
+    """Read every bundle under ``roots``, reduce, and write the three shipped tables (each atomically)."""
     parts = [read_bundle(b) for b in find_bundles(roots)]
     lay, att = reduce(pd.concat([p[0] for p in parts], ignore_index=True),
                       pd.concat([p[1] for p in parts], ignore_index=True))
-    for table, path in ((lay, layers_path), (att, attention_path)):
+    blocks = [p[2] for p in parts if len(p[2])]
+    experts = (pd.concat(blocks, ignore_index=True).sort_values(["gpu", "model", "tp", "tokens", "activated_experts"])
+               if blocks else pd.DataFrame(columns=list(MOE_COLUMNS)))
+    for table, path in ((lay, layers_path), (att, attention_path), (experts, moe_path)):
         tmp = path.with_name(path.name + ".tmp")
         table.to_csv(tmp, index=False, float_format="%.6g")
         os.replace(tmp, path)
@@ -149,4 +168,4 @@ if __name__ == "__main__":  # python -m kvlab.costmodel.op_profiles DIR...
     if len(sys.argv) < 2:
         sys.exit("usage: python -m kvlab.costmodel.op_profiles DIR... (folders holding profile bundles)")
     write(sys.argv[1:])
-    print(f"wrote {LAYERS_PATH} and {ATTENTION_PATH}")
+    print(f"wrote {LAYERS_PATH}, {ATTENTION_PATH} and {MOE_PATH}")
