@@ -26,6 +26,11 @@ vLLM's, Vidur's are 2024 PyTorch's), and the RTX 4090 runs its kernels 24-32% fa
 ratios carry from any other measured GPU (notebook 08's leave-one-GPU-out table), so GPUs without
 measurements keep Vidur's GPUs as their references.
 
+Where a serving engine's own GEMM times are measured on a GPU (:mod:`.engine_gemms`: NVIDIA
+aiconfigurator's vLLM 0.14.0 table of the H100-SXM), that GPU's GEMM curve is fitted to them
+instead (:func:`engine_families`): the kernels a server runs today, which on the H100 are 28-40%
+faster than Vidur's 2024 profiles at 65-1,024 tokens. Its pointwise terms stay Vidur's.
+
 :func:`fit_constants` runs them all and returns the dictionary shipped as
 ``data/costmodels/measured.json`` (:func:`write_constants`); ``python -m kvlab.costmodel.fit``
 refits and rewrites it from ``../shared/data/measured``.
@@ -41,6 +46,7 @@ import pandas as pd
 from scipy.optimize import least_squares, nnls
 
 from . import data as _data
+from . import engine_gemms as _engine
 from . import op_profiles as _op
 from .measured import CONSTANTS_PATH, GemmCurve, MeasuredCostModel, attention_shapes, build, spec_distance
 from ..specs import gpu as _gpu_spec, model as _model_spec
@@ -373,6 +379,28 @@ def network_gpu(gpu: str) -> str:
     return min(sorted(GPUS), key=lambda name: spec_distance(_gpu_spec(gpu), _gpu_spec(name)))
 
 
+def engine_gemm_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """:mod:`.engine_gemms`' rows in :func:`gemm_rows`' columns (each GEMM its own ``layer``)."""
+    return pd.DataFrame({"gpu": table["gpu"], "model": "", "tp": 1, "op": "gemm", "layer": range(len(table)),
+                         "m": table["m"].astype(float), "n": table["n"].astype(float), "k": table["k"].astype(float),
+                         "time_s": table["time_s"].astype(float)})
+
+
+def engine_families(table: pd.DataFrame, families: Mapping[str, Any]) -> dict[str, Any]:
+    """A family per (GPU, engine release) of :mod:`.engine_gemms`: its GEMM curve, and the pointwise
+    terms of the Vidur family profiled on that GPU (``families``)."""
+    by_gpu = {gpu: fam for fam, gpu in PROFILED_GPUS.items()}
+    out: dict[str, Any] = {}
+    for (gpu, framework, version), g in table.groupby(["gpu", "framework", "version"]):
+        vidur = by_gpu[str(gpu)]
+        out[f"{str(gpu).lower()}_{framework}"] = {
+            "label": f"{gpu} (NVIDIA aiconfigurator's {framework} {version} GEMM table; pointwise: "
+                     f"{families[vidur]['label'].split(' (')[1].rstrip(')')})",
+            "gpu": str(gpu), "gemm": _gemm_dict(fit_gemm(engine_gemm_rows(g))),
+            "pointwise": dict(families[vidur]["pointwise"])}
+    return out
+
+
 def profile_families(ops: pd.DataFrame, att: pd.DataFrame) -> dict[str, Any]:
     """A family per GPU of the operator profiles: GEMM curve, pointwise and attention terms."""
     out: dict[str, Any] = {}
@@ -411,6 +439,10 @@ def fit_constants(path: str | os.PathLike | None = None, *, linear: pd.DataFrame
                                f", {net} collectives"}
     for fam in families:
         families[fam]["gpu"] = PROFILED_GPUS[fam]
+    for fam, entry in engine_families(_engine.rows(), families).items():
+        families[fam] = entry
+        net = gpus[entry["gpu"]]["network"]
+        gpus[entry["gpu"]] = {"family": fam, "network": net, "label": f"{entry['label']}, {net} collectives"}
     for fam, entry in profile_families(_op.layers(), _op.attention()).items():
         name, near = entry["gpu"], network_gpu(entry["gpu"])
         net = gpus[near]["network"]
@@ -436,6 +468,8 @@ SOURCES = {
                      "figure-2/decode.csv, figure-2/prefill.csv (first batch of each run left out: warm-up)",
     "llmservingsim": "casys-kaist/LLMServingSim commit 5daddb2, profiler/perf/{RTX4090,RTXPRO6000}/*/*/bf16/ (MIT): "
                      "tp*/dense.csv, attention.csv, per_sequence.csv, reduced in data/costmodels/op_profiles_*.csv",
+    "aiconfigurator": "ai-dynamo/aiconfigurator commit 095f58a, aic-core/src/aiconfigurator_core/systems/data/h100_sxm/"
+                      "gemm/vllm/0.14.0/gemm_perf.parquet (Apache-2.0), reduced in data/costmodels/engine_gemms.csv",
 }
 
 

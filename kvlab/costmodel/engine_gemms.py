@@ -1,0 +1,84 @@
+"""GEMM times measured through a serving engine's own linear layer: NVIDIA aiconfigurator's tables.
+
+aiconfigurator (ai-dynamo/aiconfigurator, ``aic-core/src/aiconfigurator_core/systems/data/<system>/
+gemm/<framework>/<version>/gemm_perf.parquet``) times, per GPU and engine release, one GEMM of
+``m`` tokens by an ``n x k`` weight through the engine's linear layer: for vLLM, a
+``RowParallelLinear`` with synthetic weights (``collector/vllm/collect_gemm.py``), six weight
+copies per timed loop (so the weights come from HBM, not the L2 cache) and CUDA-graph replays,
+latency in milliseconds. Its columns: ``framework, version, device, op_name, kernel_source,
+gemm_dtype, m, n, k, latency``.
+
+kvlab ships the rows it fits to (:data:`SHIPPED`: BF16, both weight dimensions between 1,024 and
+16,384, every ``m``), in seconds and catalogue names, as ``data/costmodels/engine_gemms.csv``;
+:func:`rows` reads it, and ``python -m kvlab.costmodel.engine_gemms SYSTEMS_DIR`` rewrites it from
+a checkout's ``systems/data`` folder (reading parquet needs pyarrow, kvlab's ``parquet`` extra).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from .. import _validate as v
+from .._paths import DATA_DIR
+from ..specs import gpu as _gpu
+
+PATH = DATA_DIR / "costmodels" / "engine_gemms.csv"
+#: What is shipped: (aiconfigurator system folder, framework folder, release).
+SHIPPED = (("h100_sxm", "vllm", "0.14.0"),)
+COLUMNS = ("gpu", "framework", "version", "m", "n", "k", "time_s")
+SOURCE_COLUMNS = ("framework", "version", "device", "gemm_dtype", "m", "n", "k", "latency")
+MIN_DIM, MAX_DIM = 1024, 16384
+
+
+def read_table(systems_dir: str | os.PathLike, system: str, framework: str, version: str) -> pd.DataFrame:
+    """One ``gemm_perf.parquet`` reduced to the shipped rows (BF16, weight dims in
+    [:data:`MIN_DIM`, :data:`MAX_DIM`]); ``ValueError`` names the file when it is missing or malformed."""
+    path = Path(systems_dir) / system / "gemm" / framework / version / "gemm_perf.parquet"
+    if not path.is_file():
+        raise ValueError(f"GEMM table {str(path)!r} is missing (expected <systems>/<system>/gemm/<framework>/"
+                         f"<version>/gemm_perf.parquet)")
+    table = pd.read_parquet(path)
+    v.require_columns(table, SOURCE_COLUMNS, f"GEMM table {path}")
+    devices = sorted(set(table["device"].astype(str)))
+    if len(devices) != 1:
+        raise ValueError(f"GEMM table {path}: one device expected, got {devices}")
+    try:
+        gpu = _gpu(devices[0]).name
+    except ValueError as err:
+        raise ValueError(f"GEMM table {path}: {err}") from None
+    keep = (table["gemm_dtype"] == "bfloat16") & table["n"].between(MIN_DIM, MAX_DIM) & table["k"].between(MIN_DIM, MAX_DIM)
+    t = table[keep]
+    if not (t["latency"] > 0).all():
+        raise ValueError(f"GEMM table {path}: latency must be positive")
+    return pd.DataFrame({"gpu": gpu, "framework": framework, "version": version, "m": t["m"].astype(int),
+                         "n": t["n"].astype(int), "k": t["k"].astype(int), "time_s": t["latency"] * 1e-3})[list(COLUMNS)]
+
+
+def rows(path: str | os.PathLike = PATH) -> pd.DataFrame:
+    """The shipped rows: gpu, framework, version, m, n, k, time_s."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"shipped GEMM table {str(p)!r} is missing (python -m kvlab.costmodel.engine_gemms "
+                         f"SYSTEMS_DIR writes it)")
+    table = pd.read_csv(p)
+    v.require_columns(table, COLUMNS, f"shipped GEMM table {p.name}")
+    return table
+
+
+def write(systems_dir: str | os.PathLike, path: Path = PATH) -> None:
+    """Read the :data:`SHIPPED` tables under ``systems_dir`` and write the shipped CSV atomically."""
+    table = pd.concat([read_table(systems_dir, *s) for s in SHIPPED], ignore_index=True)
+    table = table.sort_values(["gpu", "framework", "version", "n", "k", "m"]).reset_index(drop=True)
+    tmp = path.with_name(path.name + ".tmp")
+    table.to_csv(tmp, index=False, float_format="%.6g")
+    os.replace(tmp, path)
+
+
+if __name__ == "__main__":  # python -m kvlab.costmodel.engine_gemms SYSTEMS_DIR
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m kvlab.costmodel.engine_gemms SYSTEMS_DIR (aiconfigurator's systems/data folder)")
+    write(sys.argv[1])
+    print(f"wrote {PATH}")

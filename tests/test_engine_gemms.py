@@ -1,0 +1,62 @@
+"""Engines' own GEMM times (NVIDIA aiconfigurator's tables): reading, and the H100 curve fitted to them."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from kvlab.costmodel import data, engine_gemms as E, fit
+from kvlab.costmodel.measured import measured
+
+needs_shared = pytest.mark.skipif(not data.available(), reason="needs ../shared/data/measured")
+
+
+def write_table(root, device="NVIDIA H100 80GB HBM3", latency=0.01):
+    d = root / "h100_sxm" / "gemm" / "vllm" / "0.14.0"
+    d.mkdir(parents=True)
+    rows = [("VLLM", "0.14.0", device, "gemm", "vllm_default", dt, m, n, k, latency * m)
+            for dt in ("bfloat16", "fp8") for m in (1, 64) for n, k in ((512, 4096), (4096, 4096), (8192, 65536))]
+    pd.DataFrame(rows, columns=["framework", "version", "device", "op_name", "kernel_source", "gemm_dtype", "m", "n",
+                                "k", "latency"]).to_parquet(d / "gemm_perf.parquet")
+    return d / "gemm_perf.parquet"
+
+
+def test_a_table_is_reduced_to_bf16_llm_shapes_in_seconds(tmp_path):
+    write_table(tmp_path)
+    t = E.read_table(tmp_path, "h100_sxm", "vllm", "0.14.0")
+    assert list(t.columns) == list(E.COLUMNS)
+    assert set(t["gpu"]) == {"H100-SXM"} and len(t) == 2  # one BF16 shape with both dims in [1,024, 16,384], 2 m
+    assert sorted(t["time_s"]) == pytest.approx([1e-5, 64e-5])  # milliseconds to seconds
+
+
+def test_a_bad_table_is_named(tmp_path):
+    with pytest.raises(ValueError, match="gemm_perf.parquet.*is missing"):
+        E.read_table(tmp_path, "h100_sxm", "vllm", "0.14.0")
+    path = write_table(tmp_path, device="NVIDIA Imaginary 9000")
+    with pytest.raises(ValueError, match="Imaginary") as err:
+        E.read_table(tmp_path, "h100_sxm", "vllm", "0.14.0")
+    assert str(path) in str(err.value)
+
+
+def test_the_h100_is_priced_from_the_engines_gemms():
+    """The H100-SXM's GEMM curve against NVIDIA's measured vLLM 0.14.0 GEMMs (aiconfigurator 095f58a):
+    within 8% median and 20% at the 90th percentile; the label names the table."""
+    r = E.rows()
+    assert set(r["gpu"]) == {"H100-SXM"} and len(r) > 4000
+    c = measured("Llama-2-7B", "H100-SXM")
+    assert "aiconfigurator" in c.label and "vllm 0.14.0" in c.label
+    rel = np.abs(c.gemm.time_s(*(r[x].to_numpy(float) for x in ("m", "n", "k"))) / r["time_s"].to_numpy() - 1)
+    assert np.median(rel) < 0.08 and np.percentile(rel, 90) < 0.20
+
+
+@needs_shared
+def test_todays_vllm_runs_h100_gemms_faster_than_the_2024_profiles():
+    """The measured fact the engine table carries: fitted to it, the H100's curve prices Vidur's own
+    H100 GEMMs (2024 PyTorch) 15-30% faster at 65-1,024 tokens, and within 5% at decode sizes."""
+    lin = data.vidur_linear()
+    rows = fit.gemm_rows(lin[lin["gpu"] == "h100"])
+    curve = measured("Llama-2-7B", "H100-SXM").gemm
+    ratio = curve.time_s(*(rows[x].to_numpy(float) for x in ("m", "n", "k"))) / rows["time_s"].to_numpy()
+    mid, small = rows["m"].between(65, 1024).to_numpy(), (rows["m"] <= 16).to_numpy()
+    assert 0.70 < np.median(ratio[mid]) < 0.85
+    assert abs(np.median(ratio[small]) - 1) < 0.05
