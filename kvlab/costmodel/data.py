@@ -63,6 +63,25 @@ def _csv(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
     return table
 
 
+def shipped_table(path: str | os.PathLike, columns: tuple[str, ...], remake: str) -> pd.DataFrame:
+    """A table kvlab ships in ``data/costmodels`` (derived from measurements outside ``../shared``);
+    ``ValueError`` names it, with the command (``remake``) that writes it, when missing or short of a column."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"shipped table {str(p)!r} is missing ({remake} writes it)")
+    table = pd.read_csv(p)
+    v.require_columns(table, columns, f"shipped table {p.name}")
+    return table
+
+
+def write_csv_atomically(table: pd.DataFrame, path: str | os.PathLike) -> None:
+    """Write ``table`` as CSV (6 significant digits) to a temporary file beside ``path``, then rename it."""
+    p = Path(path)
+    tmp = p.with_name(p.name + ".tmp")
+    table.to_csv(tmp, index=False, float_format="%.6g")
+    os.replace(tmp, p)
+
+
 def vidur_linear(path: str | os.PathLike | None = None) -> pd.DataFrame:
     """Vidur's linear and pointwise operation times, one row per (gpu, model, tp, num_tokens).
 

@@ -24,6 +24,7 @@ import pandas as pd
 from .. import _validate as v
 from .._paths import DATA_DIR
 from ..specs import gpu as _gpu
+from .data import shipped_table, write_csv_atomically
 
 PATH = DATA_DIR / "costmodels" / "engine_gemms.csv"
 #: What is shipped: (aiconfigurator system folder, framework folder, release).
@@ -59,22 +60,13 @@ def read_table(systems_dir: str | os.PathLike, system: str, framework: str, vers
 
 def rows(path: str | os.PathLike = PATH) -> pd.DataFrame:
     """The shipped rows: gpu, framework, version, m, n, k, time_s."""
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"shipped GEMM table {str(p)!r} is missing (python -m kvlab.costmodel.engine_gemms "
-                         f"SYSTEMS_DIR writes it)")
-    table = pd.read_csv(p)
-    v.require_columns(table, COLUMNS, f"shipped GEMM table {p.name}")
-    return table
+    return shipped_table(path, COLUMNS, "python -m kvlab.costmodel.engine_gemms SYSTEMS_DIR")
 
 
 def write(systems_dir: str | os.PathLike, path: Path = PATH) -> None:
     """Read the :data:`SHIPPED` tables under ``systems_dir`` and write the shipped CSV atomically."""
     table = pd.concat([read_table(systems_dir, *s) for s in SHIPPED], ignore_index=True)
-    table = table.sort_values(["gpu", "framework", "version", "n", "k", "m"]).reset_index(drop=True)
-    tmp = path.with_name(path.name + ".tmp")
-    table.to_csv(tmp, index=False, float_format="%.6g")
-    os.replace(tmp, path)
+    write_csv_atomically(table.sort_values(["gpu", "framework", "version", "n", "k", "m"]), path)
 
 
 if __name__ == "__main__":  # python -m kvlab.costmodel.engine_gemms SYSTEMS_DIR

@@ -36,10 +36,12 @@ import yaml
 from .. import _validate as v
 from .._paths import DATA_DIR
 from ..specs import gpu as _gpu, model as _model
+from .data import shipped_table, write_csv_atomically
 
 LAYERS_PATH = DATA_DIR / "costmodels" / "op_profiles_layers.csv"
 ATTENTION_PATH = DATA_DIR / "costmodels" / "op_profiles_attention.csv"
 MOE_PATH = DATA_DIR / "costmodels" / "op_profiles_moe.csv"
+REMAKE = "python -m kvlab.costmodel.op_profiles DIR"
 #: The GEMMs of one layer and the pointwise operators, with how often each runs per layer.
 GEMM_OPS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 POINTWISE_OPS = {"layernorm": 2, "rotary_emb": 1, "act_fn": 1, "qk_norm": 1}
@@ -125,28 +127,19 @@ def find_bundles(roots: list[str | os.PathLike]) -> list[Path]:
     return found
 
 
-def _shipped(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
-    if not path.is_file():
-        raise ValueError(f"shipped profile table {str(path)!r} is missing (python -m kvlab.costmodel.op_profiles "
-                         f"DIR writes it)")
-    table = pd.read_csv(path)
-    v.require_columns(table, columns, f"shipped profile table {path.name}")
-    return table
-
-
 def layers(path: str | os.PathLike = LAYERS_PATH) -> pd.DataFrame:
     """The shipped operator rows: gpu, model, tp, vllm, op, tokens (sequences for per-sequence ops), time_s."""
-    return _shipped(Path(path), LAYER_COLUMNS)
+    return shipped_table(path, LAYER_COLUMNS, REMAKE)
 
 
 def attention(path: str | os.PathLike = ATTENTION_PATH) -> pd.DataFrame:
     """The shipped attention rows: gpu, model, tp, vllm, the :data:`ATTENTION_GRID` columns, time_s."""
-    return _shipped(Path(path), ATTENTION_COLUMNS)
+    return shipped_table(path, ATTENTION_COLUMNS, REMAKE)
 
 
 def moe(path: str | os.PathLike = MOE_PATH) -> pd.DataFrame:
     """The shipped expert-block rows: gpu, model, tp, vllm, tokens, activated_experts, time_s."""
-    return _shipped(Path(path), MOE_COLUMNS)
+    return shipped_table(path, MOE_COLUMNS, REMAKE)
 
 
 def write(roots: list[str | os.PathLike], layers_path: Path = LAYERS_PATH, attention_path: Path = ATTENTION_PATH,
@@ -159,9 +152,7 @@ def write(roots: list[str | os.PathLike], layers_path: Path = LAYERS_PATH, atten
     experts = (pd.concat(blocks, ignore_index=True).sort_values(["gpu", "model", "tp", "tokens", "activated_experts"])
                if blocks else pd.DataFrame(columns=list(MOE_COLUMNS)))
     for table, path in ((lay, layers_path), (att, attention_path), (experts, moe_path)):
-        tmp = path.with_name(path.name + ".tmp")
-        table.to_csv(tmp, index=False, float_format="%.6g")
-        os.replace(tmp, path)
+        write_csv_atomically(table, path)
 
 
 if __name__ == "__main__":  # python -m kvlab.costmodel.op_profiles DIR...
