@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvlab.costmodel import data, engine_gemms as E, fit
+from kvlab.costmodel import data, engine_gemms as E, fit, validate
 from kvlab.costmodel.measured import measured
 
 needs_shared = pytest.mark.skipif(not data.available(), reason="needs ../shared/data/measured")
@@ -60,3 +60,20 @@ def test_todays_vllm_runs_h100_gemms_faster_than_the_2024_profiles():
     mid, small = rows["m"].between(65, 1024).to_numpy(), (rows["m"] <= 16).to_numpy()
     assert 0.70 < np.median(ratio[mid]) < 0.85
     assert abs(np.median(ratio[small]) - 1) < 0.05
+
+
+def test_the_check_against_tables_never_fitted_to():
+    """Every checked table appears once; the H200 row recomputed by hand (H100-SXM's curve with
+    bandwidth x4,800/3,350, the same peak, H200's floors); today's H100 (vLLM 0.19.0) within 10% MAPE
+    of the curve fitted to 0.14.0, the H200 extrapolated from it within 15%."""
+    from dataclasses import replace
+    t = validate.engine_gemm_check().set_index("gpu")
+    assert set(t.index) == {"H100-SXM", "H200", "B200", "L40S", "A100-80GB-SXM", "RTXPRO6000"}
+    assert t.loc["H200", "priced from"].startswith("extrapolated from H100-SXM")
+    h100 = measured("Llama-2-7B", "H100-SXM").gemm
+    curve = replace(h100, bytes_per_s=h100.bytes_per_s * 4800 / 3350, peak_bytes_per_s=4.8e12)
+    grid = E.checks()
+    h200 = grid[grid["gpu"] == "H200"]
+    rel = curve.time_s(*(h200[x].to_numpy(float) for x in ("m", "n", "k"))) / h200["time_s"].to_numpy() - 1
+    assert t.loc["H200", "rows"] == len(h200) and t.loc["H200", "mape"] == pytest.approx(np.mean(np.abs(rel)), rel=1e-9)
+    assert t.loc["H100-SXM", "mape"] < 0.10 and t.loc["H200", "mape"] < 0.15

@@ -9,9 +9,12 @@ latency in milliseconds. Its columns: ``framework, version, device, op_name, ker
 gemm_dtype, m, n, k, latency``.
 
 kvlab ships the rows it fits to (:data:`SHIPPED`: BF16, both weight dimensions between 1,024 and
-16,384, every ``m``), in seconds and catalogue names, as ``data/costmodels/engine_gemms.csv``;
-:func:`rows` reads it, and ``python -m kvlab.costmodel.engine_gemms SYSTEMS_DIR`` rewrites it from
-a checkout's ``systems/data`` folder (reading parquet needs pyarrow, kvlab's ``parquet`` extra).
+16,384, every ``m``), in seconds and catalogue names, as ``data/costmodels/engine_gemms.csv``, and
+a grid of the tables it checks its pricing against and fits nothing to (:data:`CHECKED`: other GPUs,
+other releases; ``m`` in :data:`CHECK_M`, weight dims in :data:`CHECK_DIMS`) as
+``engine_gemms_check.csv``. :func:`rows` and :func:`checks` read them, and ``python -m
+kvlab.costmodel.engine_gemms SYSTEMS_DIR`` rewrites both from a checkout's ``systems/data`` folder
+(reading parquet needs pyarrow, kvlab's ``parquet`` extra).
 """
 from __future__ import annotations
 
@@ -27,8 +30,16 @@ from ..specs import gpu as _gpu
 from .data import shipped_table, write_csv_atomically
 
 PATH = DATA_DIR / "costmodels" / "engine_gemms.csv"
-#: What is shipped: (aiconfigurator system folder, framework folder, release).
+CHECK_PATH = DATA_DIR / "costmodels" / "engine_gemms_check.csv"
+#: What is shipped to fit: (aiconfigurator system folder, framework folder, release).
 SHIPPED = (("h100_sxm", "vllm", "0.14.0"),)
+#: What is shipped to check against: the H100's newer release, GPUs kvlab extrapolates (H200, B200,
+#: L40S), and GPUs it prices from other measurements (A100: Vidur's 2024 profiles; RTX PRO 6000:
+#: LLMServingSim's operator profiles).
+CHECKED = (("h100_sxm", "vllm", "0.19.0"), ("h200_sxm", "vllm", "0.14.0"), ("b200_sxm", "vllm", "0.19.0"),
+           ("l40s", "vllm", "0.14.0"), ("a100_sxm", "vllm", "0.14.0"), ("rtx_pro_6000_server", "vllm", "0.19.0"))
+CHECK_M = (1, 4, 16, 64, 256, 1024, 4096)
+CHECK_DIMS = (1024, 2048, 4096, 8192, 16384)
 COLUMNS = ("gpu", "framework", "version", "m", "n", "k", "time_s")
 SOURCE_COLUMNS = ("framework", "version", "device", "gemm_dtype", "m", "n", "k", "latency")
 MIN_DIM, MAX_DIM = 1024, 16384
@@ -63,14 +74,23 @@ def rows(path: str | os.PathLike = PATH) -> pd.DataFrame:
     return shipped_table(path, COLUMNS, "python -m kvlab.costmodel.engine_gemms SYSTEMS_DIR")
 
 
-def write(systems_dir: str | os.PathLike, path: Path = PATH) -> None:
-    """Read the :data:`SHIPPED` tables under ``systems_dir`` and write the shipped CSV atomically."""
+def checks(path: str | os.PathLike = CHECK_PATH) -> pd.DataFrame:
+    """The shipped check grid: gpu, framework, version, m, n, k, time_s."""
+    return shipped_table(path, COLUMNS, "python -m kvlab.costmodel.engine_gemms SYSTEMS_DIR")
+
+
+def write(systems_dir: str | os.PathLike, path: Path = PATH, check_path: Path = CHECK_PATH) -> None:
+    """Read the :data:`SHIPPED` and :data:`CHECKED` tables under ``systems_dir`` and write both CSVs atomically."""
+    order = ["gpu", "framework", "version", "n", "k", "m"]
     table = pd.concat([read_table(systems_dir, *s) for s in SHIPPED], ignore_index=True)
-    write_csv_atomically(table.sort_values(["gpu", "framework", "version", "n", "k", "m"]), path)
+    write_csv_atomically(table.sort_values(order), path)
+    grid = pd.concat([read_table(systems_dir, *s) for s in CHECKED], ignore_index=True)
+    grid = grid[grid["m"].isin(CHECK_M) & grid["n"].isin(CHECK_DIMS) & grid["k"].isin(CHECK_DIMS)]
+    write_csv_atomically(grid.sort_values(order), check_path)
 
 
 if __name__ == "__main__":  # python -m kvlab.costmodel.engine_gemms SYSTEMS_DIR
     if len(sys.argv) != 2:
         sys.exit("usage: python -m kvlab.costmodel.engine_gemms SYSTEMS_DIR (aiconfigurator's systems/data folder)")
     write(sys.argv[1])
-    print(f"wrote {PATH}")
+    print(f"wrote {PATH} and {CHECK_PATH}")

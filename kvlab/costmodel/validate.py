@@ -152,6 +152,28 @@ def leave_one_gpu_out(linear: pd.DataFrame, profiles: pd.DataFrame | None = None
     return pd.DataFrame(out)
 
 
+def engine_gemm_check(table: pd.DataFrame | None = None) -> pd.DataFrame:
+    """kvlab's GEMM pricing of each GPU against engines' measured GEMMs it was not fitted to.
+
+    ``table`` defaults to :func:`.engine_gemms.checks` (NVIDIA aiconfigurator's vLLM tables of GPUs
+    kvlab extrapolates and of GPUs it prices from other measurements). One row per (GPU, engine
+    release): what prices that GPU (the cost model's label), ``rows``, ``mape``, ``median_err``
+    (signed: positive where kvlab is slower) and ``worst`` (signed), on the GPU's GEMM curve
+    (:class:`.measured.MeasuredCostModel`'s ``gemm``, spec floors included).
+    """
+    from .engine_gemms import checks
+    from .measured import measured
+    table = checks() if table is None else table
+    out = []
+    for (gpu, framework, version), t in table.groupby(["gpu", "framework", "version"], sort=False):
+        c = measured("Llama-2-7B", str(gpu))  # the GPU's curve; the model only names the label's GPU
+        rel = np.asarray(c.gemm.time_s(*(t[x].to_numpy(dtype=np.float64) for x in ("m", "n", "k")))) / t["time_s"].to_numpy() - 1
+        out.append({"gpu": gpu, "measured": f"{framework} {version}", "priced from": c.label[len("measured ("):-1],
+                    "rows": len(t), "mape": float(np.mean(np.abs(rel))), "median_err": float(np.median(rel)),
+                    "worst": float(rel[np.argmax(np.abs(rel))])})
+    return pd.DataFrame(out)
+
+
 def attention_holdout(att: pd.DataFrame, *, test_frac: float = 0.3, seed: int = 0) -> pd.DataFrame:
     """Held-out attention rows predicted by the attention terms fitted on the others."""
     att = att[att["attention_s"] > 0].reset_index(drop=True)
