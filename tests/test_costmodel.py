@@ -34,24 +34,25 @@ def test_roofline_by_name_says_so():
 
 
 def test_unmeasured_gpu_is_extrapolated_from_the_nearest_measured_one_and_says_so():
-    """H200 has H100's compute and interconnect and 4.8 / 3.35 of its HBM bandwidth: its model is
-    H100's with the byte terms scaled by that ratio, labelled; MLA too."""
-    assert "H200" not in cm.measured_gpus()
+    """MI300X (5.3 TB/s, 1,307.4 TFLOP/s dense BF16) is nearest to the measured H200 (4.8 TB/s, 989):
+    its model is H200's with the byte terms scaled by 5.3 / 4.8 and the throughput terms by
+    1,307.4 / 989, labelled; MLA too."""
+    assert "MI300X" not in cm.measured_gpus() and "H200" in cm.measured_gpus()
     for source in (None, "measured"):
-        c = cm.cost_model("Llama-3-8B", "H200", source=source)
+        c = cm.cost_model("Llama-3-8B", "MI300X", source=source)
         assert isinstance(c, cm.MeasuredCostModel)
-        assert c.label.startswith("measured (extrapolated from H100-SXM by spec ratios")
-    h100, h200 = cm.cost_model("Llama-3-8B", "H100-SXM"), cm.cost_model("Llama-3-8B", "H200")
-    ratio = 4800 / 3350
-    assert h200.gemm.bytes_per_s == pytest.approx(h100.gemm.bytes_per_s * ratio, rel=1e-12)
-    assert h200.gemm.flops_per_s == pytest.approx(h100.gemm.flops_per_s, rel=1e-12)
-    assert h200.attention_s_per_kv_token == pytest.approx(h100.attention_s_per_kv_token / ratio, rel=1e-12)
-    assert h200.iteration_s(64, 64 * 4000, 64 * 4000, 64) < h100.iteration_s(64, 64 * 4000, 64 * 4000, 64)
-    # prefill is compute-bound: the same compute, nearly the same time (within the byte terms' share)
+        assert c.label.startswith("measured (extrapolated from H200 by spec ratios")
+    h200, mi = cm.cost_model("Llama-3-8B", "H200"), cm.cost_model("Llama-3-8B", "MI300X")
+    bw, fl = 5300 / 4800, 1307.4 / 989
+    assert mi.gemm.bytes_per_s == pytest.approx(h200.gemm.bytes_per_s * bw, rel=1e-12)
+    assert mi.gemm.flops_per_s == pytest.approx(h200.gemm.flops_per_s * fl, rel=1e-12)
+    assert mi.attention_s_per_kv_token == pytest.approx(h200.attention_s_per_kv_token / bw, rel=1e-12)
+    assert mi.iteration_s(64, 64 * 4000, 64 * 4000, 64) < h200.iteration_s(64, 64 * 4000, 64 * 4000, 64)
+    # prefill is compute-bound: faster by about the peak ratio (within the byte terms' share)
     pre = (2048, 2048 * 2049 // 2, 2048, 1)
-    assert h200.iteration_s(*pre) == pytest.approx(h100.iteration_s(*pre), rel=0.15)
-    c = cm.cost_model("DeepSeek-V3", "H200", tp=8)  # MLA: measured too (tests/test_costmodel_mla_fp8.py)
-    assert isinstance(c, cm.MeasuredCostModel) and "extrapolated from H100-SXM" in c.label and "MLA" in c.label
+    assert h200.iteration_s(*pre) / mi.iteration_s(*pre) == pytest.approx(fl, rel=0.15)
+    c = cm.cost_model("DeepSeek-V3", "MI300X", tp=8)  # MLA: measured too (tests/test_costmodel_mla_fp8.py)
+    assert isinstance(c, cm.MeasuredCostModel) and "extrapolated from H200" in c.label and "MLA" in c.label
 
 
 def test_resolve_passes_objects_and_rejects_bad_names():

@@ -122,7 +122,7 @@ def test_moe_is_priced_from_the_gemm_curve_at_tokens_per_expert():
     for source in (None, "measured"):
         moe = cm.cost_model("Mixtral-8x7B", "H100-SXM", tp=2, source=source)
         assert isinstance(moe, cm.MeasuredCostModel) and moe.num_experts == 8
-    q3 = cm.cost_model("Qwen3-30B-A3B", "B200")
+    q3 = cm.cost_model("Qwen3-30B-A3B", "MI300X")
     assert isinstance(q3, cm.MeasuredCostModel) and "extrapolated from" in q3.label
     q3 = cm.cost_model("Qwen3-30B-A3B", "RTXPRO6000")  # its own GPU's operator profiles
     assert isinstance(q3, cm.MeasuredCostModel) and "operator profiles" in q3.label

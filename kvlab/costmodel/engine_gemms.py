@@ -8,8 +8,8 @@ copies per timed loop (so the weights come from HBM, not the L2 cache) and CUDA-
 latency in milliseconds. Its columns: ``framework, version, device, op_name, kernel_source,
 gemm_dtype, m, n, k, latency``.
 
-kvlab ships the rows it fits to (:data:`SHIPPED`: BF16, both weight dimensions between 1,024 and
-16,384, every ``m``), in seconds and catalogue names, as ``data/costmodels/engine_gemms.csv``, and
+kvlab ships the rows it fits to (:data:`SHIPPED`: BF16, both weight dimensions in :data:`DIMS`,
+``m`` in :data:`TOKENS`), in seconds and catalogue names, as ``data/costmodels/engine_gemms.csv``, and
 a grid of the tables it checks its pricing against and fits nothing to (:data:`CHECKED`: other GPUs,
 other releases; ``m`` in :data:`CHECK_M`, weight dims in :data:`CHECK_DIMS`) as
 ``engine_gemms_check.csv``. :func:`rows` and :func:`checks` read them, and ``python -m
@@ -31,23 +31,28 @@ from .data import shipped_table, write_csv_atomically
 
 PATH = DATA_DIR / "costmodels" / "engine_gemms.csv"
 CHECK_PATH = DATA_DIR / "costmodels" / "engine_gemms_check.csv"
-#: What is shipped to fit: (aiconfigurator system folder, framework folder, release).
-SHIPPED = (("h100_sxm", "vllm", "0.14.0"),)
-#: What is shipped to check against: the H100's newer release, GPUs kvlab extrapolates (H200, B200,
-#: L40S), and GPUs it prices from other measurements (A100: Vidur's 2024 profiles; RTX PRO 6000:
-#: LLMServingSim's operator profiles).
-CHECKED = (("h100_sxm", "vllm", "0.19.0"), ("h200_sxm", "vllm", "0.14.0"), ("b200_sxm", "vllm", "0.19.0"),
-           ("l40s", "vllm", "0.14.0"), ("a100_sxm", "vllm", "0.14.0"), ("rtx_pro_6000_server", "vllm", "0.19.0"))
+#: What is shipped to fit: (aiconfigurator system folder, framework folder, release), each GPU's
+#: earliest vLLM table.
+SHIPPED = (("h100_sxm", "vllm", "0.14.0"), ("h200_sxm", "vllm", "0.14.0"), ("b200_sxm", "vllm", "0.19.0"),
+           ("l40s", "vllm", "0.14.0"))
+#: What is shipped to check against: the same GPUs' later releases, and GPUs kvlab prices from other
+#: measurements (A100: Vidur's 2024 profiles; RTX PRO 6000: LLMServingSim's operator profiles).
+CHECKED = (("h100_sxm", "vllm", "0.19.0"), ("h200_sxm", "vllm", "0.19.0"), ("b200_sxm", "vllm", "0.24.0"),
+           ("l40s", "vllm", "0.22.0"), ("a100_sxm", "vllm", "0.14.0"), ("rtx_pro_6000_server", "vllm", "0.19.0"))
 CHECK_M = (1, 4, 16, 64, 256, 1024, 4096)
 CHECK_DIMS = (1024, 2048, 4096, 8192, 16384)
 COLUMNS = ("gpu", "framework", "version", "m", "n", "k", "time_s")
 SOURCE_COLUMNS = ("framework", "version", "device", "gemm_dtype", "m", "n", "k", "latency")
-MIN_DIM, MAX_DIM = 1024, 16384
+#: The weight dimensions kept (each side): a transformer's widths from 1k to 16k, every table has them.
+DIMS = (1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
+#: The token counts kept: those every table has (some tables sweep more).
+TOKENS = (1, 2, 4, 8, 16, 32, 48, 64, 80, 96, 128, 160, 192, 256, 384, 512, 768, 1024, 2048, 4096, 8192)
 
 
 def read_table(systems_dir: str | os.PathLike, system: str, framework: str, version: str) -> pd.DataFrame:
-    """One ``gemm_perf.parquet`` reduced to the shipped rows (BF16, weight dims in
-    [:data:`MIN_DIM`, :data:`MAX_DIM`]); ``ValueError`` names the file when it is missing or malformed."""
+    """One ``gemm_perf.parquet`` reduced to the shipped rows (BF16, both weight dims in :data:`DIMS`,
+    ``m`` in :data:`TOKENS`);
+    ``ValueError`` names the file when it is missing or malformed."""
     path = Path(systems_dir) / system / "gemm" / framework / version / "gemm_perf.parquet"
     if not path.is_file():
         raise ValueError(f"GEMM table {str(path)!r} is missing (expected <systems>/<system>/gemm/<framework>/"
@@ -61,7 +66,7 @@ def read_table(systems_dir: str | os.PathLike, system: str, framework: str, vers
         gpu = _gpu(devices[0]).name
     except ValueError as err:
         raise ValueError(f"GEMM table {path}: {err}") from None
-    keep = (table["gemm_dtype"] == "bfloat16") & table["n"].between(MIN_DIM, MAX_DIM) & table["k"].between(MIN_DIM, MAX_DIM)
+    keep = (table["gemm_dtype"] == "bfloat16") & table["n"].isin(DIMS) & table["k"].isin(DIMS) & table["m"].isin(TOKENS)
     t = table[keep]
     if not (t["latency"] > 0).all():
         raise ValueError(f"GEMM table {path}: latency must be positive")

@@ -27,9 +27,11 @@ ratios carry from any other measured GPU (notebook 08's leave-one-GPU-out table)
 measurements keep Vidur's GPUs as their references.
 
 Where a serving engine's own GEMM times are measured on a GPU (:mod:`.engine_gemms`: NVIDIA
-aiconfigurator's vLLM 0.14.0 table of the H100-SXM), that GPU's GEMM curve is fitted to them
-instead (:func:`engine_families`): the kernels a server runs today, which on the H100 are 28-40%
-faster than Vidur's 2024 profiles at 65-1,024 tokens. Its pointwise terms stay Vidur's.
+aiconfigurator's vLLM tables of the H100-SXM, H200, B200 and L40S), that GPU's GEMM curve is
+fitted to them instead (:func:`engine_families`): the kernels a server runs today, which on the
+H100 are 20-30% faster than Vidur's 2024 profiles at 65-1,024 tokens. Their pointwise terms are
+Vidur's (of the nearest Vidur GPU, carried by HBM bandwidth), their collectives the nearest
+measured interconnect's (:func:`network_gpu`).
 
 :func:`fit_constants` runs them all and returns the dictionary shipped as
 ``data/costmodels/measured.json`` (:func:`write_constants`); ``python -m kvlab.costmodel.fit``
@@ -388,16 +390,19 @@ def engine_gemm_rows(table: pd.DataFrame) -> pd.DataFrame:
 
 def engine_families(table: pd.DataFrame, families: Mapping[str, Any]) -> dict[str, Any]:
     """A family per (GPU, engine release) of :mod:`.engine_gemms`: its GEMM curve, and the pointwise
-    terms of the Vidur family profiled on that GPU (``families``)."""
-    by_gpu = {gpu: fam for fam, gpu in PROFILED_GPUS.items()}
+    terms of the Vidur family profiled on that GPU or, on another GPU, of the nearest one by spec
+    (``families``), their byte terms carried by the HBM bandwidth ratio."""
     out: dict[str, Any] = {}
     for (gpu, framework, version), g in table.groupby(["gpu", "framework", "version"]):
-        vidur = by_gpu[str(gpu)]
+        near = min(sorted(PROFILED_GPUS), key=lambda f: spec_distance(_gpu_spec(str(gpu)), _gpu_spec(PROFILED_GPUS[f])))
+        ratio = _gpu_spec(PROFILED_GPUS[near]).hbm_bandwidth_bytes_per_s / _gpu_spec(str(gpu)).hbm_bandwidth_bytes_per_s
+        pw = dict(families[near]["pointwise"])
+        pw.update(s_per_element=pw["s_per_element"] * ratio, s_per_sharded_element=pw["s_per_sharded_element"] * ratio)
+        carried = "" if PROFILED_GPUS[near] == gpu else " carried by HBM bandwidth"
         out[f"{str(gpu).lower()}_{framework}"] = {
             "label": f"{gpu} (NVIDIA aiconfigurator's {framework} {version} GEMM table; pointwise: "
-                     f"{families[vidur]['label'].split(' (')[1].rstrip(')')})",
-            "gpu": str(gpu), "gemm": _gemm_dict(fit_gemm(engine_gemm_rows(g))),
-            "pointwise": dict(families[vidur]["pointwise"])}
+                     f"{families[near]['label'].split(' (')[1].rstrip(')')}{carried})",
+            "gpu": str(gpu), "gemm": _gemm_dict(fit_gemm(engine_gemm_rows(g))), "pointwise": pw}
     return out
 
 
@@ -441,8 +446,16 @@ def fit_constants(path: str | os.PathLike | None = None, *, linear: pd.DataFrame
         families[fam]["gpu"] = PROFILED_GPUS[fam]
     for fam, entry in engine_families(_engine.rows(), families).items():
         families[fam] = entry
-        net = gpus[entry["gpu"]]["network"]
-        gpus[entry["gpu"]] = {"family": fam, "network": net, "label": f"{entry['label']}, {net} collectives"}
+        name = entry["gpu"]
+        if name in gpus:  # a Vidur GPU: its own measured collectives
+            net = gpus[name]["network"]
+            gpus[name] = {"family": fam, "network": net, "label": f"{entry['label']}, {net} collectives"}
+            continue
+        near = network_gpu(name)
+        net = gpus[near]["network"]
+        ratio = _gpu_spec(name).interconnect_bytes_per_s / _gpu_spec(near).interconnect_bytes_per_s
+        gpus[name] = {"family": fam, "network": net, "network_gpu": near,
+                      "label": f"{entry['label']}, {net} collectives of {near} x{ratio:.2f} by interconnect"}
     for fam, entry in profile_families(_op.layers(), _op.attention()).items():
         name, near = entry["gpu"], network_gpu(entry["gpu"])
         net = gpus[near]["network"]
@@ -468,8 +481,9 @@ SOURCES = {
                      "figure-2/decode.csv, figure-2/prefill.csv (first batch of each run left out: warm-up)",
     "llmservingsim": "casys-kaist/LLMServingSim commit 5daddb2, profiler/perf/{RTX4090,RTXPRO6000}/*/*/bf16/ (MIT): "
                      "tp*/dense.csv, attention.csv, per_sequence.csv, reduced in data/costmodels/op_profiles_*.csv",
-    "aiconfigurator": "ai-dynamo/aiconfigurator commit 095f58a, aic-core/src/aiconfigurator_core/systems/data/h100_sxm/"
-                      "gemm/vllm/0.14.0/gemm_perf.parquet (Apache-2.0), reduced in data/costmodels/engine_gemms.csv",
+    "aiconfigurator": "ai-dynamo/aiconfigurator commit 095f58a, aic-core/src/aiconfigurator_core/systems/data/"
+                      "{h100_sxm,h200_sxm,l40s}/gemm/vllm/0.14.0, b200_sxm/gemm/vllm/0.19.0 gemm_perf.parquet "
+                      "(Apache-2.0), reduced in data/costmodels/engine_gemms.csv",
 }
 
 

@@ -174,6 +174,27 @@ def engine_gemm_check(table: pd.DataFrame | None = None) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def engine_leave_one_gpu_out(table: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Leave one GPU out on today's stack: each GPU of the engines' GEMM tables (:func:`.engine_gemms.rows`)
+    predicted from every other one's curve carried by spec ratios (:func:`carried_curve`), scored on all
+    its rows: ``target``, ``from``, ``nearest`` (the smallest spec distance), ``rows``, ``mape``,
+    ``median_err`` (signed)."""
+    from .engine_gemms import rows as engine_rows
+    table = engine_rows() if table is None else table
+    by_gpu = {str(g): _fit.engine_gemm_rows(t) for g, t in table.groupby("gpu")}
+    curves = {g: _fit.fit_gemm(r) for g, r in by_gpu.items()}
+    out = []
+    for target, held in by_gpu.items():
+        others = [g for g in by_gpu if g != target]
+        nearest = min(others, key=lambda g: spec_distance(_gpu(target), _gpu(g)))
+        m, n, k = (held[x].to_numpy(dtype=np.float64) for x in ("m", "n", "k"))
+        for source in others:
+            rel = carried_curve(curves[source], source, target).time_s(m, n, k) / held["time_s"].to_numpy() - 1
+            out.append({"target": target, "from": source, "nearest": source == nearest, "rows": len(held),
+                        "mape": float(np.mean(np.abs(rel))), "median_err": float(np.median(rel))})
+    return pd.DataFrame(out)
+
+
 def attention_holdout(att: pd.DataFrame, *, test_frac: float = 0.3, seed: int = 0) -> pd.DataFrame:
     """Held-out attention rows predicted by the attention terms fitted on the others."""
     att = att[att["attention_s"] > 0].reset_index(drop=True)
