@@ -19,8 +19,11 @@ def test_notebook_07_quick(run_notebook, tmp_path):
     # capacity sizes the replicas (several when one replica cannot carry the load)
     chosen = [r for r in table if r["recommended"]]
     assert len(chosen) == 1 and chosen[0]["tie"]
-    best = max(table, key=lambda r: r["capacity_qps"])
-    assert chosen[0]["capacity_hi_qps"] >= best["capacity_lo_qps"]
+    # a tie: the best does not beat it in every window by more than the search's resolution, so in
+    # some window best <= chosen x (1 + rel_tol), and best's lowest window is under chosen's highest x that
+    best = max((r for r in table if r["meets_slo_at_load"]), key=lambda r: r["capacity_qps"])
+    tol = res["setup"]["capacity_rel_tol"]
+    assert chosen[0]["capacity_hi_qps"] * (1 + tol) >= best["capacity_lo_qps"]
     assert f"{chosen[0]['system']}: {chosen[0]['setting']}" == res["chosen"]
     assert "--max-model-len" in res["what_to_do"]
     if res["decision"] == "overloaded":
