@@ -163,14 +163,14 @@ def fit_pointwise(linear: pd.DataFrame) -> dict[str, float]:
 
 # -------------------------------------------------------------------------------- attention
 def attention_work(att: pd.DataFrame) -> dict[str, np.ndarray]:
-    """Per-layer aggregates of the attention rows: sequences, tokens, KV bytes read, FLOPs."""
+    """Per-layer aggregates of the attention rows: sequences, tokens, KV bytes read, FLOPs, phase."""
     b = att["batch_size"].to_numpy(dtype=np.float64)
     c = att["chunk_tokens"].to_numpy(dtype=np.int64)
     k = att["context_tokens"].to_numpy(dtype=np.int64)
     d = att["head_dim"].to_numpy(dtype=np.float64)
     pairs = b * prefill_attention_pairs(c, k)
     return {"num_seqs": b, "num_tokens": b * c, "kv_bytes": 2 * att["num_kv_heads"].to_numpy() * d * 2 * b * (k + c),
-            "flops": 4.0 * att["num_q_heads"].to_numpy() * d * pairs}
+            "flops": 4.0 * att["num_q_heads"].to_numpy() * d * pairs, "phase": att["phase"].to_numpy()}
 
 
 ATTENTION_TERMS = ("launch_s", "s_per_seq", "s_per_token", "s_per_kv_byte", "s_per_flop")
@@ -194,17 +194,14 @@ def fit_attention(att: pd.DataFrame) -> dict[str, float]:
     (prefill, decode, mixed) weighs equally in total whatever its row count.
     """
     if "prefill_chunk" in att:
-        att = att.rename(columns={"time_s": "attention_s"})
-        work = profile_attention_work(att)
+        t, work = att["time_s"].to_numpy(dtype=np.float64), profile_attention_work(att)
     else:
         att = att[att["attention_s"] > 0]
-        work = attention_work(att)
-    phase = work.get("phase", att.get("phase"))
-    if pd.Series(phase).nunique() < 2:
+        t, work = att["attention_s"].to_numpy(dtype=np.float64), attention_work(att)
+    phase = pd.Series(work["phase"])
+    if phase.nunique() < 2:
         raise ValueError("fit_attention needs prefill and decode rows")
-    t = att["attention_s"].to_numpy(dtype=np.float64)
-    counts = pd.Series(phase).map(pd.Series(phase).value_counts()).to_numpy(dtype=np.float64)
-    w = 1.0 / np.sqrt(counts)
+    w = 1.0 / np.sqrt(phase.map(phase.value_counts()).to_numpy(dtype=np.float64))
     x = attention_design(work)
     scale = np.where(x.max(axis=0) > 0, x.max(axis=0), 1.0)
     coef, _ = nnls(x / scale / t[:, None] * w[:, None], w)
@@ -381,6 +378,20 @@ def network_gpu(gpu: str) -> str:
     return min(sorted(GPUS), key=lambda name: spec_distance(_gpu_spec(gpu), _gpu_spec(name)))
 
 
+def _gpu_entry(fam: str, entry: Mapping[str, Any], gpus: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``gpus`` entry of a GPU priced by family ``fam``: its own measured collectives where Vidur
+    measured them, else the nearest measured interconnect's (:func:`network_gpu`), by link speed."""
+    name = entry["gpu"]
+    if name in gpus:
+        net = gpus[name]["network"]
+        return {"family": fam, "network": net, "label": f"{entry['label']}, {net} collectives"}
+    near = network_gpu(name)
+    net = gpus[near]["network"]
+    ratio = _gpu_spec(name).interconnect_bytes_per_s / _gpu_spec(near).interconnect_bytes_per_s
+    return {"family": fam, "network": net, "network_gpu": near,
+            "label": f"{entry['label']}, {net} collectives of {near} x{ratio:.2f} by interconnect"}
+
+
 def engine_gemm_rows(table: pd.DataFrame) -> pd.DataFrame:
     """:mod:`.engine_gemms`' rows in :func:`gemm_rows`' columns (each GEMM its own ``layer``)."""
     return pd.DataFrame({"gpu": table["gpu"], "model": "", "tp": 1, "op": "gemm", "layer": range(len(table)),
@@ -401,7 +412,7 @@ def engine_families(table: pd.DataFrame, families: Mapping[str, Any]) -> dict[st
         carried = "" if PROFILED_GPUS[near] == gpu else " carried by HBM bandwidth"
         out[f"{str(gpu).lower()}_{framework}"] = {
             "label": f"{gpu} (NVIDIA aiconfigurator's {framework} {version} GEMM table; pointwise: "
-                     f"{families[near]['label'].split(' (')[1].rstrip(')')}{carried})",
+                     f"Vidur's {near} profiles{carried})",
             "gpu": str(gpu), "gemm": _gemm_dict(fit_gemm(engine_gemm_rows(g))), "pointwise": pw}
     return out
 
@@ -446,23 +457,10 @@ def fit_constants(path: str | os.PathLike | None = None, *, linear: pd.DataFrame
         families[fam]["gpu"] = PROFILED_GPUS[fam]
     for fam, entry in engine_families(_engine.rows(), families).items():
         families[fam] = entry
-        name = entry["gpu"]
-        if name in gpus:  # a Vidur GPU: its own measured collectives
-            net = gpus[name]["network"]
-            gpus[name] = {"family": fam, "network": net, "label": f"{entry['label']}, {net} collectives"}
-            continue
-        near = network_gpu(name)
-        net = gpus[near]["network"]
-        ratio = _gpu_spec(name).interconnect_bytes_per_s / _gpu_spec(near).interconnect_bytes_per_s
-        gpus[name] = {"family": fam, "network": net, "network_gpu": near,
-                      "label": f"{entry['label']}, {net} collectives of {near} x{ratio:.2f} by interconnect"}
+        gpus[entry["gpu"]] = _gpu_entry(fam, entry, gpus)
     for fam, entry in profile_families(_op.layers(), _op.attention()).items():
-        name, near = entry["gpu"], network_gpu(entry["gpu"])
-        net = gpus[near]["network"]
-        ratio = _gpu_spec(name).interconnect_bytes_per_s / _gpu_spec(near).interconnect_bytes_per_s
         families[fam] = entry
-        gpus[name] = {"family": fam, "network": net, "network_gpu": near, "extrapolate": False,
-                      "label": f"{entry['label']}, {net} collectives of {near} x{ratio:.2f} by interconnect"}
+        gpus[entry["gpu"]] = {**_gpu_entry(fam, entry, gpus), "extrapolate": False}
     constants: dict[str, Any] = {"families": families, "attention": att, "networks": networks, "gpus": gpus,
                                  "stacks": {}}
     batches = _data.sarathi_batches(path)

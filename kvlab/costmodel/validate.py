@@ -126,30 +126,42 @@ def _layer_errors(curve: GemmCurve, rows: pd.DataFrame) -> np.ndarray:
     return layer["predicted_s"].to_numpy() / layer["measured_s"].to_numpy() - 1.0
 
 
-def leave_one_gpu_out(linear: pd.DataFrame, profiles: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Each measured GPU's layer linear time predicted from every other measured GPU by spec ratios.
+def _gemm_errors(curve: GemmCurve, rows: pd.DataFrame) -> np.ndarray:
+    """Signed relative error of ``curve`` on each GEMM of ``rows``."""
+    return curve.time_s(*(rows[c].to_numpy(dtype=np.float64) for c in ("m", "n", "k"))) / rows["time_s"].to_numpy() - 1.0
 
-    ``linear`` is Vidur's table (:func:`.data.vidur_linear`); ``profiles`` adds the GPUs of the
-    engines' operator profiles (:func:`.op_profiles.layers`: a 2026 vLLM's kernels, so a row
-    between the two sources also carries the change of stack). One row per (target, source) pair:
-    the source's GEMM curve (fitted on its rows only) carried to the target (:func:`carried_curve`),
-    scored on every whole layer of the target: ``rows``, ``mape``, ``median_abs_err``, ``worst``
-    (signed) and ``nearest`` (the source :func:`.measured.build` would use: the smallest spec distance
-    among Vidur's GPUs, the only ones an unmeasured GPU is extrapolated from).
-    """
-    by_gpu = _gemm_rows_by_gpu(linear, profiles)
+
+def _carried(by_gpu: Mapping[str, pd.DataFrame], references: list[str], errors: Any) -> pd.DataFrame:
+    """Each GPU of ``by_gpu`` (catalogue name -> GEMM rows) predicted from every other one's curve
+    (fitted on its rows only) carried by spec ratios (:func:`carried_curve`), scored by ``errors``
+    (curve, rows -> signed relative errors): ``target``, ``from``, ``nearest`` (the smallest spec
+    distance among ``references``, the GPUs an unmeasured one is extrapolated from), ``rows``,
+    ``mape``, ``median_err`` (signed), ``worst`` (signed)."""
     curves = {g: _fit.fit_gemm(r) for g, r in by_gpu.items()}
-    references = [_fit.PROFILED_GPUS[f] for f in sorted(linear["gpu"].unique())]  # what extrapolates (Vidur's)
     out = []
     for target, held in by_gpu.items():
         others = [g for g in by_gpu if g != target]
         nearest = min((g for g in others if g in references), key=lambda g: spec_distance(_gpu(target), _gpu(g)))
         for source in others:
-            rel = _layer_errors(carried_curve(curves[source], source, target), held)
-            out.append({"target": target, "from": source, "nearest": source == nearest,
-                        "rows": len(rel), "mape": float(np.mean(np.abs(rel))),
-                        "median_abs_err": float(np.median(np.abs(rel))), "worst": float(rel[np.argmax(np.abs(rel))])})
+            rel = errors(carried_curve(curves[source], source, target), held)
+            out.append({"target": target, "from": source, "nearest": source == nearest, "rows": len(rel),
+                        "mape": float(np.mean(np.abs(rel))), "median_err": float(np.median(rel)),
+                        "worst": float(rel[np.argmax(np.abs(rel))])})
     return pd.DataFrame(out)
+
+
+def leave_one_gpu_out(linear: pd.DataFrame, profiles: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Each measured GPU's layer linear time predicted from every other measured GPU by spec ratios
+    (:func:`_carried`, scored on every whole layer of the target).
+
+    ``linear`` is Vidur's table (:func:`.data.vidur_linear`); ``profiles`` adds the GPUs of the
+    engines' operator profiles (:func:`.op_profiles.layers`: a 2026 vLLM's kernels, so a row
+    between the two sources also carries the change of stack). ``nearest`` is the source
+    :func:`.measured.build` would use: among Vidur's GPUs, the only ones an unmeasured GPU is
+    extrapolated from.
+    """
+    references = [_fit.PROFILED_GPUS[f] for f in sorted(linear["gpu"].unique())]
+    return _carried(_gemm_rows_by_gpu(linear, profiles), references, _layer_errors)
 
 
 def engine_gemm_check(table: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -167,7 +179,7 @@ def engine_gemm_check(table: pd.DataFrame | None = None) -> pd.DataFrame:
     out = []
     for (gpu, framework, version), t in table.groupby(["gpu", "framework", "version"], sort=False):
         c = measured("Llama-2-7B", str(gpu))  # the GPU's curve; the model only names the label's GPU
-        rel = np.asarray(c.gemm.time_s(*(t[x].to_numpy(dtype=np.float64) for x in ("m", "n", "k")))) / t["time_s"].to_numpy() - 1
+        rel = _gemm_errors(c.gemm, t)
         out.append({"gpu": gpu, "measured": f"{framework} {version}", "priced from": c.label[len("measured ("):-1],
                     "rows": len(t), "mape": float(np.mean(np.abs(rel))), "median_err": float(np.median(rel)),
                     "worst": float(rel[np.argmax(np.abs(rel))])})
@@ -176,23 +188,11 @@ def engine_gemm_check(table: pd.DataFrame | None = None) -> pd.DataFrame:
 
 def engine_leave_one_gpu_out(table: pd.DataFrame | None = None) -> pd.DataFrame:
     """Leave one GPU out on today's stack: each GPU of the engines' GEMM tables (:func:`.engine_gemms.rows`)
-    predicted from every other one's curve carried by spec ratios (:func:`carried_curve`), scored on all
-    its rows: ``target``, ``from``, ``nearest`` (the smallest spec distance), ``rows``, ``mape``,
-    ``median_err`` (signed)."""
+    predicted from every other one by spec ratios (:func:`_carried`), scored on each of its GEMMs."""
     from .engine_gemms import rows as engine_rows
     table = engine_rows() if table is None else table
     by_gpu = {str(g): _fit.engine_gemm_rows(t) for g, t in table.groupby("gpu")}
-    curves = {g: _fit.fit_gemm(r) for g, r in by_gpu.items()}
-    out = []
-    for target, held in by_gpu.items():
-        others = [g for g in by_gpu if g != target]
-        nearest = min(others, key=lambda g: spec_distance(_gpu(target), _gpu(g)))
-        m, n, k = (held[x].to_numpy(dtype=np.float64) for x in ("m", "n", "k"))
-        for source in others:
-            rel = carried_curve(curves[source], source, target).time_s(m, n, k) / held["time_s"].to_numpy() - 1
-            out.append({"target": target, "from": source, "nearest": source == nearest, "rows": len(held),
-                        "mape": float(np.mean(np.abs(rel))), "median_err": float(np.median(rel))})
-    return pd.DataFrame(out)
+    return _carried(by_gpu, list(by_gpu), _gemm_errors)
 
 
 def attention_holdout(att: pd.DataFrame, *, test_frac: float = 0.3, seed: int = 0) -> pd.DataFrame:
