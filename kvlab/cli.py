@@ -119,6 +119,7 @@ def _check_recommend_flags(args: argparse.Namespace) -> None:
 def _cmd_recommend(args: argparse.Namespace) -> int:
     import json
     import os
+    from dataclasses import replace
 
     from .capacity import SLO
     from .recommend import recommend
@@ -131,6 +132,8 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
         resolve(args.system)
     model = resolve_model(args.model)
     gpu = resolve_gpu(args.gpu, args.gpu_spec)
+    if args.no_p2p:
+        gpu = replace(gpu, p2p=False)
     model.check_tp(args.tp)
     slo = SLO(tbt_p99_s=args.slo_p99_tbt, scheduling_delay_p50_s=args.slo_delay_p50 or None,
               ttft_p99_s=args.slo_p99_ttft)
@@ -203,6 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "hbm_bandwidth_gbps, bf16_dense_tflops, host_link_gbps, interconnect_gbps, "
                           "internode_gbps; fp8_dense_tflops optional); priced by the spec-sheet (roofline) "
                           "cost model")
+    rec.add_argument("--no-p2p", action="store_true",
+                     help="the host blocks GPU peer-to-peer (PCIe ACS or an IOMMU on, many VMs; nvidia-smi topo -p2p r "
+                          "shows it): tensor-parallel collectives go through host memory, about half as fast on the "
+                          "measured RTX PRO 6000 pair")
     rec.add_argument("--system", metavar="SYSTEM[==VERSION]",
                      help="the server you run: a system of kvlab's server profiles (kvlab.recommend.servers; an "
                           "unknown name lists them), its newest release family, or e.g. vllm==0.8 (the family "

@@ -325,6 +325,11 @@ class GPUSpec:
         per GPU = 25e9.
     internode_link : str
         That link in words (the node type it assumes).
+    p2p : bool
+        Whether the GPUs of a node reach each other peer-to-peer (NVLink, or PCIe P2P). False
+        where the host blocks it (PCIe ACS or an IOMMU on, some VMs): NCCL then stages collectives
+        through host memory and vLLM's custom all-reduce is off (:mod:`kvlab.costmodel.host_collectives`).
+        A property of the host, not of the GPU: the catalogue's GPUs have it (True).
     """
 
     name: str
@@ -338,6 +343,14 @@ class GPUSpec:
     internode_link: str
     source: str = ""
     fp8_flops_per_s: float = 0.0
+    p2p: bool = True
+
+    @property
+    def peer_bytes_per_s(self) -> float:
+        """GPU-to-GPU bandwidth per direction a collective gets (bytes/s): the interconnect with
+        peer-to-peer; without it, half the host link (a copy staged through host memory crosses a
+        PCIe link twice; the RTX PRO 6000 pair measured 0.46x its P2P bandwidth this way)."""
+        return self.interconnect_bytes_per_s if self.p2p else self.host_link_bytes_per_s / 2.0
 
     @property
     def has_fp8(self) -> bool:
@@ -507,7 +520,8 @@ def gpu_from_file(path: str | os.PathLike) -> GPUSpec:
     ``name`` and the six numbers (``memory_mib``, ``hbm_bandwidth_gbps``, ``bf16_dense_tflops``
     dense BF16, ``host_link_gbps``, ``interconnect_gbps``, ``internode_gbps``, each per
     direction) are required; ``host_link``, ``internode_link`` and ``source`` are text
-    (default: "given in <path>"). Such a GPU has no measured iteration times: kvlab prices it
+    (default: "given in <path>"); ``p2p`` (true or false, default true) says whether the host lets
+    its GPUs reach each other peer-to-peer (:attr:`GPUSpec.p2p`). Such a GPU has no measured iteration times: kvlab prices it
     with the roofline (spec-sheet) cost model and says so.
 
     Raises
@@ -521,16 +535,19 @@ def gpu_from_file(path: str | os.PathLike) -> GPUSpec:
         raise ValueError(f"{where}: expected a mapping of the columns of data/gpus.csv, got {type(data).__name__}")
     fields = ("name", *GPU_NUMBER_FIELDS)
     missing = [f for f in fields if data.get(f) is None]
-    unknown = sorted(set(map(str, data)) - set(fields) - set(GPU_TEXT_FIELDS) - {"fp8_dense_tflops"})
+    unknown = sorted(set(map(str, data)) - set(fields) - set(GPU_TEXT_FIELDS) - {"fp8_dense_tflops", "p2p"})
     if missing or unknown:
         raise ValueError(f"{where}: " + "; ".join(
             ([f"missing {', '.join(missing)}"] if missing else []) + ([f"unknown key {', '.join(unknown)}"] if unknown
                                                                       else []))
-            + f" (keys: {', '.join(fields + GPU_TEXT_FIELDS[1:])}, fp8_dense_tflops (optional), as the columns of "
-              f"data/gpus.csv)")
+            + f" (keys: {', '.join(fields + GPU_TEXT_FIELDS[1:])}, fp8_dense_tflops and p2p (optional), as the "
+              f"columns of data/gpus.csv)")
+    p2p = data.pop("p2p", True)
+    if not isinstance(p2p, bool):
+        raise ValueError(f"{where}: p2p must be true or false, got {p2p!r}")
     row = {"host_link": "given", "internode_link": "given", "source": f"given in {os.fspath(path)}",
            "fp8_dense_tflops": float("nan"), **data}
-    return _gpu_from_row(row, where)
+    return replace(_gpu_from_row(row, where), p2p=p2p)
 
 
 def resolve_model(text: str | ModelSpec) -> ModelSpec:

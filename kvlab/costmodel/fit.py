@@ -12,7 +12,8 @@ Each term of :mod:`.measured` is fitted to the measurements of that term alone, 
 * :func:`fit_attention`: the attention terms on Vidur's A100 profile (``nnls``; prefill and
   decode rows weighted equally in total), carried to every GPU by spec ratios;
 * :func:`collective_curves`: an alpha-beta line (latency + bytes x seconds per byte) fitted to
-  each measured all-reduce curve per GPU count, and a latency-bandwidth link per send/recv curve;
+  each measured all-reduce curve per GPU count, and a latency-bandwidth link per send/recv curve
+  (Vidur's networks, and the host-measured ones of :mod:`.host_collectives`);
 * :func:`fit_stack`: the per-iteration and per-sequence overheads of a serving stack: the part
   of Sarathi-Serve's measured batch times that the GPU terms above do not explain (``nnls``).
 
@@ -20,7 +21,9 @@ GPUs profiled with a serving engine's own operators (:mod:`.op_profiles`: LLMSer
 0.19.0 profiles of the RTX 4090 and RTX PRO 6000) get a family of their own from the same fits:
 their GEMMs (:func:`profile_gemm_rows`, the vocabulary projection included), their pointwise
 operators (:func:`profile_pointwise`) and their attention (:func:`profile_attention_work`), with
-the collectives of the nearest GPU whose interconnect is measured (:func:`network_gpu`). They
+their own host's measured collectives where LLMServingSim measured them (:mod:`.host_collectives`:
+the RTX PRO 6000 pair, with and without GPU peer-to-peer), else the nearest GPU's whose
+interconnect is measured (:func:`network_gpu`). They
 price their own GPU only (``"extrapolate": false``): their kernels are another stack's (a 2026
 vLLM's, Vidur's are 2024 PyTorch's), and the RTX 4090 runs its kernels 24-32% faster than spec
 ratios carry from any other measured GPU (notebook 08's leave-one-GPU-out table), so GPUs without
@@ -49,6 +52,7 @@ from scipy.optimize import least_squares, nnls
 
 from . import data as _data
 from . import engine_gemms as _engine
+from . import host_collectives as _host
 from . import op_profiles as _op
 from .measured import CONSTANTS_PATH, GemmCurve, MeasuredCostModel, attention_shapes, build, spec_distance
 from ..specs import gpu as _gpu_spec, model as _model_spec
@@ -378,10 +382,19 @@ def network_gpu(gpu: str) -> str:
     return min(sorted(GPUS), key=lambda name: spec_distance(_gpu_spec(gpu), _gpu_spec(name)))
 
 
-def _gpu_entry(fam: str, entry: Mapping[str, Any], gpus: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``gpus`` entry of a GPU priced by family ``fam``: its own measured collectives where Vidur
-    measured them, else the nearest measured interconnect's (:func:`network_gpu`), by link speed."""
+def _gpu_entry(fam: str, entry: Mapping[str, Any], gpus: Mapping[str, Any],
+               networks: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``gpus`` entry of a GPU priced by family ``fam``: its own host's measured collectives
+    (:mod:`.host_collectives`: ``network`` with GPU peer-to-peer, ``network_no_p2p`` without) or
+    Vidur's, else the nearest measured interconnect's (:func:`network_gpu`), by link speed."""
     name = entry["gpu"]
+    own = _host.network_name(name, True)
+    if own in networks:
+        out = {"family": fam, "network": own,
+               "label": f"{entry['label']}, collectives measured on its own host"}
+        if _host.network_name(name, False) in networks:
+            out["network_no_p2p"] = _host.network_name(name, False)
+        return out
     if name in gpus:
         net = gpus[name]["network"]
         return {"family": fam, "network": net, "label": f"{entry['label']}, {net} collectives"}
@@ -446,6 +459,7 @@ def fit_constants(path: str | os.PathLike | None = None, *, linear: pd.DataFrame
                               "pointwise": fit_pointwise(linear[linear["gpu"] == fam])}
     att = {**fit_attention(_data.vidur_attention(path)), "gpu": ATTENTION_GPU}
     networks = collective_curves(_data.vidur_collectives(path))
+    networks.update(collective_curves(_host.curve_rows(_host.rows())))
     gpus = {}
     for name, (fam, net) in GPUS.items():
         if fam not in families or net not in networks:
@@ -457,10 +471,10 @@ def fit_constants(path: str | os.PathLike | None = None, *, linear: pd.DataFrame
         families[fam]["gpu"] = PROFILED_GPUS[fam]
     for fam, entry in engine_families(_engine.rows(), families).items():
         families[fam] = entry
-        gpus[entry["gpu"]] = _gpu_entry(fam, entry, gpus)
+        gpus[entry["gpu"]] = _gpu_entry(fam, entry, gpus, networks)
     for fam, entry in profile_families(_op.layers(), _op.attention()).items():
         families[fam] = entry
-        gpus[entry["gpu"]] = {**_gpu_entry(fam, entry, gpus), "extrapolate": False}
+        gpus[entry["gpu"]] = {**_gpu_entry(fam, entry, gpus, networks), "extrapolate": False}
     constants: dict[str, Any] = {"families": families, "attention": att, "networks": networks, "gpus": gpus,
                                  "stacks": {}}
     batches = _data.sarathi_batches(path)
@@ -482,6 +496,10 @@ SOURCES = {
     "aiconfigurator": "ai-dynamo/aiconfigurator commit 095f58a, aic-core/src/aiconfigurator_core/systems/data/"
                       "{h100_sxm,h200_sxm,l40s}/gemm/vllm/0.14.0, b200_sxm/gemm/vllm/0.19.0 gemm_perf.parquet "
                       "(Apache-2.0), reduced in data/costmodels/engine_gemms.csv",
+    "host_collectives": "casys-kaist/LLMServingSim profiler/perf/RTXPRO6000/hardware.yaml (MIT): commit e08dc38 "
+                        "(2026-09-08, no GPU peer-to-peer) and 1b2cc02 (2026-09-26, ACS and IOMMU disabled: "
+                        "peer-to-peer), NCCL all_reduce and all_gather of 2 GPUs, reduced in "
+                        "data/costmodels/host_collectives.csv",
 }
 
 

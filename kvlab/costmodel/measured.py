@@ -443,17 +443,41 @@ def reference_gpu(gpu: str | GPUSpec, consts: Mapping[str, Any] | None = None) -
     return min(sorted(sources), key=lambda name: spec_distance(g, _gpu(name)))
 
 
+def collectives_of(g: GPUSpec, ref: str, consts: Mapping[str, Any]) -> tuple[Mapping[str, Any], float, str]:
+    """The measured network ``g``'s collectives run on, the bandwidth ratio that carries it to ``g``,
+    and what the label says of it ("" where the GPU's entry names its only network).
+
+    With GPU peer-to-peer (:attr:`GPUSpec.p2p`): the reference GPU's ``network``, carried by the
+    interconnect ratio to the GPU it was measured on. Without: a network measured on a host that
+    blocked peer-to-peer (``network_no_p2p``, :mod:`.host_collectives`): the reference GPU's own,
+    else the one whose GPU is nearest in host link, carried by the host-link ratio.
+    """
+    entry = consts["gpus"][ref]
+    if g.p2p:
+        ic = g.interconnect_bytes_per_s / _gpu(entry.get("network_gpu", ref)).interconnect_bytes_per_s
+        both = "network_no_p2p" in entry  # measured both ways: say which
+        return consts["networks"][entry["network"]], ic, f"GPU peer-to-peer: {entry['network']} collectives" * both
+    owners = sorted(n for n, e in consts["gpus"].items() if "network_no_p2p" in e)
+    if not owners:
+        raise ValueError(f"gpu {g.name!r} without peer-to-peer: no collectives measured without GPU peer-to-peer "
+                         "in the constants")
+    src = ref if ref in owners else min(owners, key=lambda n: abs(math.log(
+        g.host_link_bytes_per_s / _gpu(n).host_link_bytes_per_s)))
+    net = consts["gpus"][src]["network_no_p2p"]
+    ratio = g.host_link_bytes_per_s / _gpu(src).host_link_bytes_per_s
+    carried = "" if src == g.name else f" of {src} x{ratio:.2f} by host link"
+    return consts["networks"][net], ratio, f"no GPU peer-to-peer: {net} collectives{carried}"
+
+
 def send_recv(gpu: str | GPUSpec, consts: Mapping[str, Any] | None = None) -> tuple[float, float]:
-    """The fitted (latency_s, bytes_per_s) of one send between two GPUs on ``gpu``'s interconnect
-    (a GPU without measurements: its reference's, bandwidth scaled by the interconnect ratio)."""
+    """The fitted (latency_s, bytes_per_s) of one send between two GPUs of ``gpu``'s host
+    (:func:`collectives_of`: a GPU without measurements its reference's, carried by link ratio)."""
     c = constants() if consts is None else consts
     g = _gpu(gpu)
     if not c.get("gpus"):
         raise ValueError(f"gpu {g.name!r} has no measured curves (no constants)")
-    ref = reference_gpu(g, c)
-    entry = c["gpus"][ref]
-    link = c["networks"][entry["network"]]["send_recv"]
-    ratio = g.interconnect_bytes_per_s / _gpu(entry.get("network_gpu", ref)).interconnect_bytes_per_s
+    net, ratio, _ = collectives_of(g, reference_gpu(g, c), c)
+    link = net["send_recv"]
     return float(link["latency_s"]), float(link["bytes_per_s"]) * ratio
 
 
@@ -548,16 +572,15 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
     prof = _gpu(fam["gpu"])  # the GPU the family's profiles ran on
     bw = g.hbm_bandwidth_bytes_per_s / prof.hbm_bandwidth_bytes_per_s
     fl = g.gemm_flops_per_s("bf16") / prof.gemm_flops_per_s("bf16")
-    ic = g.interconnect_bytes_per_s / _gpu(entry.get("network_gpu", ref)).interconnect_bytes_per_s
+    net, ic, p2p_note = collectives_of(g, ref, constants)
     stacks = constants.get("stacks", {})
     if stack != "none" and stack not in stacks:
         raise ValueError(f"stack {stack!r} is not one of {', '.join(['none', *stacks])}")
     over = {"overhead_s": 0.0, "overhead_s_per_seq": 0.0, "label": ""} if stack == "none" else stacks[stack]
-    net = constants["networks"][entry["network"]]
     ar_latency, ar_per_byte = _allreduce_fit(net, tp) if tp > 1 else (0.0, 0.0)
     ep_latency, ep_per_byte = _allreduce_fit(net, ep // tp) if ep // tp > 1 else (0.0, 0.0)
     p2p_latency, p2p_bytes_per_s = float(net["send_recv"]["latency_s"]), float(net["send_recv"]["bytes_per_s"])
-    full_nvlink = _has_nvlink(g) and tp <= int(net.get("full_nvlink_gpus", 0))
+    full_nvlink = g.p2p and _has_nvlink(g) and tp <= int(net.get("full_nvlink_gpus", 0))
     h = m.hidden_size
     gate = 2 if m.gated_mlp else 1
     attention, q, kv = attention_shapes(m, tp)
@@ -582,7 +605,8 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
     r = _gpu(ref)
     where = entry["label"] if ref == g.name else (
         f"extrapolated from {ref} by spec ratios: compute x{peak_ratio(g, r):.2f}, HBM bandwidth "
-        f"x{g.hbm_bandwidth_bytes_per_s / r.hbm_bandwidth_bytes_per_s:.2f}, interconnect x{ic:.2f}")
+        f"x{g.hbm_bandwidth_bytes_per_s / r.hbm_bandwidth_bytes_per_s:.2f}"
+        + (f", interconnect x{ic:.2f}" if g.p2p else ""))
     fg = fam["gemm"]
     pw = fam["pointwise"]
     head = GemmCurve(launch_s=fg["launch_s"], bytes_per_s=fg["bytes_per_s"] * bw, flops_per_s=fg["flops_per_s"] * fl,
@@ -591,7 +615,8 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
     weights = g.gemm_flops_per_s(m.weight_dtype) / peak_flops  # FP8 weights: the FP8/BF16 dense-peak ratio
     layer_gemm = replace(head, flops_per_s=head.flops_per_s * weights, weight_bytes=WEIGHT_DTYPES[m.weight_dtype],
                          peak_flops_per_s=g.gemm_flops_per_s(m.weight_dtype))
-    notes = [*(["MLA: latent cache, absorbed decode"] if m.is_mla else []), *_precision_notes(m, weights)]
+    notes = [*(["MLA: latent cache, absorbed decode"] if m.is_mla else []), *_precision_notes(m, weights),
+             *([p2p_note] if p2p_note else [])]
     return MeasuredCostModel(
         model_name=m.name, gpu_name=g.name, tp=tp, pp=pp,
         label=f"measured ({'; '.join([where, *notes])}{'' if stack == 'none' else ' + ' + over['label']})",
@@ -615,7 +640,7 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
         allreduce_latency_s=ar_latency, allreduce_s_per_byte=ar_per_byte / ic,
         custom_allreduce_max_bytes=float(CUSTOM_ALLREDUCE_MAX_BYTES) if full_nvlink and tp > 1 else 0.0,
         p2p_latency_s=p2p_latency, p2p_s_per_byte=1.0 / (p2p_bytes_per_s * ic),
-        ring_factor=2.0 * (tp - 1) / tp, interconnect_bytes_per_s=g.interconnect_bytes_per_s,
+        ring_factor=2.0 * (tp - 1) / tp, interconnect_bytes_per_s=g.peer_bytes_per_s,
         overhead_s=over["overhead_s"], overhead_s_per_seq=over["overhead_s_per_seq"],
         linear_flops_per_token=2.0 * (m.num_active_params or m.num_params) / (tp * pp),
         attention_flops_per_pair=flops_per_pair_layer * layers,

@@ -252,7 +252,7 @@ def pipeline_cost(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp
     if pp == 1:
         return stage
     link = v.choice(link, "link", STAGE_LINKS)
-    link_bytes_per_s = g.interconnect_bytes_per_s if link == "in-node" else g.internode_bytes_per_s
+    link_bytes_per_s = g.peer_bytes_per_s if link == "in-node" else g.internode_bytes_per_s
     latency_s = SEND_LATENCY_S[link]
     if send_latency_s is not None:
         latency_s = v.nonnegative_float(send_latency_s, "send_latency_s")

@@ -130,6 +130,7 @@ def roofline(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int
         effective_bytes_per_s=g.hbm_bandwidth_bytes_per_s * bandwidth_efficiency,
         allreduce_bytes_per_token=2 * layers * ring * m.hidden_size * (2 if dtype_bytes is None else dtype_bytes),
         allreduce_latency_s_per_iteration=(2 * layers * allreduce_latency_s) if tp > 1 else 0.0,
-        interconnect_bytes_per_s=g.interconnect_bytes_per_s,
-        iteration_overhead_s=iteration_overhead_s, label=str(label),
+        interconnect_bytes_per_s=g.peer_bytes_per_s,
+        iteration_overhead_s=iteration_overhead_s,
+        label=str(label) + ("" if g.p2p or tp == 1 else ", no GPU peer-to-peer: half the host link"),
     )

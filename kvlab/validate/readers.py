@@ -46,6 +46,16 @@ _MODELS = {"meta-llama/Llama-3.1-8B": "Llama-3.1-8B", "Qwen/Qwen3-32B": "Qwen3-3
            "Qwen/Qwen3-30B-A3B-Instruct-2507": "Qwen3-30B-A3B", "facebook/opt-13b": "OPT-13B"}
 
 
+#: Whether the hosts of LLMServingSim's multi-GPU runs let their GPUs reach each other peer-to-peer: not
+#: recorded with the runs (all of 2026-04-25, their meta.json's started_at). Its RTX PRO 6000 pair measured NCCL
+#: at 16 GB/s (host memory's path) on 2026-09-08, and at 36 GB/s only after its operator disabled ACS and the IOMMU
+#: (2026-09-26; profiler/perf/RTXPRO6000/hardware.yaml at e08dc38 and 1b2cc02); LLMServingSim's own replay of the
+#: runs (bench/examples/RTXPRO6000/*/config.json, 5daddb2) uses the 16 GB/s link.
+_LLMSERVINGSIM_P2P = {"RTXPRO6000": (False, "GPU peer-to-peer not recorded: off, as LLMServingSim's RTX PRO 6000 "
+                                            "host measured it until ACS and the IOMMU were disabled on 2026-09-26 "
+                                            "(the runs are of 2026-04-25); its collectives through host memory")}
+
+
 def _read_csv(path: Path) -> pd.DataFrame:
     try:
         return pd.read_csv(path)
@@ -100,10 +110,14 @@ def read_llmservingsim(folder: str | Path = SHARED_SERVING) -> list[RunRecord]:
         if dp > 1:
             assumed.append(f"DP{dp}: each request routed to the least-loaded rank (4 x waiting + running); a mixture "
                            "of experts' ranks in lockstep, routed when the group's next step starts, not on arrival")
+        p2p, why_p2p = _LLMSERVINGSIM_P2P.get(str(row["gpu"]), (True, ""))
+        if int(row["tp"]) * dp > 1 and why_p2p:
+            assumed.append(why_p2p)
         mml = None if pd.isna(row["max_model_len"]) else int(row["max_model_len"])
         setup = SetUp(name=name, dataset=LLMSERVINGSIM, server="vLLM", server_version=str(row["vllm_version"]),
                       engine="vllm-v1", model=_MODELS.get(str(row["model"]), str(row["model"])), gpu=str(row["gpu"]),
-                      tp=int(row["tp"]), dp=dp, expert_parallel=ep, scheduler="chunked", max_num_seqs=int(row["max_num_seqs"]),
+                      tp=int(row["tp"]), dp=dp, expert_parallel=ep, p2p=p2p or int(row["tp"]) * dp == 1,
+                      scheduler="chunked", max_num_seqs=int(row["max_num_seqs"]),
                       max_num_batched_tokens=int(row["max_num_batched_tokens"]), max_model_len=mml,
                       block_size=16 if pd.isna(row["block_size"]) else int(row["block_size"]), pool_pages=blocks,
                       gpu_memory_utilization=(0.9 if pd.isna(row["gpu_memory_utilization"])

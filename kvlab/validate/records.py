@@ -24,6 +24,8 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from ..specs import GPUSpec, gpu as _gpu
+
 #: Per-request columns a run record holds (times in seconds, lengths in tokens).
 REQUEST_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s")
 #: Optional per-request column: seconds between the offered arrival and the client sending it.
@@ -54,6 +56,10 @@ class SetUp:
     expert_parallel : int
         GPUs a mixture of experts' experts are spread over (vLLM's ``--enable-expert-parallel``:
         ``tp x dp``); 1 without expert parallelism.
+    p2p : bool
+        Whether the host let its GPUs reach each other peer-to-peer (default); False where it
+        blocked it (PCIe ACS or an IOMMU on): collectives through host memory
+        (:attr:`kvlab.specs.GPUSpec.p2p`, :mod:`kvlab.costmodel.host_collectives`).
     scheduler : {"chunked", "prefill_first"}
         V1 chunked prefill, or V0 whole prefills (:func:`kvlab.simulate`'s ``scheduler``).
     max_num_seqs, max_num_batched_tokens, max_model_len, block_size : int
@@ -97,6 +103,7 @@ class SetUp:
     tp: int = 1
     dp: int = 1
     expert_parallel: int = 1
+    p2p: bool = True
     scheduler: str = "chunked"
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 2048
@@ -132,8 +139,9 @@ class SetUp:
         for f, known in (("kv_cache_dtype", KV_CACHE_DTYPES), ("weight_dtype", WEIGHT_DTYPES)):
             if getattr(self, f) not in known:
                 raise ValueError(f"run {self.name}: {f} must be one of {', '.join(known)}, got {getattr(self, f)!r}")
-        if not isinstance(self.prefix_caching, (bool, np.bool_)):
-            raise ValueError(f"run {self.name}: prefix_caching must be true or false, got {self.prefix_caching!r}")
+        for f in ("prefix_caching", "p2p"):
+            if not isinstance(getattr(self, f), (bool, np.bool_)):
+                raise ValueError(f"run {self.name}: {f} must be true or false, got {getattr(self, f)!r}")
         if isinstance(self.shared_prefix_tokens, bool) or not isinstance(self.shared_prefix_tokens, (int, np.integer)) \
                 or self.shared_prefix_tokens < 0:
             raise ValueError(f"run {self.name}: shared_prefix_tokens must be a whole number >= 0, "
@@ -177,6 +185,13 @@ class SetUp:
         return len(parts) < 2 or tuple(parts) >= ASYNC_DEFAULT_SINCE
 
     @property
+    def gpu_spec(self) -> GPUSpec:
+        """The GPU as the replay prices it: the catalogue's, on a host with or without GPU
+        peer-to-peer (:attr:`p2p`)."""
+        g = _gpu(self.gpu)
+        return g if g.p2p == bool(self.p2p) else replace(g, p2p=bool(self.p2p))
+
+    @property
     def client_clock(self) -> bool:
         """Whether each request's clock starts at the client (its TTFT and E2E include the front end's
         latency: HTTP, tokenisation, streaming the first token), not inside the engine."""
@@ -186,7 +201,7 @@ class SetUp:
         """The set-up in one line (what every result states)."""
         pool = f"{self.pool_pages:,} KV blocks (recorded)" if self.pool_pages else \
             f"KV pool from gpu_memory_utilization={self.gpu_memory_utilization}"
-        par = f"TP{self.tp}" + (f" x DP{self.dp}" if self.dp > 1 else "")
+        par = f"TP{self.tp}" + (f" x DP{self.dp}" if self.dp > 1 else "") + ("" if self.p2p else " (no GPU peer-to-peer)")
         extra = "".join([", FP8 KV" if self.kv_cache_dtype == "fp8" else "",
                          f", {self.weight_dtype.upper()} weights" if self.weight_dtype != "bf16" else "",
                          ", prefix caching on" if self.prefix_caching else "",

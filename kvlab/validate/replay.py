@@ -106,7 +106,7 @@ def expert_parallel_cost(record: RunRecord, cost_model: Any, stack: str | None) 
         return None
     named = cost_model if isinstance(cost_model, str) and is_cost_model_file(cost_model) else stack
     source = None if cost_model is None or named is cost_model else cost_model
-    cost = build(s.model, s.gpu, tp=s.tp, source=source, stack=named or "none", ep=s.expert_parallel)
+    cost = build(s.model, s.gpu_spec, tp=s.tp, source=source, stack=named or "none", ep=s.expert_parallel)
     return cost, named or "none"
 
 
@@ -148,7 +148,7 @@ def replay(record: RunRecord, *, cost_model: Any = None, stack: str | None = Non
     seqs = s.max_num_seqs if cap is None else min(s.max_num_seqs, -(-cap // s.dp))  # a rank's share of the cap
     prefix = PrefixModel(system_prompt_tokens=s.shared_prefix_tokens, system_prompt_share=s.shared_prefix_share) \
         if s.shared_prefix_tokens else None
-    res = simulate(work, "vllm_v1" if s.engine == "vllm-v1" else "vllm", model=model, gpu=s.gpu, tp=s.tp,
+    res = simulate(work, "vllm_v1" if s.engine == "vllm-v1" else "vllm", model=model, gpu=s.gpu_spec, tp=s.tp,
                    scheduler=s.scheduler, max_num_seqs=seqs, max_num_batched_tokens=s.max_num_batched_tokens,
                    max_model_len=s.max_model_len, block_size=s.block_size, pool_pages=s.pool_pages,
                    gpu_memory_utilization=s.gpu_memory_utilization, max_new_tokens=max(max_out, 1),

@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from ..costmodel import measured_gpus, unsupported
-from ..costmodel.measured import reference_gpu
-from ..specs import gpu as _gpu, model as _model
+from ..costmodel.measured import constants, reference_gpu
+from ..specs import model as _model
 from .calibrate import leave_one_out
 from .readers import SHARED_SERVING, read_shared
 from .records import RunRecord
@@ -86,7 +86,7 @@ def run_study(folder: str | Path = SHARED_SERVING, *, quick: bool = False) -> St
 def why(row: pd.Series | dict, record: RunRecord) -> str:
     """What the replay leaves out for this run, from its set-up and the comparison (facts, not a per-run note)."""
     s = record.setup
-    m, g = _model(s.model), _gpu(s.gpu)
+    m, g = _model(s.model), s.gpu_spec
     reasons = []
     not_measured = unsupported(m, g, tp=s.tp)
     if not_measured:
@@ -98,9 +98,14 @@ def why(row: pd.Series | dict, record: RunRecord) -> str:
                                             (f"EP{s.expert_parallel} all-gathers and reduce-scatters of the "
                                              f"{s.expert_parallel // s.tp} data-parallel ranks' tokens",
                                              s.expert_parallel > s.tp)) if holds]
-    if collectives and g.interconnect_bytes_per_s <= g.host_link_bytes_per_s:
+    own_host = "network_gpu" not in constants().get("gpus", {}).get(g.name, {"network_gpu": None})
+    if collectives and g.interconnect_bytes_per_s <= g.host_link_bytes_per_s and not own_host:
         reasons.append(f"{' and '.join(collectives)} over PCIe (no NVLink), priced from another link's measured "
                        "curves carried by bandwidth, with no measured collective on this one")
+    elif collectives and g.interconnect_bytes_per_s <= g.host_link_bytes_per_s:
+        reasons.append(f"{' and '.join(collectives)} over PCIe priced from NCCL curves measured on this GPU pair's "
+                       f"host {'with' if s.p2p else 'without'} GPU peer-to-peer, the host configuration the set-up "
+                       "states (inferred, not recorded with the run)")
     if s.dp > 1:
         reasons.append(f"DP{s.dp} ranks in lockstep (kvlab.sim.data_parallel) without the dummy steps vLLM runs before an "
                        "idle group pauses" if m.is_moe else
@@ -151,6 +156,23 @@ def misses(study: Study, which: str = "held_out") -> pd.DataFrame:
             out.append({"dataset": r["dataset"], "run": r["run"], "stack": r["stack"], "missed": "; ".join(bad),
                         "why": why(r, by_name[r["run"]])})
     return pd.DataFrame(out, columns=["dataset", "run", "stack", "missed", "why"])
+
+
+def p2p_both_ways(study: Study) -> pd.DataFrame:
+    """The runs whose collectives cross PCIe (TP, or EP over data-parallel ranks, on GPUs without NVLink)
+    replayed with and without GPU peer-to-peer (the default model: GPU time only), since their records do
+    not say which the host ran: ``run``, ``p2p``, ``as set up`` (the set-up's own choice), the headline
+    errors and the overload call."""
+    out = []
+    for r in study.runs:
+        s, g = r.setup, r.setup.gpu_spec
+        if not ((s.tp > 1 or s.expert_parallel > s.tp) and g.interconnect_bytes_per_s <= g.host_link_bytes_per_s):
+            continue
+        for p2p in (True, False):
+            row = compare(replay(r.with_setup(p2p=p2p)))
+            out.append({"run": r.name, "p2p": p2p, "as set up": p2p == s.p2p,
+                        **{f"{c}_err": row[f"{c}_err"] for c, _ in HEADLINE}, "overload_right": row["overload_right"]})
+    return pd.DataFrame(out, columns=["run", "p2p", "as set up", *(f"{c}_err" for c, _ in HEADLINE), "overload_right"])
 
 
 def cdf_frame(study: Study, run: str) -> pd.DataFrame:
