@@ -269,7 +269,7 @@ def test_leave_one_gpu_out_table():
 def test_leave_one_gpu_out_reaches_the_profiled_gpus():
     """The engines' operator profiles join the table as targets and sources; an unmeasured GPU is
     only ever extrapolated from Vidur's GPUs; one row recomputed by hand (RTX PRO 6000 from A40:
-    bandwidth x1,792/696, throughput x503.8/149.7, shapes of Llama-3.1-8B and Qwen3-32B by hand)."""
+    bandwidth x1,597.6/696, throughput x503.8/149.7, shapes of Llama-3.1-8B and Qwen3-32B by hand)."""
     from kvlab.costmodel import fit, op_profiles
     linear, prof = data.vidur_linear(), op_profiles.layers()
     t = validate.leave_one_gpu_out(linear, prof)
@@ -277,8 +277,8 @@ def test_leave_one_gpu_out_reaches_the_profiled_gpus():
     assert t.groupby("target")["nearest"].sum().eq(1).all()
     assert set(t[t["nearest"]]["from"]) <= {"A100-80GB-SXM", "A40", "H100-SXM"}
     a40 = fit.fit_gemm(fit.gemm_rows(linear[linear["gpu"] == "a40"]))
-    curve = replace(a40, bytes_per_s=a40.bytes_per_s * 1792 / 696, flops_per_s=a40.flops_per_s * 503.8 / 149.7,
-                    peak_bytes_per_s=1.792e12, peak_flops_per_s=503.8e12)
+    curve = replace(a40, bytes_per_s=a40.bytes_per_s * 1597.6 / 696, flops_per_s=a40.flops_per_s * 503.8 / 149.7,
+                    peak_bytes_per_s=1.5976e12, peak_flops_per_s=503.8e12)
     shapes = {"Llama-3.1-8B": (4096, 4096, 1024, 14336), "Qwen3-32B": (5120, 8192, 1024, 25600)}  # h, q, kv, ff
     pro = prof[(prof["gpu"] == "RTXPRO6000") & prof["op"].isin(["qkv_proj", "o_proj", "gate_up_proj", "down_proj"])]
     rel = []
