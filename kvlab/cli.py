@@ -208,8 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "cost model")
     rec.add_argument("--no-p2p", action="store_true",
                      help="the host blocks GPU peer-to-peer (PCIe ACS or an IOMMU on, many VMs; nvidia-smi topo -p2p r "
-                          "shows it): tensor-parallel collectives go through host memory, about half as fast on the "
-                          "measured RTX PRO 6000 pair")
+                          "shows it): collectives go through host memory (NCCL, about half its peer-to-peer speed on "
+                          "the measured RTX PRO 6000 pair) and vLLM's custom all-reduce is off")
     rec.add_argument("--system", metavar="SYSTEM[==VERSION]",
                      help="the server you run: a system of kvlab's server profiles (kvlab.recommend.servers; an "
                           "unknown name lists them), its newest release family, or e.g. vllm==0.8 (the family "

@@ -31,8 +31,8 @@ def test_notebook_09_quick(run_notebook):
         assert t["tpot_mean_abs_err"] == pytest.approx(statistics.median(errs))
     assert len(res["figures"]) == 2
     assert all(m["why"] for m in res["misses"])
-    # section 2b: each multi-GPU PCIe run both ways, the set-up's choice (no peer-to-peer) marked once, and the
-    # host-memory path slower per token; the default table's row for that run is the "as set up" one
+    # section 2b: each multi-GPU PCIe run both ways, the set-up's choice (no peer-to-peer) marked once and equal
+    # to the default table's row; the expert-parallel run's gathers run on NCCL, slower through host memory
     both = res["p2p_both_ways"]
     runs = {r["run"] for r in both}
     assert runs == {"RTXPRO6000/Qwen3-32B", "RTXPRO6000/Qwen3-30B-A3B-Instruct-2507"}
@@ -40,5 +40,6 @@ def test_notebook_09_quick(run_notebook):
     for run in runs:
         on, off = (next(r for r in both if r["run"] == run and r["p2p"] is p) for p in (True, False))
         assert off["as set up"] and not on["as set up"]
-        assert off["tpot_mean_err"] > on["tpot_mean_err"]
         assert off["tpot_mean_err"] == pytest.approx(default[run]["tpot_mean_err"])
+        if "A3B" in run:
+            assert off["tpot_mean_err"] > on["tpot_mean_err"]

@@ -241,8 +241,9 @@ def fit_alpha_beta(rows: pd.DataFrame, *, max_bytes: float = 2.0 ** 28) -> dict[
 def collective_curves(coll: pd.DataFrame) -> dict[str, Any]:
     """Every network's collectives: ``{network: {"all_reduce": {num_gpus: fit}, "send_recv": link}}``.
 
-    All-reduce as an alpha-beta fit per GPU count (:func:`fit_alpha_beta`), send/recv as a fitted
-    link (:func:`fit_link`; pipeline sends and vLLM's custom all-reduce use it). A network without
+    All-reduce as an alpha-beta fit per GPU count (:func:`fit_alpha_beta`; ``engine_all_reduce`` the
+    same for a serving engine's own TP all-reduce where measured, :mod:`.host_collectives`), send/recv
+    as a fitted link (:func:`fit_link`; pipeline sends and vLLM's custom all-reduce use it). A network without
     all-reduce curves (A40) gets a 2-GPU all-reduce derived from its send/recv link: two sends of
     half the message (ring of two). ``full_nvlink_gpus`` is :data:`FULL_NVLINK_GPUS`.
     """
@@ -252,6 +253,8 @@ def collective_curves(coll: pd.DataFrame) -> dict[str, Any]:
         sr = rows[rows["collective"] == "send_recv"]
         for n, ar in rows[rows["collective"] == "all_reduce"].groupby("num_gpus"):
             entry["all_reduce"][str(int(n))] = fit_alpha_beta(ar)
+        for n, ar in rows[rows["collective"] == "engine_all_reduce"].groupby("num_gpus"):
+            entry.setdefault("engine_all_reduce", {})[str(int(n))] = fit_alpha_beta(ar)
         if len(sr):
             entry["send_recv"] = fit_link(sr)
             if not entry["all_reduce"]:

@@ -1,30 +1,36 @@
 """Collectives measured between the GPUs of one host, with and without GPU peer-to-peer.
 
-How fast two GPUs of a PCIe host all-reduce depends on the host as much as on the GPUs: with
-peer-to-peer (P2P) access NCCL moves data GPU to GPU over PCIe; where the host blocks it (PCIe
-Access Control Services or an IOMMU on, as many servers ship, or a VM) NCCL stages it through host
-memory, at about half the speed. vLLM's custom all-reduce needs P2P as well
-(``vllm/distributed/device_communicators/custom_all_reduce.py``, ``_can_p2p``).
+How fast two GPUs of a PCIe host all-reduce depends on the host and on the serving engine as much
+as on the GPUs. With peer-to-peer (P2P) access NCCL moves data GPU to GPU over PCIe; where the host
+blocks it (PCIe Access Control Services or an IOMMU on, as many servers ship, or a VM) NCCL stages
+it through host memory, at about half the speed. vLLM's TP all-reduce is its own custom all-reduce
+where P2P works (``vllm/distributed/device_communicators/custom_all_reduce.py``, ``_can_p2p``; it
+reads the peer's buffer over PCIe) and NCCL where it does not.
 
-LLMServingSim's profiler measured both on its pair of RTX PRO 6000 Blackwell Server Edition cards
-(casys-kaist/LLMServingSim, ``profiler/perf/RTXPRO6000/hardware.yaml``: NCCL all-reduce, all-gather
-and reduce-scatter through vLLM's ``PyNcclCommunicator``, replayed from CUDA graphs, BF16):
+Measured on pairs of RTX PRO 6000 Blackwell Server Edition cards (BF16, CUDA-graph replays):
 
-* commit e08dc38 (measured 2026-09-08): 16.2 us at 10 KiB, 90.6 us at 1.25 MiB, 1,309 us at 20 MiB;
-* commit 1b2cc02 (measured 2026-09-26, ``host_configuration``: ACS and IOMMU disabled): 12.9 us,
-  47.5 us and 587 us.
+* LLMServingSim's host (casys-kaist/LLMServingSim, ``profiler/perf/RTXPRO6000/hardware.yaml``,
+  NCCL through vLLM's ``PyNcclCommunicator``): at commit e08dc38 (measured 2026-09-08, no host
+  configuration recorded) 16.2 us at 10 KiB, 90.6 us at 1.25 MiB, 1,309 us at 20 MiB: host
+  memory's path; at commit 1b2cc02 (measured 2026-09-26, ``host_configuration``: ACS and IOMMU
+  disabled) 12.9, 47.5 and 587 us: P2P;
+* NVIDIA's (ai-dynamo/aiconfigurator 095f58a, ``systems/data/rtx_pro_6000_server``): vLLM 0.19.0's
+  own TP all-reduce (``comm/vllm/0.19.0/custom_allreduce_perf.parquet``, graph mode) 91.5 us at
+  1 MiB and 1,118 us at 16 MiB, on a host whose NCCL runs at the P2P speed (``comm/nccl/2.29.2``:
+  44.4 and 473 us): with P2P, vLLM's all-reduce costs about what NCCL costs without it.
 
-The second file records that the operator had just disabled ACS and the IOMMU; the first records no
-host configuration and measures half the bandwidth, the signature of NCCL's host-memory path.
-
-kvlab ships the all-reduce and all-gather rows (the all-gather of two GPUs is one send each way of
-the per-GPU chunk, so it stands for a send/recv between them) as
-``data/costmodels/host_collectives.csv``: ``gpu``, ``p2p`` (whether GPU peer-to-peer ran),
-``collective``, ``num_gpus``, ``message_bytes``, ``time_s``, ``measured_at``. :func:`rows` reads it;
-:func:`curve_rows` gives them in :func:`kvlab.costmodel.fit.collective_curves`' columns, one
-network per GPU and host configuration (:func:`network_name`). ``python -m
-kvlab.costmodel.host_collectives --p2p FILE --no-p2p FILE`` rewrites it from ``hardware.yaml`` files
-(each file's host configuration stated on the command line: a file records it only when the operator did).
+kvlab ships them as ``data/costmodels/host_collectives.csv``: ``gpu``, ``p2p`` (whether the host let
+its GPUs reach each other peer-to-peer), ``engine`` (``nccl``, or ``vllm``: the engine's own TP
+all-reduce), ``collective`` (``all_reduce``; ``all_gather``, which between two GPUs is one send of
+the per-GPU chunk each way), ``num_gpus``, ``message_bytes``, ``time_s``, ``source``. :func:`rows`
+reads it; :func:`curve_rows` gives them in :func:`kvlab.costmodel.fit.collective_curves`' columns,
+one network per GPU and host configuration (:func:`network_name`): NCCL's all-reduce, vLLM's own
+TP all-reduce where it was measured (kvlab prices a TP all-reduce from it, and from NCCL's where it
+is not: vLLM without P2P), and a send/recv from NCCL's all-gather (vLLM's pipeline sends are NCCL's).
+``python -m kvlab.costmodel.host_collectives --p2p FILE --no-p2p FILE --engine-allreduce FILE``
+rewrites it (each ``hardware.yaml``'s host configuration stated on the command line: a file records
+it only when the operator did; an engine table is taken as measured with P2P, as its host's NCCL
+speed says).
 """
 from __future__ import annotations
 
@@ -41,10 +47,13 @@ from ..specs import gpu as _gpu
 from .data import shipped_table, write_csv_atomically
 
 PATH = DATA_DIR / "costmodels" / "host_collectives.csv"
-REMAKE = "python -m kvlab.costmodel.host_collectives --p2p FILE --no-p2p FILE"
-COLUMNS = ("gpu", "p2p", "collective", "num_gpus", "message_bytes", "time_s", "measured_at")
+REMAKE = "python -m kvlab.costmodel.host_collectives --p2p FILE --no-p2p FILE --engine-allreduce FILE"
+COLUMNS = ("gpu", "p2p", "engine", "collective", "num_gpus", "message_bytes", "time_s", "source")
 #: The collectives kept: TP's all-reduce, and the all-gather that stands for a send between two GPUs.
 KEPT = ("all_reduce", "all_gather")
+#: Message sizes kept from an engine's table (bytes): what a TP iteration's all-reduce moves.
+ENGINE_BYTES = (4096, 2 ** 28)
+ENGINE_COLUMNS = ("framework", "version", "device", "allreduce_dtype", "num_gpus", "message_size", "latency", "backend")
 
 
 def network_name(gpu: str, p2p: bool) -> str:
@@ -52,9 +61,17 @@ def network_name(gpu: str, p2p: bool) -> str:
     return f"{gpu.lower()}_{'p2p' if p2p else 'no_p2p'}"
 
 
+def _catalogue_gpu(name: str, where: str) -> str:
+    try:
+        return _gpu(str(name)).name
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
+
+
 def read_hardware(path: str | os.PathLike, *, p2p: bool) -> pd.DataFrame:
-    """One ``hardware.yaml`` reduced to the shipped rows (:data:`COLUMNS`; times from the CUDA-graph
-    replays, ``us_graphed``, else ``us``). ``ValueError`` names the file and what is missing or wrong."""
+    """One LLMServingSim ``hardware.yaml`` (NCCL) reduced to the shipped rows (:data:`COLUMNS`; times
+    from the CUDA-graph replays, ``us_graphed``, else ``us``). ``ValueError`` names the file and what is
+    missing or wrong."""
     where = f"hardware file {os.fspath(path)}"
     data = v.yaml_data(v.read_text_file(os.fspath(path), "hardware file", max_bytes=1 << 24), where)
     try:
@@ -65,10 +82,8 @@ def read_hardware(path: str | os.PathLike, *, p2p: bool) -> pd.DataFrame:
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{where}: expected spec.gpu_name and measured.interconnect.npus and .samples "
                          f"(LLMServingSim's hardware.yaml); missing {exc}") from None
-    try:
-        gpu = _gpu(str(name)).name
-    except ValueError as err:
-        raise ValueError(f"{where}: {err}") from None
+    gpu = _catalogue_gpu(name, where)
+    source = f"LLMServingSim hardware.yaml, NCCL, measured {measured.get('at', '(date not recorded)')}"
     out = []
     for i, s in enumerate(samples):
         if not isinstance(s, dict) or s.get("collective") not in KEPT:
@@ -78,11 +93,37 @@ def read_hardware(path: str | os.PathLike, *, p2p: bool) -> pd.DataFrame:
         if not isinstance(t, (int, float)) or not isinstance(b, (int, float)) or not t > 0 or not b > 0:
             raise ValueError(f"{where}: sample {i} ({s.get('collective')}) needs positive bytes and us_graphed, "
                              f"got bytes={b!r}, us_graphed={t!r}")
-        out.append({"gpu": gpu, "p2p": bool(p2p), "collective": s["collective"], "num_gpus": npus,
-                    "message_bytes": int(b), "time_s": float(t) * 1e-6, "measured_at": str(measured.get("at", ""))})
+        out.append({"gpu": gpu, "p2p": bool(p2p), "engine": "nccl", "collective": s["collective"], "num_gpus": npus,
+                    "message_bytes": int(b), "time_s": float(t) * 1e-6, "source": source})
     if not out:
         raise ValueError(f"{where}: no {' or '.join(KEPT)} sample")
     return pd.DataFrame(out)[list(COLUMNS)]
+
+
+def read_engine_allreduce(path: str | os.PathLike) -> pd.DataFrame:
+    """An engine's own TP all-reduce (aiconfigurator's ``custom_allreduce_perf.parquet``: ``message_size``
+    in BF16 elements, ``latency`` in ms) reduced to the shipped rows: graph mode (how a server replays
+    it), messages of :data:`ENGINE_BYTES`, taken as measured with P2P (its host's NCCL runs at the P2P
+    speed). Reading parquet needs pyarrow (kvlab's ``parquet`` extra)."""
+    where = f"engine all-reduce table {os.fspath(path)}"
+    if not os.path.isfile(path):
+        raise ValueError(f"{where} is missing")
+    table = pd.read_parquet(path)
+    v.require_columns(table, ENGINE_COLUMNS, where)
+    t = table[(table["backend"].astype(str).str.endswith("graph")) & (table["allreduce_dtype"] == "bfloat16")]
+    t = t.assign(message_bytes=t["message_size"].astype(np.int64) * 2)
+    t = t[t["message_bytes"].between(*ENGINE_BYTES)]
+    if t.empty or not (t["latency"] > 0).all():
+        raise ValueError(f"{where}: needs graph-mode BF16 rows of positive latency between {ENGINE_BYTES[0]:,} and "
+                         f"{ENGINE_BYTES[1]:,} bytes")
+    devices = sorted(set(t["device"].astype(str)))
+    if len(devices) != 1:
+        raise ValueError(f"{where}: one device expected, got {devices}")
+    engine, version = str(t["framework"].iloc[0]).lower(), str(t["version"].iloc[0])
+    return pd.DataFrame({"gpu": _catalogue_gpu(devices[0], where), "p2p": True, "engine": engine,
+                         "collective": "all_reduce", "num_gpus": t["num_gpus"].astype(int).to_numpy(),
+                         "message_bytes": t["message_bytes"].to_numpy(), "time_s": t["latency"].to_numpy() * 1e-3,
+                         "source": f"aiconfigurator, {engine} {version} TP all-reduce"})[list(COLUMNS)]
 
 
 def rows(path: str | os.PathLike = PATH) -> pd.DataFrame:
@@ -91,35 +132,49 @@ def rows(path: str | os.PathLike = PATH) -> pd.DataFrame:
     return table.assign(p2p=table["p2p"].astype(str).str.lower() == "true")
 
 
-def curve_rows(table: pd.DataFrame) -> pd.DataFrame:
+def curve_rows(table: pd.DataFrame, engine: str = "vllm") -> pd.DataFrame:
     """``table``'s rows as :func:`kvlab.costmodel.data.vidur_collectives` gives Vidur's: ``network``
-    (:func:`network_name`), ``collective`` (``all_reduce``; a two-GPU ``all_gather`` as ``send_recv``:
-    each GPU sends its chunk once), ``num_gpus``, ``message_bytes``, ``time_s``."""
-    keep = (table["collective"] == "all_reduce") | ((table["collective"] == "all_gather") & (table["num_gpus"] == 2))
-    t = table[keep]
-    return pd.DataFrame({"network": [network_name(g, bool(p)) for g, p in zip(t["gpu"], t["p2p"])],
-                         "collective": np.where(t["collective"] == "all_gather", "send_recv", "all_reduce"),
-                         "num_gpus": t["num_gpus"].astype(int).to_numpy(),
-                         "message_bytes": t["message_bytes"].astype(np.float64).to_numpy(),
-                         "time_s": t["time_s"].astype(np.float64).to_numpy()})
+    (:func:`network_name`), ``collective`` (``all_reduce``: NCCL's, what vLLM's expert-parallel gathers
+    and, without P2P, its TP all-reduce run on; ``engine_all_reduce``: ``engine``'s own TP all-reduce,
+    where measured; ``send_recv``: NCCL's two-GPU all-gather, one send of the chunk each way),
+    ``num_gpus``, ``message_bytes``, ``time_s``."""
+    out = []
+    for (gpu, p2p), g in table.groupby(["gpu", "p2p"]):
+        parts = (("all_reduce", g[(g["collective"] == "all_reduce") & (g["engine"] == "nccl")]),
+                 ("engine_all_reduce", g[(g["collective"] == "all_reduce") & (g["engine"] == engine)]),
+                 ("send_recv", g[(g["collective"] == "all_gather") & (g["engine"] == "nccl") & (g["num_gpus"] == 2)]))
+        for coll, t in parts:
+            out.append(pd.DataFrame({"network": network_name(str(gpu), bool(p2p)), "collective": coll,
+                                     "num_gpus": t["num_gpus"].astype(int).to_numpy(),
+                                     "message_bytes": t["message_bytes"].astype(np.float64).to_numpy(),
+                                     "time_s": t["time_s"].astype(np.float64).to_numpy()}))
+    return pd.concat(out, ignore_index=True)
 
 
-def write(p2p_files: list[str | os.PathLike], no_p2p_files: list[str | os.PathLike], path: Path = PATH) -> None:
-    """Read the files (each with its host configuration) and write the shipped table atomically."""
-    parts = [read_hardware(f, p2p=True) for f in p2p_files] + [read_hardware(f, p2p=False) for f in no_p2p_files]
+def write(p2p_files: list[str | os.PathLike], no_p2p_files: list[str | os.PathLike],
+          engine_files: list[str | os.PathLike] = (), path: Path = PATH) -> None:
+    """Read the files (each ``hardware.yaml`` with its host configuration, and engine all-reduce tables)
+    and write the shipped table atomically."""
+    parts = ([read_hardware(f, p2p=True) for f in p2p_files] + [read_hardware(f, p2p=False) for f in no_p2p_files]
+             + [read_engine_allreduce(f) for f in engine_files])
     if not parts:
-        raise ValueError(f"no hardware file given (usage: {REMAKE})")
-    table = pd.concat(parts, ignore_index=True).sort_values(["gpu", "p2p", "collective", "num_gpus", "message_bytes"])
+        raise ValueError(f"no file given (usage: {REMAKE})")
+    table = pd.concat(parts, ignore_index=True).sort_values(["gpu", "p2p", "engine", "collective", "num_gpus",
+                                                             "message_bytes"])
     write_csv_atomically(table, path)
 
 
-if __name__ == "__main__":  # python -m kvlab.costmodel.host_collectives --p2p FILE --no-p2p FILE
+if __name__ == "__main__":  # python -m kvlab.costmodel.host_collectives --p2p FILE --no-p2p FILE --engine-allreduce FILE
     ap = argparse.ArgumentParser(prog="python -m kvlab.costmodel.host_collectives",
                                  description="Rewrite data/costmodels/host_collectives.csv from LLMServingSim "
-                                             "hardware.yaml files.")
-    ap.add_argument("--p2p", action="append", default=[], metavar="FILE", help="measured with GPU peer-to-peer")
+                                             "hardware.yaml files and aiconfigurator engine all-reduce tables.")
+    ap.add_argument("--p2p", action="append", default=[], metavar="FILE", help="hardware.yaml measured with GPU "
+                                                                                 "peer-to-peer")
     ap.add_argument("--no-p2p", action="append", default=[], metavar="FILE",
-                    help="measured with peer-to-peer blocked (through host memory)")
+                    help="hardware.yaml measured with peer-to-peer blocked (through host memory)")
+    ap.add_argument("--engine-allreduce", action="append", default=[], metavar="FILE",
+                    help="an engine's TP all-reduce table (aiconfigurator's comm/<engine>/<version>/"
+                         "custom_allreduce_perf.parquet)")
     args = ap.parse_args()
-    write(args.p2p, args.no_p2p)
+    write(args.p2p, args.no_p2p, args.engine_allreduce)
     print(f"wrote {PATH}")

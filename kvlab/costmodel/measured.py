@@ -30,7 +30,9 @@ the iteration, summed over sequences) and ``S`` sequences scheduled:
 * **all-reduce(T)**: two per layer under TP, ``T x hidden x 2`` bytes each: the alpha-beta line
   fitted to the measured all-reduce curve of the GPU's interconnect for ``tp`` GPUs, or vLLM's
   custom in-node all-reduce (priced from the measured send/recv link) where it is faster and
-  applies, at least the ring's bytes over the interconnect;
+  applies; where vLLM's own TP all-reduce was measured on the GPU's host (:mod:`.host_collectives`,
+  with GPU peer-to-peer; without it vLLM runs NCCL's), that line; at least the ring's bytes over the
+  interconnect;
 * **mixture of experts**: the routed experts' GEMMs on the same curve at tokens per expert, and the
   shared experts (DeepSeek) as one dense MLP of their summed width on every token;
 * **multi-head latent attention** (MLA, DeepSeek-V2/V3), as vLLM runs it
@@ -481,11 +483,12 @@ def send_recv(gpu: str | GPUSpec, consts: Mapping[str, Any] | None = None) -> tu
     return float(link["latency_s"]), float(link["bytes_per_s"]) * ratio
 
 
-def _allreduce_fit(net: Mapping[str, Any], tp: int) -> tuple[float, float]:
-    """``(latency_s, s_per_byte)`` of the NCCL all-reduce over ``tp`` GPUs of one network: the
-    fitted alpha-beta at ``tp``, else the nearest measured TP carried by the ring's step counts
-    (latency x (tp - 1) / (tp0 - 1), seconds per byte x the ring factors' ratio)."""
-    fits = net["all_reduce"]
+def _allreduce_fit(net: Mapping[str, Any], tp: int, key: str = "all_reduce") -> tuple[float, float]:
+    """``(latency_s, s_per_byte)`` of the all-reduce over ``tp`` GPUs of one network (``key``: NCCL's,
+    ``all_reduce``, or a serving engine's own, ``engine_all_reduce``): the fitted alpha-beta at ``tp``,
+    else the nearest measured TP carried by the ring's step counts (latency x (tp - 1) / (tp0 - 1),
+    seconds per byte x the ring factors' ratio)."""
+    fits = net[key]
     if str(tp) in fits:
         f = fits[str(tp)]
         return float(f["latency_s"]), float(f["s_per_byte"])
@@ -577,10 +580,12 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
     if stack != "none" and stack not in stacks:
         raise ValueError(f"stack {stack!r} is not one of {', '.join(['none', *stacks])}")
     over = {"overhead_s": 0.0, "overhead_s_per_seq": 0.0, "label": ""} if stack == "none" else stacks[stack]
-    ar_latency, ar_per_byte = _allreduce_fit(net, tp) if tp > 1 else (0.0, 0.0)
+    engine_ar = "engine_all_reduce" in net  # the serving engine's own TP all-reduce, measured: custom one included
+    ar_latency, ar_per_byte = _allreduce_fit(net, tp, "engine_all_reduce" if engine_ar else "all_reduce") \
+        if tp > 1 else (0.0, 0.0)
     ep_latency, ep_per_byte = _allreduce_fit(net, ep // tp) if ep // tp > 1 else (0.0, 0.0)
     p2p_latency, p2p_bytes_per_s = float(net["send_recv"]["latency_s"]), float(net["send_recv"]["bytes_per_s"])
-    full_nvlink = g.p2p and _has_nvlink(g) and tp <= int(net.get("full_nvlink_gpus", 0))
+    full_nvlink = g.p2p and not engine_ar and _has_nvlink(g) and tp <= int(net.get("full_nvlink_gpus", 0))
     h = m.hidden_size
     gate = 2 if m.gated_mlp else 1
     attention, q, kv = attention_shapes(m, tp)
