@@ -38,3 +38,15 @@ def test_notebook_08_held_out(run_notebook):
     logo = {(r["target"], r["from"]): r for r in res["leave_one_gpu_out"]}
     assert logo[("H100-SXM", "A100-80GB-SXM")]["nearest"] and logo[("H100-SXM", "A40")]["rows"] > 0
     assert len(res["figures"]) == 4
+    # section 2d: every GPU with vLLM's measured all-reduce, fitted and checked rows; the checked (later)
+    # releases' MAPE is the notebook's own figure recomputed from the shipped check table
+    ar = res["allreduce_check"]
+    assert {r["gpu"] for r in ar} == {"A100-80GB-SXM", "B200", "H100-SXM", "H200", "RTXPRO6000"}
+    assert {r["fitted"] for r in ar} == {True, False}
+    from kvlab.costmodel import cost_model, host_collectives as hc
+    chk = hc.checks()
+    row = next(r for r in ar if r["gpu"] == "H100-SXM" and r["tp"] == 4 and r["measured"] == "vllm 0.19.0")
+    t = chk[(chk["gpu"] == "H100-SXM") & (chk["num_gpus"] == 4) & chk["source"].str.contains("0.19.0")]
+    cm = cost_model("Llama-3-8B", "H100-SXM", tp=4)
+    mine = [abs(cm.allreduce_s(b / cm.activation_bytes_per_token) / s - 1) for b, s in zip(t["message_bytes"], t["time_s"])]
+    assert row["rows"] == len(t) and row["mape"] == pytest.approx(sum(mine) / len(mine))

@@ -97,12 +97,14 @@ def _measured_s(c, o, t, pairs, kv, s):  # pragma: no cover (compiled)
     if c[o + M.allreduces_per_layer] != 0.0:
         b = c[o + M.activation_bytes_per_token] * t
         allreduce = c[o + M.allreduce_latency_s] + c[o + M.allreduce_s_per_byte] * b
-        if c[o + M.custom_allreduce_max_bytes] > 0:
-            tp = c[o + M.tp]
-            one = c[o + M.p2p_latency_s] + (tp - 1) * c[o + M.p2p_s_per_byte] * b
-            two = 2.0 * c[o + M.p2p_latency_s] + 2.0 * (tp - 1) / tp * c[o + M.p2p_s_per_byte] * b
-            if b <= c[o + M.custom_allreduce_max_bytes]:
-                allreduce = min(allreduce, min(one, two))
+        if c[o + M.custom_allreduce_max_bytes] > 0 and b <= c[o + M.custom_allreduce_max_bytes]:
+            if c[o + M.custom_allreduce_s_per_byte] > 0:
+                allreduce = c[o + M.custom_allreduce_latency_s] + c[o + M.custom_allreduce_s_per_byte] * b
+            else:
+                tp = c[o + M.tp]
+                one = c[o + M.p2p_latency_s] + (tp - 1) * c[o + M.p2p_s_per_byte] * b
+                two = 2.0 * c[o + M.p2p_latency_s] + 2.0 * (tp - 1) / tp * c[o + M.p2p_s_per_byte] * b
+                allreduce = min(min(one, two), allreduce)
         allreduce = max(allreduce, c[o + M.ring_factor] * b / c[o + M.interconnect_bytes_per_s])
     layer = linear + pointwise + attention + c[o + M.allreduces_per_layer] * allreduce
     gpu = c[o + M.num_layers] * layer + _gemm_s(c, head, s, c[o + M.lm_head_shape_0], c[o + M.lm_head_shape_1], 1.0)

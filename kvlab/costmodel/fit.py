@@ -54,7 +54,8 @@ from . import data as _data
 from . import engine_gemms as _engine
 from . import host_collectives as _host
 from . import op_profiles as _op
-from .measured import CONSTANTS_PATH, GemmCurve, MeasuredCostModel, attention_shapes, build, spec_distance
+from .measured import (CONSTANTS_PATH, CUSTOM_ALLREDUCE_MAX_BYTES, GemmCurve, MeasuredCostModel, attention_shapes,
+                       build, spec_distance)
 from ..specs import gpu as _gpu_spec, model as _model_spec
 from .roofline import prefill_attention_pairs
 
@@ -241,9 +242,8 @@ def fit_alpha_beta(rows: pd.DataFrame, *, max_bytes: float = 2.0 ** 28) -> dict[
 def collective_curves(coll: pd.DataFrame) -> dict[str, Any]:
     """Every network's collectives: ``{network: {"all_reduce": {num_gpus: fit}, "send_recv": link}}``.
 
-    All-reduce as an alpha-beta fit per GPU count (:func:`fit_alpha_beta`; ``engine_all_reduce`` the
-    same for a serving engine's own TP all-reduce where measured, :mod:`.host_collectives`), send/recv
-    as a fitted link (:func:`fit_link`; pipeline sends and vLLM's custom all-reduce use it). A network without
+    All-reduce as an alpha-beta fit per GPU count (:func:`fit_alpha_beta`), send/recv as a fitted
+    link (:func:`fit_link`; pipeline sends and vLLM's custom all-reduce use it). A network without
     all-reduce curves (A40) gets a 2-GPU all-reduce derived from its send/recv link: two sends of
     half the message (ring of two). ``full_nvlink_gpus`` is :data:`FULL_NVLINK_GPUS`.
     """
@@ -253,8 +253,7 @@ def collective_curves(coll: pd.DataFrame) -> dict[str, Any]:
         sr = rows[rows["collective"] == "send_recv"]
         for n, ar in rows[rows["collective"] == "all_reduce"].groupby("num_gpus"):
             entry["all_reduce"][str(int(n))] = fit_alpha_beta(ar)
-        for n, ar in rows[rows["collective"] == "engine_all_reduce"].groupby("num_gpus"):
-            entry.setdefault("engine_all_reduce", {})[str(int(n))] = fit_alpha_beta(ar)
+
         if len(sr):
             entry["send_recv"] = fit_link(sr)
             if not entry["all_reduce"]:
@@ -263,6 +262,19 @@ def collective_curves(coll: pd.DataFrame) -> dict[str, Any]:
                                             "derived": "2 x send_recv of half the message (ring of two)"}
         out[str(net)] = entry
     return out
+
+
+def engine_all_reduce(rows: pd.DataFrame, split_bytes: float) -> dict[str, Any]:
+    """One GPU's measured serving-engine TP all-reduce (:func:`.host_collectives.engine_rows`), as its
+    ``gpus`` entry keeps it: per GPU count an alpha-beta line below ``split_bytes`` (vLLM's custom
+    all-reduce: :data:`.measured.CUSTOM_ALLREDUCE_MAX_BYTES`) and one above (NCCL's), each fitted to its
+    own side of the rows (:func:`fit_alpha_beta`); ``source`` names the measurement."""
+    fits: dict[str, Any] = {}
+    for n, g in rows.groupby("num_gpus"):
+        small, large = g[g["message_bytes"] <= split_bytes], g[g["message_bytes"] > split_bytes]
+        if len(small) >= 2 and len(large) >= 2:
+            fits[str(int(n))] = {"small": fit_alpha_beta(small), "large": fit_alpha_beta(large)}
+    return {"source": str(rows["source"].iloc[0]), "split_bytes": int(split_bytes), "fits": fits}
 
 
 # ---------------------------------------------------------------------------- stack overheads
@@ -478,6 +490,9 @@ def fit_constants(path: str | os.PathLike | None = None, *, linear: pd.DataFrame
     for fam, entry in profile_families(_op.layers(), _op.attention()).items():
         families[fam] = entry
         gpus[entry["gpu"]] = {**_gpu_entry(fam, entry, gpus, networks), "extrapolate": False}
+    for name, rows_ in _host.engine_rows(_host.rows()).groupby("gpu"):
+        if name in gpus:
+            gpus[name]["engine_all_reduce"] = engine_all_reduce(rows_, CUSTOM_ALLREDUCE_MAX_BYTES)
     constants: dict[str, Any] = {"families": families, "attention": att, "networks": networks, "gpus": gpus,
                                  "stacks": {}}
     batches = _data.sarathi_batches(path)

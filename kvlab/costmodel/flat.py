@@ -46,7 +46,8 @@ MEASURED_FIELDS = (
     "attention_s_per_mixed_decode_kv_token", "attention_kv_bytes_per_token",
     "attention_flops_per_pair_layer", "attention_decode_flops_per_pair_layer", "allreduces_per_layer",
     "activation_bytes_per_token", "allreduce_latency_s", "allreduce_s_per_byte", "custom_allreduce_max_bytes",
-    "p2p_latency_s", "p2p_s_per_byte", "ring_factor", "interconnect_bytes_per_s", "gpu_time_scale", "overhead_s", "overhead_s_per_seq")
+    "custom_allreduce_latency_s", "custom_allreduce_s_per_byte", "p2p_latency_s", "p2p_s_per_byte", "ring_factor",
+    "interconnect_bytes_per_s", "gpu_time_scale", "overhead_s", "overhead_s_per_seq")
 MEASURED_SHAPES = ("gemm_shapes", "expert_shapes")
 #: A stack over any compiled model (:class:`~kvlab.costmodel.stacks.StackedCostModel`); the base's
 #: kind and vector follow.

@@ -23,10 +23,15 @@ kvlab ships them as ``data/costmodels/host_collectives.csv``: ``gpu``, ``p2p`` (
 its GPUs reach each other peer-to-peer), ``engine`` (``nccl``, or ``vllm``: the engine's own TP
 all-reduce), ``collective`` (``all_reduce``; ``all_gather``, which between two GPUs is one send of
 the per-GPU chunk each way), ``num_gpus``, ``message_bytes``, ``time_s``, ``source``. :func:`rows`
-reads it; :func:`curve_rows` gives them in :func:`kvlab.costmodel.fit.collective_curves`' columns,
-one network per GPU and host configuration (:func:`network_name`): NCCL's all-reduce, vLLM's own
-TP all-reduce where it was measured (kvlab prices a TP all-reduce from it, and from NCCL's where it
-is not: vLLM without P2P), and a send/recv from NCCL's all-gather (vLLM's pipeline sends are NCCL's).
+reads it; :func:`curve_rows` gives the NCCL rows in :func:`kvlab.costmodel.fit.collective_curves`'
+columns, one network per GPU and host configuration (:func:`network_name`: an all-reduce, and a
+send/recv from the all-gather), and :func:`engine_rows` the engine's own TP all-reduce, which kvlab
+prices that GPU's TP all-reduce from where the host has P2P (:func:`kvlab.costmodel.fit.engine_all_reduce`).
+
+The engine tables are NVIDIA's (ai-dynamo/aiconfigurator 095f58a, ``systems/data/<system>/comm/vllm/
+<release>/custom_allreduce_perf.parquet``, graph mode): each GPU's earliest vLLM release is fitted
+(H100-SXM, H200 and A100-SXM4-80GB at 0.14.0, B200 and the RTX PRO 6000 at 0.19.0), the later ones
+shipped as ``host_collectives_check.csv`` (:func:`checks`) to check the fit against.
 ``python -m kvlab.costmodel.host_collectives --p2p FILE --no-p2p FILE --engine-allreduce FILE``
 rewrites it (each ``hardware.yaml``'s host configuration stated on the command line: a file records
 it only when the operator did; an engine table is taken as measured with P2P, as its host's NCCL
@@ -47,7 +52,9 @@ from ..specs import gpu as _gpu
 from .data import shipped_table, write_csv_atomically
 
 PATH = DATA_DIR / "costmodels" / "host_collectives.csv"
-REMAKE = "python -m kvlab.costmodel.host_collectives --p2p FILE --no-p2p FILE --engine-allreduce FILE"
+CHECK_PATH = DATA_DIR / "costmodels" / "host_collectives_check.csv"
+REMAKE = ("python -m kvlab.costmodel.host_collectives --p2p FILE --no-p2p FILE --engine-allreduce FILE "
+          "--engine-check FILE")
 COLUMNS = ("gpu", "p2p", "engine", "collective", "num_gpus", "message_bytes", "time_s", "source")
 #: The collectives kept: TP's all-reduce, and the all-gather that stands for a send between two GPUs.
 KEPT = ("all_reduce", "all_gather")
@@ -132,17 +139,21 @@ def rows(path: str | os.PathLike = PATH) -> pd.DataFrame:
     return table.assign(p2p=table["p2p"].astype(str).str.lower() == "true")
 
 
-def curve_rows(table: pd.DataFrame, engine: str = "vllm") -> pd.DataFrame:
-    """``table``'s rows as :func:`kvlab.costmodel.data.vidur_collectives` gives Vidur's: ``network``
-    (:func:`network_name`), ``collective`` (``all_reduce``: NCCL's, what vLLM's expert-parallel gathers
-    and, without P2P, its TP all-reduce run on; ``engine_all_reduce``: ``engine``'s own TP all-reduce,
-    where measured; ``send_recv``: NCCL's two-GPU all-gather, one send of the chunk each way),
-    ``num_gpus``, ``message_bytes``, ``time_s``."""
+def checks(path: str | os.PathLike = CHECK_PATH) -> pd.DataFrame:
+    """The shipped check rows (:data:`COLUMNS`): engines' TP all-reduce tables of later releases, which
+    kvlab fits nothing to and checks its pricing against."""
+    return rows(path)
+
+
+def curve_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """``table``'s NCCL rows as :func:`kvlab.costmodel.data.vidur_collectives` gives Vidur's: ``network``
+    (:func:`network_name`), ``collective`` (``all_reduce``; ``send_recv``: the two-GPU all-gather, one
+    send of the chunk each way), ``num_gpus``, ``message_bytes``, ``time_s``."""
     out = []
-    for (gpu, p2p), g in table.groupby(["gpu", "p2p"]):
-        parts = (("all_reduce", g[(g["collective"] == "all_reduce") & (g["engine"] == "nccl")]),
-                 ("engine_all_reduce", g[(g["collective"] == "all_reduce") & (g["engine"] == engine)]),
-                 ("send_recv", g[(g["collective"] == "all_gather") & (g["engine"] == "nccl") & (g["num_gpus"] == 2)]))
+    nccl = table[table["engine"] == "nccl"]
+    for (gpu, p2p), g in nccl.groupby(["gpu", "p2p"]):
+        parts = (("all_reduce", g[g["collective"] == "all_reduce"]),
+                 ("send_recv", g[(g["collective"] == "all_gather") & (g["num_gpus"] == 2)]))
         for coll, t in parts:
             out.append(pd.DataFrame({"network": network_name(str(gpu), bool(p2p)), "collective": coll,
                                      "num_gpus": t["num_gpus"].astype(int).to_numpy(),
@@ -151,17 +162,30 @@ def curve_rows(table: pd.DataFrame, engine: str = "vllm") -> pd.DataFrame:
     return pd.concat(out, ignore_index=True)
 
 
+def engine_rows(table: pd.DataFrame, engine: str = "vllm") -> pd.DataFrame:
+    """``engine``'s own TP all-reduce rows (measured with P2P): ``gpu``, ``num_gpus``, ``message_bytes``,
+    ``time_s``, ``source``."""
+    t = table[(table["engine"] == engine) & (table["collective"] == "all_reduce") & table["p2p"]]
+    return t[["gpu", "num_gpus", "message_bytes", "time_s", "source"]].reset_index(drop=True)
+
+
+def _sorted(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    return pd.concat(parts, ignore_index=True).sort_values(["gpu", "p2p", "engine", "source", "collective",
+                                                            "num_gpus", "message_bytes"])
+
+
 def write(p2p_files: list[str | os.PathLike], no_p2p_files: list[str | os.PathLike],
-          engine_files: list[str | os.PathLike] = (), path: Path = PATH) -> None:
-    """Read the files (each ``hardware.yaml`` with its host configuration, and engine all-reduce tables)
-    and write the shipped table atomically."""
+          engine_files: list[str | os.PathLike] = (), check_files: list[str | os.PathLike] = (),
+          path: Path = PATH, check_path: Path = CHECK_PATH) -> None:
+    """Read the files (each ``hardware.yaml`` with its host configuration, engine all-reduce tables to fit
+    and to check against) and write both shipped tables atomically."""
     parts = ([read_hardware(f, p2p=True) for f in p2p_files] + [read_hardware(f, p2p=False) for f in no_p2p_files]
              + [read_engine_allreduce(f) for f in engine_files])
     if not parts:
         raise ValueError(f"no file given (usage: {REMAKE})")
-    table = pd.concat(parts, ignore_index=True).sort_values(["gpu", "p2p", "engine", "collective", "num_gpus",
-                                                             "message_bytes"])
-    write_csv_atomically(table, path)
+    write_csv_atomically(_sorted(parts), path)
+    if check_files:
+        write_csv_atomically(_sorted([read_engine_allreduce(f) for f in check_files]), check_path)
 
 
 if __name__ == "__main__":  # python -m kvlab.costmodel.host_collectives --p2p FILE --no-p2p FILE --engine-allreduce FILE
@@ -175,6 +199,8 @@ if __name__ == "__main__":  # python -m kvlab.costmodel.host_collectives --p2p F
     ap.add_argument("--engine-allreduce", action="append", default=[], metavar="FILE",
                     help="an engine's TP all-reduce table (aiconfigurator's comm/<engine>/<version>/"
                          "custom_allreduce_perf.parquet)")
+    ap.add_argument("--engine-check", action="append", default=[], metavar="FILE",
+                    help="an engine's TP all-reduce table to check against, not fitted to (a later release)")
     args = ap.parse_args()
-    write(args.p2p, args.no_p2p, args.engine_allreduce)
-    print(f"wrote {PATH}")
+    write(args.p2p, args.no_p2p, args.engine_allreduce, args.engine_check)
+    print(f"wrote {PATH}" + (f" and {CHECK_PATH}" if args.engine_check else ""))

@@ -209,7 +209,10 @@ class MeasuredCostModel:
         ``custom_allreduce_max_bytes``, the in-node custom all-reduce of vLLM (one shot:
         ``p2p_latency_s + (tp - 1) bytes x p2p_s_per_byte``; two shots: ``2 p2p_latency_s +
         2 (tp - 1) / tp bytes x p2p_s_per_byte``), never under ``ring_factor x bytes /
-        interconnect_bytes_per_s``.
+        interconnect_bytes_per_s``. Where vLLM's own TP all-reduce is measured on the GPU
+        (``custom_allreduce_s_per_byte > 0``), its lines: ``custom_allreduce_latency_s +
+        custom_allreduce_s_per_byte x bytes`` up to ``custom_allreduce_max_bytes``, the NCCL line
+        (then vLLM's measured one too) above.
     gpu_time_scale, overhead_s, overhead_s_per_seq : float
         A serving stack's terms (:mod:`.stacks`): scale on the GPU time, CPU seconds per
         iteration and per sequence.
@@ -257,6 +260,8 @@ class MeasuredCostModel:
     allreduce_latency_s: float
     allreduce_s_per_byte: float
     custom_allreduce_max_bytes: float
+    custom_allreduce_latency_s: float = 0.0
+    custom_allreduce_s_per_byte: float = 0.0
     p2p_latency_s: float
     p2p_s_per_byte: float
     ring_factor: float
@@ -336,14 +341,17 @@ class MeasuredCostModel:
         b = self.activation_bytes_per_token * num_tokens
         t = self.allreduce_latency_s + self.allreduce_s_per_byte * b
         if self.custom_allreduce_max_bytes > 0:
-            one = self.p2p_latency_s + (self.tp - 1) * self.p2p_s_per_byte * b
-            two = 2.0 * self.p2p_latency_s + 2.0 * (self.tp - 1) / self.tp * self.p2p_s_per_byte * b
-            custom = _minimum(one, two)
+            if self.custom_allreduce_s_per_byte > 0:  # measured: it is what runs below the bound
+                custom = self.custom_allreduce_latency_s + self.custom_allreduce_s_per_byte * b
+            else:
+                one = self.p2p_latency_s + (self.tp - 1) * self.p2p_s_per_byte * b
+                two = 2.0 * self.p2p_latency_s + 2.0 * (self.tp - 1) / self.tp * self.p2p_s_per_byte * b
+                custom = _minimum(_minimum(one, two), t)
             if isinstance(b, (int, float)):
-                t = min(t, custom) if b <= self.custom_allreduce_max_bytes else t
+                t = custom if b <= self.custom_allreduce_max_bytes else t
             else:
                 xp = array_namespace(b)
-                t = xp.where(b <= self.custom_allreduce_max_bytes, xp.minimum(t, custom), t)
+                t = xp.where(b <= self.custom_allreduce_max_bytes, custom, t)
         return _maximum(t, self.ring_factor * b / self.interconnect_bytes_per_s)
 
     def gpu_s(self, num_tokens: Any, attention_pairs: Any, kv_tokens: Any, num_seqs: Any = 1) -> Any:
@@ -483,12 +491,11 @@ def send_recv(gpu: str | GPUSpec, consts: Mapping[str, Any] | None = None) -> tu
     return float(link["latency_s"]), float(link["bytes_per_s"]) * ratio
 
 
-def _allreduce_fit(net: Mapping[str, Any], tp: int, key: str = "all_reduce") -> tuple[float, float]:
-    """``(latency_s, s_per_byte)`` of the all-reduce over ``tp`` GPUs of one network (``key``: NCCL's,
-    ``all_reduce``, or a serving engine's own, ``engine_all_reduce``): the fitted alpha-beta at ``tp``,
-    else the nearest measured TP carried by the ring's step counts (latency x (tp - 1) / (tp0 - 1),
-    seconds per byte x the ring factors' ratio)."""
-    fits = net[key]
+def _allreduce_fit(net: Mapping[str, Any], tp: int) -> tuple[float, float]:
+    """``(latency_s, s_per_byte)`` of the NCCL all-reduce over ``tp`` GPUs of one network: the
+    fitted alpha-beta at ``tp``, else the nearest measured TP carried by the ring's step counts
+    (latency x (tp - 1) / (tp0 - 1), seconds per byte x the ring factors' ratio)."""
+    fits = net["all_reduce"]
     if str(tp) in fits:
         f = fits[str(tp)]
         return float(f["latency_s"]), float(f["s_per_byte"])
@@ -580,12 +587,18 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
     if stack != "none" and stack not in stacks:
         raise ValueError(f"stack {stack!r} is not one of {', '.join(['none', *stacks])}")
     over = {"overhead_s": 0.0, "overhead_s_per_seq": 0.0, "label": ""} if stack == "none" else stacks[stack]
-    engine_ar = "engine_all_reduce" in net  # the serving engine's own TP all-reduce, measured: custom one included
-    ar_latency, ar_per_byte = _allreduce_fit(net, tp, "engine_all_reduce" if engine_ar else "all_reduce") \
-        if tp > 1 else (0.0, 0.0)
+    ar_latency, ar_per_byte = _allreduce_fit(net, tp) if tp > 1 else (0.0, 0.0)
+    ar_per_byte /= ic
+    # vLLM's own TP all-reduce where measured on this GPU at this TP, with P2P: its custom line below the
+    # split, its NCCL line above (measured on the GPU itself: nothing carried)
+    own = entry.get("engine_all_reduce", {}) if g.p2p and ref == g.name else {}
+    engine_ar = own.get("fits", {}).get(str(tp)) if tp > 1 else None
+    if engine_ar:
+        ar_latency, ar_per_byte = engine_ar["large"]["latency_s"], engine_ar["large"]["s_per_byte"]
+        p2p_note = "; ".join(filter(None, [p2p_note, f"TP all-reduce: {own['source']}, measured"]))
     ep_latency, ep_per_byte = _allreduce_fit(net, ep // tp) if ep // tp > 1 else (0.0, 0.0)
     p2p_latency, p2p_bytes_per_s = float(net["send_recv"]["latency_s"]), float(net["send_recv"]["bytes_per_s"])
-    full_nvlink = g.p2p and not engine_ar and _has_nvlink(g) and tp <= int(net.get("full_nvlink_gpus", 0))
+    full_nvlink = g.p2p and _has_nvlink(g) and tp <= int(net.get("full_nvlink_gpus", 0))
     h = m.hidden_size
     gate = 2 if m.gated_mlp else 1
     attention, q, kv = attention_shapes(m, tp)
@@ -642,8 +655,11 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
         attention_kv_bytes_per_token=kv_bytes, attention_flops_per_pair_layer=flops_per_pair_layer,
         attention_decode_flops_per_pair_layer=decode_flops_per_pair_layer,
         allreduces_per_layer=2.0 if tp > 1 else 0.0, activation_bytes_per_token=float(h * 2),
-        allreduce_latency_s=ar_latency, allreduce_s_per_byte=ar_per_byte / ic,
-        custom_allreduce_max_bytes=float(CUSTOM_ALLREDUCE_MAX_BYTES) if full_nvlink and tp > 1 else 0.0,
+        allreduce_latency_s=ar_latency, allreduce_s_per_byte=ar_per_byte,
+        custom_allreduce_max_bytes=(float(own["split_bytes"]) if engine_ar else float(CUSTOM_ALLREDUCE_MAX_BYTES)
+                                    if full_nvlink and tp > 1 else 0.0),
+        custom_allreduce_latency_s=engine_ar["small"]["latency_s"] if engine_ar else 0.0,
+        custom_allreduce_s_per_byte=engine_ar["small"]["s_per_byte"] if engine_ar else 0.0,
         p2p_latency_s=p2p_latency, p2p_s_per_byte=1.0 / (p2p_bytes_per_s * ic),
         ring_factor=2.0 * (tp - 1) / tp, interconnect_bytes_per_s=g.peer_bytes_per_s,
         overhead_s=over["overhead_s"], overhead_s_per_seq=over["overhead_s_per_seq"],

@@ -186,6 +186,37 @@ def engine_gemm_check(table: pd.DataFrame | None = None) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def allreduce_check() -> pd.DataFrame:
+    """kvlab's TP all-reduce against vLLM's own, as NVIDIA measured it (:mod:`.host_collectives`): per GPU,
+    TP degree and vLLM release, fitted (``fitted``: each GPU's earliest release, in-sample) or not (the
+    later releases, :func:`.host_collectives.checks`), the error of the GPU's all-reduce over messages of
+    4 KiB-256 MiB (``mape``, ``median_err`` signed: positive where kvlab is slower, ``worst``), and the
+    same for kvlab's model without the measurement (``mape_without``: Vidur's NCCL lines and the custom
+    all-reduce derived from the send/recv link)."""
+    import copy
+
+    from .host_collectives import checks, engine_rows, rows
+    from .measured import build, constants
+
+    consts = constants()
+    without = copy.deepcopy(consts)
+    for e in without["gpus"].values():
+        e.pop("engine_all_reduce", None)
+    out = []
+    for fitted, table in ((True, engine_rows(rows())), (False, engine_rows(checks()))):
+        for (gpu, source, tp), t in table.groupby(["gpu", "source", "num_gpus"], sort=False):
+            rel = []
+            for c in (consts, without):
+                cm = build("Llama-3-8B", str(gpu), tp=int(tp), constants=c)
+                pred = np.array([cm.allreduce_s(b / cm.activation_bytes_per_token) for b in t["message_bytes"]])
+                rel.append(pred / t["time_s"].to_numpy() - 1)
+            out.append({"gpu": gpu, "tp": int(tp), "measured": source.split(", ")[-1].replace(" TP all-reduce", ""),
+                        "fitted": fitted, "rows": len(t), "mape": float(np.mean(np.abs(rel[0]))),
+                        "median_err": float(np.median(rel[0])), "worst": float(rel[0][np.argmax(np.abs(rel[0]))]),
+                        "mape_without": float(np.mean(np.abs(rel[1])))})
+    return pd.DataFrame(out)
+
+
 def engine_leave_one_gpu_out(table: pd.DataFrame | None = None) -> pd.DataFrame:
     """Leave one GPU out on today's stack: each GPU of the engines' GEMM tables (:func:`.engine_gemms.rows`)
     predicted from every other one by spec ratios (:func:`_carried`), scored on each of its GEMMs."""
