@@ -103,9 +103,9 @@ def why(row: pd.Series | dict, record: RunRecord) -> str:
         reasons.append(f"{' and '.join(collectives)} over PCIe (no NVLink), priced from another link's measured "
                        "curves carried by bandwidth, with no measured collective on this one")
     elif collectives and g.interconnect_bytes_per_s <= g.host_link_bytes_per_s:
-        reasons.append(f"{' and '.join(collectives)} over PCIe priced from NCCL curves measured on this GPU pair's "
-                       f"host {'with' if s.p2p else 'without'} GPU peer-to-peer, the host configuration the set-up "
-                       "states (inferred, not recorded with the run)")
+        reasons.append(f"{' and '.join(collectives)} over PCIe priced from collectives measured on pairs of this GPU "
+                       f"(LLMServingSim's host, NVIDIA's), {'with' if s.p2p else 'without'} GPU peer-to-peer as the "
+                       "set-up states (for a run that does not record it, inferred)")
     if s.dp > 1:
         reasons.append(f"DP{s.dp} ranks in lockstep (kvlab.sim.data_parallel) without the dummy steps vLLM runs before an "
                        "idle group pauses" if m.is_moe else
