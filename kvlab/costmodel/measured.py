@@ -634,7 +634,7 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
     layer_gemm = replace(head, flops_per_s=head.flops_per_s * weights, weight_bytes=WEIGHT_DTYPES[m.weight_dtype],
                          peak_flops_per_s=g.gemm_flops_per_s(m.weight_dtype))
     notes = [*(["MLA: latent cache, absorbed decode"] if m.is_mla else []), *_precision_notes(m, weights),
-             *([p2p_note] if p2p_note else [])]
+             *([p2p_note] if p2p_note and (tp > 1 or ep > 1) else [])]  # collectives only matter across GPUs
     return MeasuredCostModel(
         model_name=m.name, gpu_name=g.name, tp=tp, pp=pp,
         label=f"measured ({'; '.join([where, *notes])}{'' if stack == 'none' else ' + ' + over['label']})",
