@@ -41,7 +41,7 @@ def test_notebook_08_held_out(run_notebook):
     # section 2d: every GPU with vLLM's measured all-reduce, fitted and checked rows; the checked (later)
     # releases' MAPE is the notebook's own figure recomputed from the shipped check table
     ar = res["allreduce_check"]
-    assert {r["gpu"] for r in ar} == {"A100-80GB-SXM", "B200", "H100-SXM", "H200", "RTXPRO6000"}
+    assert {r["gpu"] for r in ar} == {"A100-80GB-SXM", "B200", "H100-SXM", "H200", "L40S", "RTXPRO6000"}
     assert {r["fitted"] for r in ar} == {True, False}
     from kvlab.costmodel import cost_model, host_collectives as hc
     chk = hc.checks()

@@ -30,8 +30,8 @@ prices that GPU's TP all-reduce from where the host has P2P (:func:`kvlab.costmo
 
 The engine tables are NVIDIA's (ai-dynamo/aiconfigurator 095f58a, ``systems/data/<system>/comm/vllm/
 <release>/custom_allreduce_perf.parquet``, graph mode): each GPU's earliest vLLM release is fitted
-(H100-SXM, H200 and A100-SXM4-80GB at 0.14.0, B200 and the RTX PRO 6000 at 0.19.0), the later ones
-shipped as ``host_collectives_check.csv`` (:func:`checks`) to check the fit against.
+(H100-SXM, H200, A100-SXM4-80GB and L40S at 0.14.0, B200 and the RTX PRO 6000 at 0.19.0), the later
+ones shipped as ``host_collectives_check.csv`` (:func:`checks`) to check the fit against.
 ``python -m kvlab.costmodel.host_collectives --p2p FILE --no-p2p FILE --engine-allreduce FILE``
 rewrites it (each ``hardware.yaml``'s host configuration stated on the command line: a file records
 it only when the operator did; an engine table is taken as measured with P2P, as its host's NCCL
