@@ -243,3 +243,41 @@ def test_expert_parallel_gathers_run_on_nccl_and_tp_on_vllms_all_reduce():
     assert tp.custom_allreduce_max_bytes == eng["split_bytes"] == 8 * 2 ** 20
     for other in (cost_model("Llama-3-8B", "H100-PCIe", tp=2), cost_model("Llama-3-8B", _no_p2p("H100-SXM"), tp=2)):
         assert other.custom_allreduce_s_per_byte == 0 and "TP all-reduce: aiconfigurator" not in other.label
+
+
+def test_why_names_where_a_pcie_runs_collectives_come_from():
+    """Notebook 09's reasons say which measurement priced a PCIe run's collectives: vLLM's own all-reduce
+    (P2P, a measured TP), NCCL through host memory (no P2P, and that the set-up says so), NCCL of the GPU's
+    own host (RTX PRO 6000 EP gathers with P2P), or another link's carried curves (RTX 4090)."""
+    from kvlab.validate.study import why
+
+    row = {"ttft_growth_meas": 1.0, "overload_meas": False, "ttft_mean_err": 0.0, "tpot_mean_err": 0.0,
+           "backlog_meas": 0, "pool_pages": 1000, "preemptions_pred": 0, "ttft_mean_meas": 0.1, "ttft_mean_pred": 0.1}
+    req = pd.DataFrame({"arrival_s": [0.0, 1.0], "prompt_tokens": 100, "output_tokens": 10, "ttft_s": 0.1,
+                        "tpot_s": 0.01, "e2e_s": 0.2})
+
+    def reason(**kw):
+        return why(row, RunRecord(SetUp(name="r", dataset="d", **kw), req))
+
+    assert "vLLM's own all-reduce as measured on another host with this GPU (aiconfigurator, vllm 0.14.0" in \
+        reason(model="Llama-3-8B", gpu="L40S", tp=4)
+    off = reason(model="Qwen3-32B", gpu=PAIR, tp=2, p2p=False)
+    assert "rtxpro6000_no_p2p collectives (NCCL through host memory)" in off and "set-up's" in off
+    assert "NCCL measured on this GPU's own host" in reason(model="Qwen3-30B-A3B", gpu=PAIR, dp=2, expert_parallel=2)
+    assert "another link's measured curves carried" in reason(model="Llama-3-8B", gpu="RTX4090", tp=2)
+
+
+def test_notebook_09s_pcie_lines_are_the_models():
+    """The lines section 2b shows are the cost model's own: without P2P the NCCL host-memory fit, with P2P
+    vLLM's two measured lines, and a 1 MiB all-reduce priced on the custom one (below 8 MiB)."""
+    from kvlab.validate.study import pcie_lines
+
+    t = pcie_lines()
+    nccl = constants()["networks"]["rtxpro6000_no_p2p"]["all_reduce"]["2"]
+    off = t[~t["GPU peer-to-peer"]].iloc[0]
+    assert off["latency (us)"] == pytest.approx(nccl["latency_s"] * 1e6)
+    assert off["GB/s"] == pytest.approx(1e-9 / nccl["s_per_byte"])
+    small = constants()["gpus"][PAIR]["engine_all_reduce"]["fits"]["2"]["small"]
+    on = t[t["GPU peer-to-peer"]]
+    assert len(on) == 2 and on["1 MiB all-reduce, as priced (us)"].iloc[0] == pytest.approx(
+        (small["latency_s"] + small["s_per_byte"] * 2 ** 20) * 1e6)

@@ -253,7 +253,6 @@ def collective_curves(coll: pd.DataFrame) -> dict[str, Any]:
         sr = rows[rows["collective"] == "send_recv"]
         for n, ar in rows[rows["collective"] == "all_reduce"].groupby("num_gpus"):
             entry["all_reduce"][str(int(n))] = fit_alpha_beta(ar)
-
         if len(sr):
             entry["send_recv"] = fit_link(sr)
             if not entry["all_reduce"]:
@@ -516,8 +515,10 @@ SOURCES = {
                       "(Apache-2.0), reduced in data/costmodels/engine_gemms.csv",
     "host_collectives": "casys-kaist/LLMServingSim profiler/perf/RTXPRO6000/hardware.yaml (MIT): commit e08dc38 "
                         "(2026-09-08, no GPU peer-to-peer) and 1b2cc02 (2026-09-26, ACS and IOMMU disabled: "
-                        "peer-to-peer), NCCL all_reduce and all_gather of 2 GPUs, reduced in "
-                        "data/costmodels/host_collectives.csv",
+                        "peer-to-peer), NCCL all_reduce and all_gather of 2 GPUs; ai-dynamo/aiconfigurator commit "
+                        "095f58a, systems/data/{h100_sxm,h200_sxm,a100_sxm,l40s}/comm/vllm/0.14.0 and "
+                        "{b200_sxm,rtx_pro_6000_server}/comm/vllm/0.19.0 custom_allreduce_perf.parquet (Apache-2.0): "
+                        "vLLM's own TP all-reduce; reduced in data/costmodels/host_collectives.csv",
 }
 
 

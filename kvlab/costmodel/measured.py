@@ -465,8 +465,8 @@ def collectives_of(g: GPUSpec, ref: str, consts: Mapping[str, Any]) -> tuple[Map
     entry = consts["gpus"][ref]
     if g.p2p:
         ic = g.interconnect_bytes_per_s / _gpu(entry.get("network_gpu", ref)).interconnect_bytes_per_s
-        both = "network_no_p2p" in entry  # measured both ways: say which
-        return consts["networks"][entry["network"]], ic, f"GPU peer-to-peer: {entry['network']} collectives" * both
+        note = f"GPU peer-to-peer: {entry['network']} collectives" if "network_no_p2p" in entry else ""
+        return consts["networks"][entry["network"]], ic, note  # a GPU measured both ways says which
     owners = sorted(n for n, e in consts["gpus"].items() if "network_no_p2p" in e)
     if not owners:
         raise ValueError(f"gpu {g.name!r} without peer-to-peer: no collectives measured without GPU peer-to-peer "

@@ -46,14 +46,14 @@ _MODELS = {"meta-llama/Llama-3.1-8B": "Llama-3.1-8B", "Qwen/Qwen3-32B": "Qwen3-3
            "Qwen/Qwen3-30B-A3B-Instruct-2507": "Qwen3-30B-A3B", "facebook/opt-13b": "OPT-13B"}
 
 
-#: Whether the hosts of LLMServingSim's multi-GPU runs let their GPUs reach each other peer-to-peer: not
-#: recorded with the runs (all of 2026-04-25, their meta.json's started_at). Its RTX PRO 6000 pair measured NCCL
-#: at 16 GB/s (host memory's path) on 2026-09-08, and at 36 GB/s only after its operator disabled ACS and the IOMMU
-#: (2026-09-26; profiler/perf/RTXPRO6000/hardware.yaml at e08dc38 and 1b2cc02); LLMServingSim's own replay of the
-#: runs (bench/examples/RTXPRO6000/*/config.json, 5daddb2) uses the 16 GB/s link.
-_LLMSERVINGSIM_P2P = {"RTXPRO6000": (False, "GPU peer-to-peer not recorded: off, as LLMServingSim's RTX PRO 6000 "
-                                            "host measured it until ACS and the IOMMU were disabled on 2026-09-26 "
-                                            "(the runs are of 2026-04-25); its collectives through host memory")}
+#: LLMServingSim's hosts that ran their multi-GPU runs without GPU peer-to-peer, with why (not recorded with the
+#: runs, all of 2026-04-25 by their meta.json's started_at): its RTX PRO 6000 pair measured NCCL through host memory
+#: on 2026-09-08 and at the peer-to-peer speed only after its operator disabled ACS and the IOMMU on 2026-09-26
+#: (profiler/perf/RTXPRO6000/hardware.yaml at e08dc38 and 1b2cc02), and LLMServingSim's own replay of the runs
+#: (bench/examples/RTXPRO6000/*/config.json, 5daddb2) uses a 16 GB/s link.
+_LLMSERVINGSIM_NO_P2P = {"RTXPRO6000": "GPU peer-to-peer not recorded: off, as LLMServingSim's RTX PRO 6000 host "
+                                       "measured it until ACS and the IOMMU were disabled on 2026-09-26 (the runs are "
+                                       "of 2026-04-25); its collectives through host memory"}
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
@@ -110,13 +110,13 @@ def read_llmservingsim(folder: str | Path = SHARED_SERVING) -> list[RunRecord]:
         if dp > 1:
             assumed.append(f"DP{dp}: each request routed to the least-loaded rank (4 x waiting + running); a mixture "
                            "of experts' ranks in lockstep, routed when the group's next step starts, not on arrival")
-        p2p, why_p2p = _LLMSERVINGSIM_P2P.get(str(row["gpu"]), (True, ""))
-        if int(row["tp"]) * dp > 1 and why_p2p:
-            assumed.append(why_p2p)
+        no_p2p = int(row["tp"]) * dp > 1 and str(row["gpu"]) in _LLMSERVINGSIM_NO_P2P  # collectives across GPUs
+        if no_p2p:
+            assumed.append(_LLMSERVINGSIM_NO_P2P[str(row["gpu"])])
         mml = None if pd.isna(row["max_model_len"]) else int(row["max_model_len"])
         setup = SetUp(name=name, dataset=LLMSERVINGSIM, server="vLLM", server_version=str(row["vllm_version"]),
                       engine="vllm-v1", model=_MODELS.get(str(row["model"]), str(row["model"])), gpu=str(row["gpu"]),
-                      tp=int(row["tp"]), dp=dp, expert_parallel=ep, p2p=p2p or int(row["tp"]) * dp == 1,
+                      tp=int(row["tp"]), dp=dp, expert_parallel=ep, p2p=not no_p2p,
                       scheduler="chunked", max_num_seqs=int(row["max_num_seqs"]),
                       max_num_batched_tokens=int(row["max_num_batched_tokens"]), max_model_len=mml,
                       block_size=16 if pd.isna(row["block_size"]) else int(row["block_size"]), pool_pages=blocks,

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..costmodel import measured_gpus, unsupported
-from ..costmodel.measured import constants, reference_gpu
+from ..costmodel.measured import collectives_of, constants, reference_gpu
 from ..specs import model as _model
 from .calibrate import leave_one_out
 from .readers import SHARED_SERVING, read_shared
@@ -98,14 +98,10 @@ def why(row: pd.Series | dict, record: RunRecord) -> str:
                                             (f"EP{s.expert_parallel} all-gathers and reduce-scatters of the "
                                              f"{s.expert_parallel // s.tp} data-parallel ranks' tokens",
                                              s.expert_parallel > s.tp)) if holds]
-    own_host = "network_gpu" not in constants().get("gpus", {}).get(g.name, {"network_gpu": None})
-    if collectives and g.interconnect_bytes_per_s <= g.host_link_bytes_per_s and not own_host:
-        reasons.append(f"{' and '.join(collectives)} over PCIe (no NVLink), priced from another link's measured "
-                       "curves carried by bandwidth, with no measured collective on this one")
-    elif collectives and g.interconnect_bytes_per_s <= g.host_link_bytes_per_s:
-        reasons.append(f"{' and '.join(collectives)} over PCIe priced from collectives measured on pairs of this GPU "
-                       f"(LLMServingSim's host, NVIDIA's), {'with' if s.p2p else 'without'} GPU peer-to-peer as the "
-                       "set-up states (for a run that does not record it, inferred)")
+    if collectives and g.interconnect_bytes_per_s <= g.host_link_bytes_per_s:
+        reasons.append(f"{' and '.join(collectives)} over PCIe (no NVLink), {_pcie_collectives(g, s.tp)}"
+                       + ("" if s.p2p else "; the host's lack of GPU peer-to-peer is the set-up's (inferred where "
+                          "the run does not record it)"))
     if s.dp > 1:
         reasons.append(f"DP{s.dp} ranks in lockstep (kvlab.sim.data_parallel) without the dummy steps vLLM runs before an "
                        "idle group pauses" if m.is_moe else
@@ -142,6 +138,20 @@ def why(row: pd.Series | dict, record: RunRecord) -> str:
     return "; ".join(reasons)
 
 
+def _pcie_collectives(g: Any, tp: int) -> str:
+    """Where the measured model's collectives on PCIe GPU ``g`` (a :class:`kvlab.specs.GPUSpec`) come from."""
+    c = constants()
+    entry = c.get("gpus", {}).get(g.name, {})
+    if not g.p2p:
+        return f"priced from {collectives_of(g, reference_gpu(g), c)[2].split(': ', 1)[1]} (NCCL through host memory)"
+    if str(tp) in entry.get("engine_all_reduce", {}).get("fits", {}):
+        return (f"priced from vLLM's own all-reduce as measured on another host with this GPU "
+                f"({entry['engine_all_reduce']['source']})")
+    if entry and "network_gpu" not in entry:
+        return "priced from NCCL measured on this GPU's own host"
+    return "priced from another link's measured curves carried by bandwidth, with no measured collective on this one"
+
+
 def misses(study: Study, which: str = "held_out") -> pd.DataFrame:
     """Runs whose |error| exceeds the target on a headline metric, or whose overload call is wrong, with why."""
     rows = getattr(study, which)
@@ -173,6 +183,30 @@ def p2p_both_ways(study: Study) -> pd.DataFrame:
             out.append({"run": r.name, "p2p": p2p, "as set up": p2p == s.p2p,
                         **{f"{c}_err": row[f"{c}_err"] for c, _ in HEADLINE}, "overload_right": row["overload_right"]})
     return pd.DataFrame(out, columns=["run", "p2p", "as set up", *(f"{c}_err" for c, _ in HEADLINE), "overload_right"])
+
+
+def pcie_lines(gpu: str = "RTXPRO6000", tp: int = 2) -> pd.DataFrame:
+    """The all-reduce lines the measured model prices ``gpu``'s TP all-reduce from, with and without GPU
+    peer-to-peer, one row per line (below and above vLLM's custom all-reduce bound where vLLM's own is
+    measured): its latency (us) and bandwidth (GB/s), and a 1 MiB all-reduce as the model prices it (us)."""
+    from dataclasses import replace
+
+    from ..costmodel import cost_model
+    from ..specs import gpu as _gpu
+
+    out = []
+    for p2p in (True, False):
+        cm = cost_model("Qwen3-32B", replace(_gpu(gpu), p2p=p2p), tp=tp)
+        lines = [("NCCL" if cm.custom_allreduce_s_per_byte == 0 else "vLLM's own, above the custom bound",
+                  cm.allreduce_latency_s, cm.allreduce_s_per_byte)]
+        if cm.custom_allreduce_s_per_byte > 0:
+            lines.insert(0, ("vLLM's own, custom all-reduce", cm.custom_allreduce_latency_s,
+                             cm.custom_allreduce_s_per_byte))
+        for words, lat, spb in lines:
+            out.append({"GPU": gpu, "TP": tp, "GPU peer-to-peer": p2p, "line": words, "latency (us)": lat * 1e6,
+                        "GB/s": 1e-9 / spb,
+                        "1 MiB all-reduce, as priced (us)": cm.allreduce_s(2 ** 20 / cm.activation_bytes_per_token) * 1e6})
+    return pd.DataFrame(out)
 
 
 def cdf_frame(study: Study, run: str) -> pd.DataFrame:
