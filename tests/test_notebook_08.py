@@ -50,3 +50,11 @@ def test_notebook_08_held_out(run_notebook):
     cm = cost_model("Llama-3-8B", "H100-SXM", tp=4)
     mine = [abs(cm.allreduce_s(b / cm.activation_bytes_per_token) / s - 1) for b, s in zip(t["message_bytes"], t["time_s"])]
     assert row["rows"] == len(t) and row["mape"] == pytest.approx(sum(mine) / len(mine))
+    # the other engines' tables are checked too, each row from its own engine's rows
+    assert {r["engine"] for r in ar} == {"vllm", "sglang", "trtllm"}
+    row = next(r for r in ar if r["gpu"] == "H200" and r["tp"] == 2 and r["measured"] == "trtllm 1.3.0rc20")
+    t = chk[(chk["gpu"] == "H200") & (chk["num_gpus"] == 2) & chk["source"].str.contains("trtllm 1.3.0rc20")]
+    cm = cost_model("Llama-3-8B", "H200", tp=2)
+    mine = [abs(cm.allreduce_s(b / cm.activation_bytes_per_token) / s - 1) for b, s in zip(t["message_bytes"], t["time_s"])]
+    assert row["rows"] == len(t) == 17 and row["mape"] == pytest.approx(sum(mine) / len(mine))
+    assert {r["engine"] for r in res["engine_gemm_check"]} == {"vllm", "sglang", "trtllm"}

@@ -28,10 +28,12 @@ columns, one network per GPU and host configuration (:func:`network_name`: an al
 send/recv from the all-gather), and :func:`engine_rows` the engine's own TP all-reduce, which kvlab
 prices that GPU's TP all-reduce from where the host has P2P (:func:`kvlab.costmodel.fit.engine_all_reduce`).
 
-The engine tables are NVIDIA's (ai-dynamo/aiconfigurator 095f58a, ``systems/data/<system>/comm/vllm/
+The engine tables are NVIDIA's (ai-dynamo/aiconfigurator 095f58a, ``systems/data/<system>/comm/<engine>/
 <release>/custom_allreduce_perf.parquet``, graph mode): each GPU's earliest vLLM release is fitted
-(H100-SXM, H200, A100-SXM4-80GB and L40S at 0.14.0, B200 and the RTX PRO 6000 at 0.19.0), the later
-ones shipped as ``host_collectives_check.csv`` (:func:`checks`) to check the fit against.
+(H100-SXM, H200, A100-SXM4-80GB and L40S at 0.14.0, B200 and the RTX PRO 6000 at 0.19.0) and prices
+every server's TP all-reduce; the later vLLM releases and SGLang's and TensorRT-LLM's tables of the same
+GPUs are shipped as ``host_collectives_check.csv`` (:func:`checks`) to check it against (a table that
+repeats another's rows, as some release folders do, is left out).
 ``python -m kvlab.costmodel.host_collectives --p2p FILE --no-p2p FILE --engine-allreduce FILE``
 rewrites it (each ``hardware.yaml``'s host configuration stated on the command line: a file records
 it only when the operator did; an engine table is taken as measured with P2P, as its host's NCCL
@@ -60,7 +62,8 @@ COLUMNS = ("gpu", "p2p", "engine", "collective", "num_gpus", "message_bytes", "t
 KEPT = ("all_reduce", "all_gather")
 #: Message sizes kept from an engine's table (bytes): what a TP iteration's all-reduce moves.
 ENGINE_BYTES = (4096, 2 ** 28)
-ENGINE_COLUMNS = ("framework", "version", "device", "allreduce_dtype", "num_gpus", "message_size", "latency", "backend")
+ENGINE_COLUMNS = ("framework", "version", "device", "kernel_source", "allreduce_dtype", "num_gpus", "message_size",
+                  "latency")
 
 
 def network_name(gpu: str, p2p: bool) -> str:
@@ -110,24 +113,33 @@ def read_hardware(path: str | os.PathLike, *, p2p: bool) -> pd.DataFrame:
 def read_engine_allreduce(path: str | os.PathLike) -> pd.DataFrame:
     """An engine's own TP all-reduce (aiconfigurator's ``custom_allreduce_perf.parquet``: ``message_size``
     in BF16 elements, ``latency`` in ms) reduced to the shipped rows: graph mode (how a server replays
-    it), messages of :data:`ENGINE_BYTES`, taken as measured with P2P (its host's NCCL runs at the P2P
-    speed). Reading parquet needs pyarrow (kvlab's ``parquet`` extra)."""
+    it: the rows whose ``backend`` ends in ``graph``; a table without ``backend``, as TensorRT-LLM's, is
+    one its collector timed as CUDA-graph replays), messages of :data:`ENGINE_BYTES`, taken as measured
+    with P2P (its host's NCCL runs at the P2P speed). ``engine`` is the table's ``framework`` (``vllm``,
+    ``sglang``, ``trtllm``); a table whose ``kernel_source`` names another engine (a copy filed under the
+    wrong one) is refused. Reading parquet needs pyarrow (kvlab's ``parquet`` extra)."""
     where = f"engine all-reduce table {os.fspath(path)}"
     if not os.path.isfile(path):
         raise ValueError(f"{where} is missing")
     table = pd.read_parquet(path)
     v.require_columns(table, ENGINE_COLUMNS, where)
-    t = table[(table["backend"].astype(str).str.endswith("graph")) & (table["allreduce_dtype"] == "bfloat16")]
+    t = table[table["allreduce_dtype"] == "bfloat16"]
+    if "backend" in t.columns:
+        t = t[t["backend"].astype(str).str.endswith("graph")]
     t = t.assign(message_bytes=t["message_size"].astype(np.int64) * 2)
     t = t[t["message_bytes"].between(*ENGINE_BYTES)]
     if t.empty or not (t["latency"] > 0).all():
         raise ValueError(f"{where}: needs graph-mode BF16 rows of positive latency between {ENGINE_BYTES[0]:,} and "
                          f"{ENGINE_BYTES[1]:,} bytes")
-    devices = sorted(set(t["device"].astype(str)))
-    if len(devices) != 1:
-        raise ValueError(f"{where}: one device expected, got {devices}")
+    for col in ("device", "framework", "version"):
+        if t[col].nunique() != 1:
+            raise ValueError(f"{where}: one {col} expected, got {sorted(set(t[col].astype(str)))}")
     engine, version = str(t["framework"].iloc[0]).lower(), str(t["version"].iloc[0])
-    return pd.DataFrame({"gpu": _catalogue_gpu(devices[0], where), "p2p": True, "engine": engine,
+    kernels = sorted(set(t["kernel_source"].astype(str)))
+    if not all(k.lower().startswith(engine) for k in kernels):
+        raise ValueError(f"{where}: framework {engine} but kernel_source {kernels}: another engine's table filed "
+                         f"under this one")
+    return pd.DataFrame({"gpu": _catalogue_gpu(t["device"].iloc[0], where), "p2p": True, "engine": engine,
                          "collective": "all_reduce", "num_gpus": t["num_gpus"].astype(int).to_numpy(),
                          "message_bytes": t["message_bytes"].to_numpy(), "time_s": t["latency"].to_numpy() * 1e-3,
                          "source": f"aiconfigurator, {engine} {version} TP all-reduce"})[list(COLUMNS)]
@@ -174,18 +186,40 @@ def _sorted(parts: list[pd.DataFrame]) -> pd.DataFrame:
                                                             "num_gpus", "message_bytes"])
 
 
+def _distinct(files: list[str | os.PathLike], shipped: list[pd.DataFrame]) -> tuple[list[pd.DataFrame], list[str]]:
+    """The engine tables of ``files`` but those whose measurements repeat one of ``shipped`` or an earlier
+    file's (same GPU and engine: a release folder holding another release's rows, nothing new to check
+    against), and which files were left out."""
+    kept: list[pd.DataFrame] = []
+    dropped = []
+    key = ["gpu", "engine", "num_gpus", "message_bytes", "time_s"]
+    for f in files:
+        t = read_engine_allreduce(f)
+        same = [k for k in (*shipped, *kept)
+                if len(k) == len(t) and k[key].reset_index(drop=True).equals(t[key].reset_index(drop=True))]
+        if same:
+            dropped.append(f"{os.fspath(f)}: {t['gpu'].iloc[0]}'s {t['source'].iloc[0]} again (the rows of "
+                           f"{same[0]['source'].iloc[0]})")
+        else:
+            kept.append(t)
+    return kept, dropped
+
+
 def write(p2p_files: list[str | os.PathLike], no_p2p_files: list[str | os.PathLike],
           engine_files: list[str | os.PathLike] = (), check_files: list[str | os.PathLike] = (),
-          path: Path = PATH, check_path: Path = CHECK_PATH) -> None:
+          path: Path = PATH, check_path: Path = CHECK_PATH) -> list[str]:
     """Read the files (each ``hardware.yaml`` with its host configuration, engine all-reduce tables to fit
-    and to check against) and write both shipped tables atomically."""
+    and to check against) and write both shipped tables atomically; returns the check tables left out
+    because they repeat another's measurements."""
     parts = ([read_hardware(f, p2p=True) for f in p2p_files] + [read_hardware(f, p2p=False) for f in no_p2p_files]
              + [read_engine_allreduce(f) for f in engine_files])
     if not parts:
         raise ValueError(f"no file given (usage: {REMAKE})")
     write_csv_atomically(_sorted(parts), path)
-    if check_files:
-        write_csv_atomically(_sorted([read_engine_allreduce(f) for f in check_files]), check_path)
+    checked, dropped = _distinct(list(check_files), parts)
+    if checked:
+        write_csv_atomically(_sorted(checked), check_path)
+    return dropped
 
 
 if __name__ == "__main__":  # python -m kvlab.costmodel.host_collectives --p2p FILE --no-p2p FILE --engine-allreduce FILE
@@ -200,7 +234,10 @@ if __name__ == "__main__":  # python -m kvlab.costmodel.host_collectives --p2p F
                     help="an engine's TP all-reduce table (aiconfigurator's comm/<engine>/<version>/"
                          "custom_allreduce_perf.parquet)")
     ap.add_argument("--engine-check", action="append", default=[], metavar="FILE",
-                    help="an engine's TP all-reduce table to check against, not fitted to (a later release)")
+                    help="an engine's TP all-reduce table to check against, not fitted to (a later release, "
+                         "another engine)")
     args = ap.parse_args()
-    write(args.p2p, args.no_p2p, args.engine_allreduce, args.engine_check)
+    left_out = write(args.p2p, args.no_p2p, args.engine_allreduce, args.engine_check)
     print(f"wrote {PATH}" + (f" and {CHECK_PATH}" if args.engine_check else ""))
+    for line in left_out:
+        print(f"left out {line}")

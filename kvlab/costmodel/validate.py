@@ -21,6 +21,7 @@ MAPE is the mean of ``|predicted / measured - 1|``; the worst case is its maximu
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
@@ -167,9 +168,9 @@ def leave_one_gpu_out(linear: pd.DataFrame, profiles: pd.DataFrame | None = None
 def engine_gemm_check(table: pd.DataFrame | None = None) -> pd.DataFrame:
     """kvlab's GEMM pricing of each GPU against engines' measured GEMMs it was not fitted to.
 
-    ``table`` defaults to :func:`.engine_gemms.checks` (NVIDIA aiconfigurator's vLLM tables of GPUs
-    kvlab extrapolates and of GPUs it prices from other measurements). One row per (GPU, engine
-    release): what prices that GPU (the cost model's label), ``rows``, ``mape``, ``median_err``
+    ``table`` defaults to :func:`.engine_gemms.checks` (NVIDIA aiconfigurator's tables: later vLLM
+    releases, GPUs kvlab prices from other measurements, SGLang's and TensorRT-LLM's GEMMs). One row per
+    (GPU, engine release): ``engine``, what prices that GPU (the cost model's label), ``rows``, ``mape``, ``median_err``
     (signed: positive where kvlab is slower) and ``worst`` (signed), on the GPU's GEMM curve
     (:class:`.measured.MeasuredCostModel`'s ``gemm``, spec floors included).
     """
@@ -180,41 +181,57 @@ def engine_gemm_check(table: pd.DataFrame | None = None) -> pd.DataFrame:
     for (gpu, framework, version), t in table.groupby(["gpu", "framework", "version"], sort=False):
         c = measured("Llama-2-7B", str(gpu))  # the GPU's curve; the model only names the label's GPU
         rel = _gemm_errors(c.gemm, t)
-        out.append({"gpu": gpu, "measured": f"{framework} {version}", "priced from": c.label[len("measured ("):-1],
+        out.append({"gpu": gpu, "engine": framework, "measured": f"{framework} {version}",
+                    "priced from": c.label[len("measured ("):-1],
                     "rows": len(t), "mape": float(np.mean(np.abs(rel))), "median_err": float(np.median(rel)),
                     "worst": float(rel[np.argmax(np.abs(rel))])})
-    return pd.DataFrame(out)
+    return _engine_order(pd.DataFrame(out), ["gpu"])
 
 
 def allreduce_check() -> pd.DataFrame:
-    """kvlab's TP all-reduce against vLLM's own, as NVIDIA measured it (:mod:`.host_collectives`): per GPU,
-    TP degree and vLLM release, fitted (``fitted``: each GPU's earliest release, in-sample) or not (the
-    later releases, :func:`.host_collectives.checks`), the error of the GPU's all-reduce over messages of
+    """kvlab's TP all-reduce against the engines' own, as NVIDIA measured them (:mod:`.host_collectives`):
+    per GPU, TP degree, engine and release (``measured``: ``vllm 0.19.0``, ``sglang 0.5.14``, ``trtllm
+    1.3.0rc20``), fitted (``fitted``: each GPU's earliest vLLM release, in-sample) or not (later vLLM
+    releases and the other engines, :func:`.host_collectives.checks`), the most GPUs that table measured
+    (``host_gpus``: its host had at least that many), the error of the GPU's all-reduce over messages of
     4 KiB-256 MiB (``mape``, ``median_err`` signed: positive where kvlab is slower, ``worst``), and the
     same for kvlab's model without the measurement (``mape_without``: Vidur's NCCL lines and the custom
     all-reduce derived from the send/recv link)."""
     import copy
 
-    from .host_collectives import checks, engine_rows, rows
-    from .measured import build, constants
+    from .host_collectives import checks, rows
 
-    consts = constants()
+    consts = shipped_constants()
     without = copy.deepcopy(consts)
     for e in without["gpus"].values():
         e.pop("engine_all_reduce", None)
     out = []
-    for fitted, table in ((True, engine_rows(rows())), (False, engine_rows(checks()))):
-        for (gpu, source, tp), t in table.groupby(["gpu", "source", "num_gpus"], sort=False):
-            rel = []
-            for c in (consts, without):
-                cm = build("Llama-3-8B", str(gpu), tp=int(tp), constants=c)
-                pred = np.array([cm.allreduce_s(b / cm.activation_bytes_per_token) for b in t["message_bytes"]])
-                rel.append(pred / t["time_s"].to_numpy() - 1)
-            out.append({"gpu": gpu, "tp": int(tp), "measured": source.split(", ")[-1].replace(" TP all-reduce", ""),
-                        "fitted": fitted, "rows": len(t), "mape": float(np.mean(np.abs(rel[0]))),
-                        "median_err": float(np.median(rel[0])), "worst": float(rel[0][np.argmax(np.abs(rel[0]))]),
-                        "mape_without": float(np.mean(np.abs(rel[1])))})
-    return pd.DataFrame(out)
+    for fitted, table in ((True, rows()), (False, checks())):
+        table = table[(table["engine"] != "nccl") & (table["collective"] == "all_reduce") & table["p2p"]]
+        for (gpu, source), by_table in table.groupby(["gpu", "source"], sort=False):
+            for tp, t in by_table.groupby("num_gpus"):
+                rel = []
+                for c in (consts, without):
+                    cm = build("Llama-3-8B", str(gpu), tp=int(tp), constants=c)
+                    pred = np.array([cm.allreduce_s(b / cm.activation_bytes_per_token) for b in t["message_bytes"]])
+                    rel.append(pred / t["time_s"].to_numpy() - 1)
+                out.append({"gpu": gpu, "tp": int(tp), "engine": str(t["engine"].iloc[0]),
+                            "measured": source.split(", ")[-1].replace(" TP all-reduce", ""), "fitted": fitted,
+                            "host_gpus": int(by_table["num_gpus"].max()), "rows": len(t),
+                            "mape": float(np.mean(np.abs(rel[0]))), "median_err": float(np.median(rel[0])),
+                            "worst": float(rel[0][np.argmax(np.abs(rel[0]))]),
+                            "mape_without": float(np.mean(np.abs(rel[1])))})
+    return _engine_order(pd.DataFrame(out), ["gpu"], ["tp"])
+
+
+def _engine_order(table: pd.DataFrame, before: list[str], after: list[str] = ()) -> pd.DataFrame:
+    """``table`` sorted by ``before``, then vLLM first and the other engines by name, the fitted table
+    first, releases in version order (0.5.9 before 0.5.10), then ``after``."""
+    fitted = table["fitted"] if "fitted" in table else False
+    order = table.assign(vllm_first=table["engine"] != "vllm", fitted_first=~pd.Series(fitted, index=table.index),
+                         release=[tuple(int(x) for x in re.findall(r"\d+", m)) for m in table["measured"]])
+    keys = [*before, "vllm_first", "engine", "fitted_first", "release", *after]
+    return table.loc[order.sort_values(keys).index].reset_index(drop=True)
 
 
 def engine_leave_one_gpu_out(table: pd.DataFrame | None = None) -> pd.DataFrame:
