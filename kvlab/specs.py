@@ -300,6 +300,10 @@ _ZERO_INT_FIELDS = ("num_active_params", "num_experts", "experts_per_token", "mo
                     "num_shared_experts")
 
 
+#: What a cost model's label says where it priced a host without GPU peer-to-peer (``GPUSpec.p2p`` false).
+NO_P2P = "no GPU peer-to-peer"
+
+
 @dataclass(frozen=True, kw_only=True)
 class GPUSpec:
     """One GPU's memory, bandwidths and compute.

@@ -236,6 +236,18 @@ def test_trust_reads_the_committed_figures(tmp_path, monkeypatch):
     assert "mean TTFT 30.0%" in other
     df.assign(cost_model=["measured (A100)", "roofline (spec sheet)", "measured (H100)"]).to_csv(path, index=False)
     assert "on 1 measured vLLM run on A100" in T.trust("roofline", gpu="A100-80GB-SXM", stack="vllm-v0")
+    assert "peer-to-peer" not in line
+    # runs replayed without GPU peer-to-peer (their label says so) are counted out loud
+    df.assign(cost_model=["measured (A100; no GPU peer-to-peer: x)", "measured (A100)", "x"]).to_csv(path, index=False)
+    assert "(held out; 1 of them replayed without GPU peer-to-peer" in T.trust(gpu="A100-80GB-SXM", stack="vllm-v0")
+
+
+def test_shipped_trust_line_says_which_rtx_pro_6000_runs_ran_without_p2p():
+    """The RTX PRO 6000's real-server errors rest on two multi-GPU runs replayed without peer-to-peer
+    (LLMServingSim's TP2 and DP2+EP2 runs): its trust line names them, the RTX 4090's (one GPU) does not."""
+    line = T.trust(gpu="RTXPRO6000", stack="vllm-v1")
+    assert "3 measured vLLM runs on RTXPRO6000 (held out; 2 of them replayed without GPU peer-to-peer" in line
+    assert "peer-to-peer" not in T.trust(gpu="RTX4090", stack="vllm-v1")
 
 
 def _bench_file(folder, rec, name):

@@ -84,7 +84,7 @@ from typing import Any, Mapping
 from .. import _validate as v
 from .._paths import DATA_DIR
 from ..backend import array_namespace
-from ..specs import WEIGHT_DTYPES, GPUSpec, ModelSpec, gpu as _gpu, model as _model
+from ..specs import NO_P2P, WEIGHT_DTYPES, GPUSpec, ModelSpec, gpu as _gpu, model as _model
 
 CONSTANTS_PATH = DATA_DIR / "costmodels" / "measured.json"
 
@@ -476,7 +476,7 @@ def collectives_of(g: GPUSpec, ref: str, consts: Mapping[str, Any]) -> tuple[Map
     net = consts["gpus"][src]["network_no_p2p"]
     ratio = g.host_link_bytes_per_s / _gpu(src).host_link_bytes_per_s
     carried = "" if src == g.name else f" of {src} x{ratio:.2f} by host link"
-    return consts["networks"][net], ratio, f"no GPU peer-to-peer: {net} collectives{carried}"
+    return consts["networks"][net], ratio, f"{NO_P2P}: {net} collectives{carried}"
 
 
 def send_recv(gpu: str | GPUSpec, consts: Mapping[str, Any] | None = None) -> tuple[float, float]:

@@ -27,7 +27,7 @@ from typing import Any
 
 from .. import _validate as v
 from ..backend import array_namespace
-from ..specs import GPUSpec, ModelSpec, gpu as _gpu, model as _model
+from ..specs import NO_P2P, GPUSpec, ModelSpec, gpu as _gpu, model as _model
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,5 +132,5 @@ def roofline(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int
         allreduce_latency_s_per_iteration=(2 * layers * allreduce_latency_s) if tp > 1 else 0.0,
         interconnect_bytes_per_s=g.peer_bytes_per_s,
         iteration_overhead_s=iteration_overhead_s,
-        label=str(label) + ("" if g.p2p or tp == 1 else ", no GPU peer-to-peer: half the host link"),
+        label=str(label) + ("" if g.p2p or tp == 1 else f", {NO_P2P}: half the host link"),
     )

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from ..specs import GPUSpec, gpu as _gpu
+from ..specs import NO_P2P, GPUSpec, gpu as _gpu
 
 #: Per-request columns a run record holds (times in seconds, lengths in tokens).
 REQUEST_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s")
@@ -201,7 +201,7 @@ class SetUp:
         """The set-up in one line (what every result states)."""
         pool = f"{self.pool_pages:,} KV blocks (recorded)" if self.pool_pages else \
             f"KV pool from gpu_memory_utilization={self.gpu_memory_utilization}"
-        par = f"TP{self.tp}" + (f" x DP{self.dp}" if self.dp > 1 else "") + ("" if self.p2p else " (no GPU peer-to-peer)")
+        par = f"TP{self.tp}" + (f" x DP{self.dp}" if self.dp > 1 else "") + ("" if self.p2p else f" ({NO_P2P})")
         extra = "".join([", FP8 KV" if self.kv_cache_dtype == "fp8" else "",
                          f", {self.weight_dtype.upper()} weights" if self.weight_dtype != "bf16" else "",
                          ", prefix caching on" if self.prefix_caching else "",

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from .._paths import DATA_DIR
+from ..specs import NO_P2P
 
 ERRORS_PATH = DATA_DIR / "costmodels" / "real_server_errors.csv"
 COLUMNS = ("dataset", "run", "gpu", "model", "stack", "held_out", "ttft_mean_err", "e2e_mean_err", "tpot_mean_err",
@@ -95,7 +96,10 @@ def _validated(cost_model: Any, gpu: str, stack: str | None, family: str) -> str
                 f"there; on {len(mine)} measured vLLM runs on {have} ({how}) its median |error| is {_medians(mine)}")
     how = "held out" if bool(rows["held_out"].all()) else "nothing fitted to them"
     runs = f"{len(rows)} measured vLLM run{'s' if len(rows) != 1 else ''}"
-    return (f"{who}: median |error| on {runs} on {fam} ({how}): {_medians(rows)}; overload called right on "
+    no_p2p = int(rows["cost_model"].astype(str).str.contains(NO_P2P, regex=False).sum())
+    host = (f"; {no_p2p} of them replayed without GPU peer-to-peer, as their host is taken to have run, so on a "
+            "host with it a TP or expert-parallel run's collectives are checked less") if no_p2p else ""
+    return (f"{who}: median |error| on {runs} on {fam} ({how}{host}): {_medians(rows)}; overload called right on "
             f"{int(rows['overload_right'].sum())} of {len(rows)}")
 
 
