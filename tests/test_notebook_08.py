@@ -58,3 +58,8 @@ def test_notebook_08_held_out(run_notebook):
     mine = [abs(cm.allreduce_s(b / cm.activation_bytes_per_token) / s - 1) for b, s in zip(t["message_bytes"], t["time_s"])]
     assert row["rows"] == len(t) == 17 and row["mape"] == pytest.approx(sum(mine) / len(mine))
     assert {r["engine"] for r in res["engine_gemm_check"]} == {"vllm", "sglang", "trtllm"}
+    # section 2e: vLLM's attention kernels, fitted and checked, both phases on every fitted GPU
+    att = res["engine_attention_check"]
+    assert {(r["gpu"], r["phase"]) for r in att if r["fitted"]} == {
+        (g, p) for g in ("H100-SXM", "H200", "B200", "L40S") for p in ("prefill", "decode")}
+    assert "fitted to vLLM's own kernels" in res["what_to_do"]

@@ -32,7 +32,8 @@ measurements keep Vidur's GPUs as their references.
 Where a serving engine's own GEMM times are measured on a GPU (:mod:`.engine_gemms`: NVIDIA
 aiconfigurator's vLLM tables of the H100-SXM, H200, B200 and L40S), that GPU's GEMM curve is
 fitted to them instead (:func:`engine_families`): the kernels a server runs today, which on the
-H100 are 20-30% faster than Vidur's 2024 profiles at 65-1,024 tokens. Their pointwise terms are
+H100 are 20-30% faster than Vidur's 2024 profiles at 65-1,024 tokens; so are its attention terms,
+to the same release's measured attention kernels (:mod:`.engine_attention`). Their pointwise terms are
 Vidur's (of the nearest Vidur GPU, carried by HBM bandwidth), their collectives the nearest
 measured interconnect's (:func:`network_gpu`).
 
@@ -51,6 +52,7 @@ import pandas as pd
 from scipy.optimize import least_squares, nnls
 
 from . import data as _data
+from . import engine_attention as _engine_attention
 from . import engine_gemms as _engine
 from . import host_collectives as _host
 from . import op_profiles as _op
@@ -190,8 +192,9 @@ def attention_design(work: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def fit_attention(att: pd.DataFrame) -> dict[str, float]:
-    """Attention terms fitted to an attention profile: Vidur's (:func:`.data.vidur_attention`) or
-    an engine's (:func:`.op_profiles.attention`, one GPU).
+    """Attention terms fitted to an attention profile: Vidur's (:func:`.data.vidur_attention`), an
+    engine's own measured kernels (:func:`.engine_attention.profile`, one GPU and release) or an
+    engine's operator profile (:func:`.op_profiles.attention`, one GPU).
 
     ``attention_s = launch_s + s_per_seq x seqs + s_per_token x tokens + s_per_kv_byte x KV bytes
     + s_per_flop x FLOPs`` per layer (an engine profile's also ``+ s_per_mixed_decode_kv_byte x``
@@ -426,21 +429,29 @@ def engine_gemm_rows(table: pd.DataFrame) -> pd.DataFrame:
                          "time_s": table["time_s"].astype(float)})
 
 
-def engine_families(table: pd.DataFrame, families: Mapping[str, Any]) -> dict[str, Any]:
-    """A family per (GPU, engine release) of :mod:`.engine_gemms`: its GEMM curve, and the pointwise
-    terms of the Vidur family profiled on that GPU or, on another GPU, of the nearest one by spec
-    (``families``), their byte terms carried by the HBM bandwidth ratio."""
+def engine_families(table: pd.DataFrame, families: Mapping[str, Any],
+                    attention: pd.DataFrame | None = None) -> dict[str, Any]:
+    """A family per (GPU, engine release) of :mod:`.engine_gemms`: its GEMM curve, its attention terms
+    fitted to the same release's measured attention (:mod:`.engine_attention`, ``attention``) where that
+    was measured, and the pointwise terms of the Vidur family profiled on that GPU or, on another GPU, of
+    the nearest one by spec (``families``), their byte terms carried by the HBM bandwidth ratio."""
     out: dict[str, Any] = {}
+    if attention is None:
+        attention = pd.DataFrame(columns=["gpu", "framework", "version"])
     for (gpu, framework, version), g in table.groupby(["gpu", "framework", "version"]):
         near = min(sorted(PROFILED_GPUS), key=lambda f: spec_distance(_gpu_spec(str(gpu)), _gpu_spec(PROFILED_GPUS[f])))
         ratio = _gpu_spec(PROFILED_GPUS[near]).hbm_bandwidth_bytes_per_s / _gpu_spec(str(gpu)).hbm_bandwidth_bytes_per_s
         pw = dict(families[near]["pointwise"])
         pw.update(s_per_element=pw["s_per_element"] * ratio, s_per_sharded_element=pw["s_per_sharded_element"] * ratio)
         carried = "" if PROFILED_GPUS[near] == gpu else " carried by HBM bandwidth"
+        att = attention[(attention["gpu"] == gpu) & (attention["framework"] == framework)
+                        & (attention["version"].astype(str) == str(version))]
+        tables = "GEMM and attention tables" if len(att) else "GEMM table"
         out[f"{str(gpu).lower()}_{framework}"] = {
-            "label": f"{gpu} (NVIDIA aiconfigurator's {framework} {version} GEMM table; pointwise: "
+            "label": f"{gpu} (NVIDIA aiconfigurator's {framework} {version} {tables}; pointwise: "
                      f"Vidur's {near} profiles{carried})",
-            "gpu": str(gpu), "gemm": _gemm_dict(fit_gemm(engine_gemm_rows(g))), "pointwise": pw}
+            "gpu": str(gpu), "gemm": _gemm_dict(fit_gemm(engine_gemm_rows(g))), "pointwise": pw,
+            **({"attention": {**fit_attention(_engine_attention.profile(att)), "gpu": str(gpu)}} if len(att) else {})}
     return out
 
 
@@ -483,7 +494,7 @@ def fit_constants(path: str | os.PathLike | None = None, *, linear: pd.DataFrame
                                f", {net} collectives"}
     for fam in families:
         families[fam]["gpu"] = PROFILED_GPUS[fam]
-    for fam, entry in engine_families(_engine.rows(), families).items():
+    for fam, entry in engine_families(_engine.rows(), families, _engine_attention.rows()).items():
         families[fam] = entry
         gpus[entry["gpu"]] = _gpu_entry(fam, entry, gpus, networks)
     for fam, entry in profile_families(_op.layers(), _op.attention()).items():
@@ -511,8 +522,9 @@ SOURCES = {
     "llmservingsim": "casys-kaist/LLMServingSim commit 5daddb2, profiler/perf/{RTX4090,RTXPRO6000}/*/*/bf16/ (MIT): "
                      "tp*/dense.csv, attention.csv, per_sequence.csv, reduced in data/costmodels/op_profiles_*.csv",
     "aiconfigurator": "ai-dynamo/aiconfigurator commit 095f58a, aic-core/src/aiconfigurator_core/systems/data/"
-                      "{h100_sxm,h200_sxm,l40s}/gemm/vllm/0.14.0, b200_sxm/gemm/vllm/0.19.0 gemm_perf.parquet "
-                      "(Apache-2.0), reduced in data/costmodels/engine_gemms.csv",
+                      "{h100_sxm,h200_sxm,l40s}/{gemm,attention}/vllm/0.14.0, b200_sxm/{gemm,attention}/vllm/0.19.0 "
+                      "gemm_perf.parquet, context_attention_perf.parquet and generation_attention_perf.parquet "
+                      "(Apache-2.0), reduced in data/costmodels/engine_gemms.csv and engine_attention.csv",
     "host_collectives": "casys-kaist/LLMServingSim profiler/perf/RTXPRO6000/hardware.yaml (MIT): commit e08dc38 "
                         "(2026-09-08, no GPU peer-to-peer) and 1b2cc02 (2026-09-26, ACS and IOMMU disabled: "
                         "peer-to-peer), NCCL all_reduce and all_gather of 2 GPUs; ai-dynamo/aiconfigurator commit "

@@ -22,8 +22,11 @@ the iteration, summed over sequences) and ``S`` sequences scheduled:
 * **attention**: a launch time, seconds per sequence, per token, per KV byte read and per
   attention FLOP, fitted to Vidur's A100 attention profile (FlashAttention) and carried to every
   GPU by the ratio of its spec HBM bandwidth (the byte term) and dense peak (the token and FLOP
-  terms) to the A100's, at least its KV bytes over HBM and its FLOPs over peak; a GPU with an
-  engine's own attention profile (:mod:`.op_profiles`) has its own terms, and one more: seconds
+  terms) to the A100's, at least its KV bytes over HBM and its FLOPs over peak; a GPU whose
+  engine's own attention kernels were measured (:mod:`.engine_attention`: vLLM's FlashAttention or
+  FlashInfer on the H100-SXM, H200, B200 and L40S, the release of its GEMM table) has the same terms
+  fitted to them (on the H100, FA3 prefills about twice as fast as the A100 profile carried); a GPU
+  with an engine's own attention profile (:mod:`.op_profiles`) has its own terms, and one more: seconds
   per decode KV byte read in a batch that also prefills (vLLM 0.19 runs such a batch in one
   varlen kernel, whose decodes read their context about 3x slower than a decode-only batch
   does), applied to the decodes' context estimated by :func:`mixed_decode_kv_tokens`;
@@ -562,7 +565,7 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
     A GPU without measurements is priced from the nearest measured GPU (:func:`reference_gpu`) by
     spec ratios: GEMM and pointwise bandwidth terms by the HBM bandwidth ratio, throughput terms by
     the dense peak ratio, collective bandwidth by the interconnect ratio; its label says so.
-    Attention (profiled on one A100) reaches every GPU the same way. ``ValueError`` names why
+    Attention (profiled on one A100, unless the GPU's family has its own) reaches every GPU the same way. ``ValueError`` names why
     when the constants cannot price the pair (:func:`unsupported`). ``ep`` is the expert-parallel
     degree of a mixture of experts (:meth:`MeasuredCostModel.layer_linear_s`).
     """

@@ -224,6 +224,48 @@ def allreduce_check() -> pd.DataFrame:
     return _engine_order(pd.DataFrame(out), ["gpu"], ["tp"])
 
 
+def engine_attention_check() -> pd.DataFrame:
+    """kvlab's attention against vLLM's own kernels as NVIDIA measured them (:mod:`.engine_attention`): per
+    GPU, release and phase (``prefill``: chunks from an empty cache; ``decode``), fitted (``fitted``: the
+    release of the GPU's GEMM table, in-sample) or not (a later release, and GPUs kvlab prices from other
+    measurements, :func:`.engine_attention.checks`), the error of one layer's attention as the simulator
+    prices it (:meth:`.measured.MeasuredCostModel.attention_layer_s`, floors included) for each measured
+    head shape, batch and length (``mape``, ``median_err`` signed: positive where kvlab is slower,
+    ``worst``), and ``mape_without``: the same without the measured attention (the A100 profile carried
+    by spec ratios, as before it)."""
+    import copy
+    from dataclasses import replace as _replace
+
+    from ..specs import model as _model
+    from .engine_attention import checks, rows
+    from .roofline import prefill_attention_pairs
+
+    consts = shipped_constants()
+    without = copy.deepcopy(consts)
+    for fam in without["families"].values():
+        if "aiconfigurator" in fam.get("label", ""):  # the engine tables' families: back to the A100 profile
+            fam.pop("attention", None)
+    base = _model("Llama-3-8B")
+    out = []
+    for fitted, table in ((True, rows()), (False, checks())):
+        for (gpu, framework, version, phase), t in table.groupby(["gpu", "framework", "version", "phase"], sort=False):
+            b, c, k = (t[x].to_numpy(dtype=np.float64) for x in ("batch_size", "chunk_tokens", "context_tokens"))
+            work = (b * c, b * prefill_attention_pairs(c, k), b * (k + c), b)
+            pred = {}
+            for name, cn in (("with", consts), ("without", without)):
+                pred[name] = np.empty(len(t))
+                for (h, kv), idx in t.groupby(["num_q_heads", "num_kv_heads"]).indices.items():
+                    spec = _replace(base, name=f"{h} query / {kv} KV heads", num_q_heads=int(h), num_kv_heads=int(kv))
+                    cm = build(spec, str(gpu), constants=cn)
+                    pred[name][idx] = cm.attention_layer_s(*(w[idx] for w in work))
+            rel, rel_without = (pred[n] / t["time_s"].to_numpy() - 1 for n in ("with", "without"))
+            out.append({"gpu": gpu, "engine": framework, "measured": f"{framework} {version}", "fitted": fitted,
+                        "phase": phase, "rows": len(t), "mape": float(np.mean(np.abs(rel))),
+                        "median_err": float(np.median(rel)), "worst": float(rel[np.argmax(np.abs(rel))]),
+                        "mape_without": float(np.mean(np.abs(rel_without)))})
+    return _engine_order(pd.DataFrame(out), ["gpu"], ["phase"])
+
+
 def _engine_order(table: pd.DataFrame, before: list[str], after: list[str] = ()) -> pd.DataFrame:
     """``table`` sorted by ``before``, then vLLM first and the other engines by name, the fitted table
     first, releases in version order (0.5.9 before 0.5.10), then ``after``."""
