@@ -1,7 +1,6 @@
 """vLLM's own attention kernels as NVIDIA measured them: reading, the physical filter, fitting, checking."""
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import pytest
 
