@@ -18,10 +18,11 @@ kvlab ships the rows it fits to (:data:`SHIPPED`, each GPU's GEMM release of :mo
 those it only checks against (:data:`CHECKED`: later releases, and GPUs it prices from other
 measurements; batches of :data:`CHECK_BATCH`), reduced by :func:`read_table` and :func:`physical` to
 BF16 activations and KV cache, ``head_dim`` 128, the head counts of :data:`HEADS` and :data:`KV_HEADS`
-and the sizes of :data:`MAX_PREFILL_TOKENS` and :data:`MAX_DECODE_BATCH`, in seconds, in the columns :func:`kvlab.costmodel.fit.fit_attention` reads
-(``phase``, ``batch_size``, ``chunk_tokens``, ``context_tokens``, ``num_q_heads``, ``num_kv_heads``,
-``head_dim``) as ``data/costmodels/engine_attention.csv`` and ``engine_attention_check.csv``.
-``python -m kvlab.costmodel.engine_attention SYSTEMS_DIR`` rewrites both (reading parquet needs pyarrow,
+and the sizes of :data:`MAX_PREFILL_TOKENS` and :data:`MAX_DECODE_BATCH`, in seconds, in the columns
+:func:`kvlab.costmodel.fit.fit_attention` reads (``phase``, ``batch_size``, ``chunk_tokens``,
+``context_tokens``, ``num_q_heads``, ``num_kv_heads``, ``head_dim``) as
+``data/costmodels/engine_attention.csv`` and ``engine_attention_check.csv``. ``python -m
+kvlab.costmodel.engine_attention SYSTEMS_DIR`` rewrites both (reading parquet needs pyarrow,
 kvlab's ``parquet`` extra).
 """
 from __future__ import annotations
