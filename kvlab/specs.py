@@ -329,6 +329,10 @@ class GPUSpec:
         per GPU = 25e9.
     internode_link : str
         That link in words (the node type it assumes).
+    compute_capability : float
+        CUDA compute capability (8.0 Ampere A100, 8.9 Ada, 9.0 Hopper, 10.0 Blackwell B200, 12.0
+        Blackwell RTX); 0 where not an NVIDIA GPU or not stated. It picks the kernels an engine runs
+        (vLLM: FlashAttention 3 on 9.x, FlashInfer first on 10.x, FlashAttention 2 elsewhere).
     p2p : bool
         Whether the GPUs of a node reach each other peer-to-peer (NVLink, or PCIe P2P). False
         where the host blocks it (PCIe ACS or an IOMMU on, some VMs): NCCL then stages collectives
@@ -347,6 +351,7 @@ class GPUSpec:
     internode_link: str
     source: str = ""
     fp8_flops_per_s: float = 0.0
+    compute_capability: float = 0.0
     p2p: bool = True
 
     @property
@@ -515,6 +520,8 @@ def _gpu_from_row(row: Mapping[str, Any], where: str) -> GPUSpec:
         internode_link=str(row["internode_link"]),
         source=str(row["source"]),
         fp8_flops_per_s=0.0 if pd.isna(row["fp8_dense_tflops"]) else float(row["fp8_dense_tflops"]) * 1e12,
+        compute_capability=0.0 if pd.isna(row.get("compute_capability")) else v.positive_float(
+            row["compute_capability"], f"{where}: compute_capability"),
     )
 
 
@@ -525,7 +532,8 @@ def gpu_from_file(path: str | os.PathLike) -> GPUSpec:
     dense BF16, ``host_link_gbps``, ``interconnect_gbps``, ``internode_gbps``, each per
     direction) are required; ``host_link``, ``internode_link`` and ``source`` are text
     (default: "given in <path>"); ``p2p`` (true or false, default true) says whether the host lets
-    its GPUs reach each other peer-to-peer (:attr:`GPUSpec.p2p`). Such a GPU has no measured iteration times: kvlab prices it
+    its GPUs reach each other peer-to-peer (:attr:`GPUSpec.p2p`); ``compute_capability`` (optional) picks
+    the kernels an engine runs (:attr:`GPUSpec.compute_capability`). Such a GPU has no measured iteration times: kvlab prices it
     with the roofline (spec-sheet) cost model and says so.
 
     Raises
@@ -539,18 +547,20 @@ def gpu_from_file(path: str | os.PathLike) -> GPUSpec:
         raise ValueError(f"{where}: expected a mapping of the columns of data/gpus.csv, got {type(data).__name__}")
     fields = ("name", *GPU_NUMBER_FIELDS)
     missing = [f for f in fields if data.get(f) is None]
-    unknown = sorted(set(map(str, data)) - set(fields) - set(GPU_TEXT_FIELDS) - {"fp8_dense_tflops", "p2p"})
+    optional = {"fp8_dense_tflops", "compute_capability", "p2p"}
+    unknown = sorted(set(map(str, data)) - set(fields) - set(GPU_TEXT_FIELDS) - optional)
     if missing or unknown:
         raise ValueError(f"{where}: " + "; ".join(
             ([f"missing {', '.join(missing)}"] if missing else []) + ([f"unknown key {', '.join(unknown)}"] if unknown
                                                                       else []))
-            + f" (keys: {', '.join(fields + GPU_TEXT_FIELDS[1:])}, fp8_dense_tflops and p2p (optional), as the "
+            + f" (keys: {', '.join(fields + GPU_TEXT_FIELDS[1:])}, fp8_dense_tflops, compute_capability and p2p "
+              f"(optional), as the "
               f"columns of data/gpus.csv)")
     p2p = data.pop("p2p", True)
     if not isinstance(p2p, bool):
         raise ValueError(f"{where}: p2p must be true or false, got {p2p!r}")
     row = {"host_link": "given", "internode_link": "given", "source": f"given in {os.fspath(path)}",
-           "fp8_dense_tflops": float("nan"), **data}
+           "fp8_dense_tflops": float("nan"), "compute_capability": float("nan"), **data}
     return replace(_gpu_from_row(row, where), p2p=p2p)
 
 

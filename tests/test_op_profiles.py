@@ -184,6 +184,22 @@ def test_the_decodes_beside_a_chunk_are_found_from_the_aggregates(pc, kp, nd, kd
     assert got.tolist() == [nd * (kd + 1), 0, 0]  # decode-only and prefill-only batches: none
 
 
+def test_a_batch_of_whole_prompts_has_no_decodes():
+    """Three prompts of 100, 200 and 300 tokens prefilled whole (vLLM V0's prefill-first batches): nothing
+    was cached (KV tokens = tokens), so no sequence decodes, in both forms; a batch that read anything
+    cached still finds its decodes (one 64-token chunk after nothing plus 2 decodes of 10 context: 22)."""
+    from kvlab.costmodel import compiled
+    from kvlab.costmodel.measured import mixed_decode_kv_tokens
+    c = np.array([100, 200, 300])
+    t, pairs, kv, s = float(c.sum()), float((c * (c + 1) // 2).sum()), float(c.sum()), 3.0
+    assert mixed_decode_kv_tokens(t, pairs, kv, s) == 0.0
+    assert compiled._mixed_decode_kv.py_func(t, pairs, kv, s) == 0.0
+    mixed = (66.0, 2 * 11 + 64 * 65 / 2, 2 * 11 + 64.0, 3.0)
+    got = mixed_decode_kv_tokens(np.array([t, mixed[0]]), np.array([pairs, mixed[1]]), np.array([kv, mixed[2]]),
+                                 np.array([s, mixed[3]]))
+    assert got.tolist() == [0.0, 22.0] and mixed_decode_kv_tokens(*mixed) == 22.0
+
+
 def test_mixed_batches_cost_more_on_a_profiled_gpu():
     """In LLMServingSim's RTX PRO 6000 profile a decode beside a prefill chunk reads its context
     slower than in a decode-only batch; the fitted model prices that (Qwen3-32B TP2, 64 decodes of

@@ -50,7 +50,7 @@ def _gemm_s(c, g, m, n, k, launches):  # pragma: no cover (compiled)
 def _mixed_decode_kv(t, pairs, kv, s):  # pragma: no cover (compiled)
     """:func:`kvlab.costmodel.measured.mixed_decode_kv_tokens`."""
     c = t - s + 1.0
-    if c <= 1.0 or s <= 1.0:
+    if c <= 1.0 or s <= 1.0 or kv <= t:
         return 0.0
     p = max((pairs - kv - c * (c - 1.0) / 2.0) / (c - 1.0), 0.0)
     return min(max(kv - p - c, 0.0), kv)

@@ -467,6 +467,22 @@ def profile_families(ops: pd.DataFrame, att: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
+def fa2_mixed_decode(families: Mapping[str, Any]) -> dict[str, Any]:
+    """The extra time a decode's KV read takes in a batch that also prefills, as a ratio to its time in a
+    decode-only batch (``s_per_mixed_decode_kv_byte / s_per_kv_byte``), averaged over the families whose
+    attention profile has mixed batches (LLMServingSim's vLLM 0.19.0 profiles of the RTX 4090 and RTX PRO
+    6000, both FlashAttention 2): :func:`.measured.build` carries it to every other GPU vLLM runs FA2 on
+    (:func:`.measured.runs_fa2`) whose own attention has no mixed rows."""
+    ratios = {name: f["attention"]["s_per_mixed_decode_kv_byte"] / f["attention"]["s_per_kv_byte"]
+              for name, f in sorted(families.items())
+              if "s_per_mixed_decode_kv_byte" in f.get("attention", {}) and f["attention"]["s_per_kv_byte"] > 0}
+    if not ratios:
+        raise ValueError("no attention profile with mixed batches to carry the FA2 mixed-batch penalty from")
+    return {"ratio": float(np.mean(list(ratios.values()))), "from": {k: float(v) for k, v in ratios.items()},
+            "source": "LLMServingSim's vLLM 0.19.0 attention profiles (FlashAttention 2): extra seconds per decode KV "
+                      "byte in a batch that also prefills over those per decode KV byte"}
+
+
 # ------------------------------------------------------------------------------- everything
 def fit_constants(path: str | os.PathLike | None = None, *, linear: pd.DataFrame | None = None) -> dict[str, Any]:
     """Fit every curve to the measured data in ``path`` (default ``../shared/data/measured``).
@@ -504,7 +520,7 @@ def fit_constants(path: str | os.PathLike | None = None, *, linear: pd.DataFrame
         if name in gpus:
             gpus[name]["engine_all_reduce"] = engine_all_reduce(rows_, CUSTOM_ALLREDUCE_MAX_BYTES)
     constants: dict[str, Any] = {"families": families, "attention": att, "networks": networks, "gpus": gpus,
-                                 "stacks": {}}
+                                 "stacks": {}, "fa2_mixed_decode": fa2_mixed_decode(families)}
     batches = _data.sarathi_batches(path)
     fit_rows = batches[(batches["source"].str.startswith("figure-2")) & ~batches["warmup"]]
     gpu_only = build(SARATHI_MODEL, SARATHI_GPU, tp=SARATHI_TP, constants=constants, stack="none")

@@ -29,7 +29,9 @@ the iteration, summed over sequences) and ``S`` sequences scheduled:
   with an engine's own attention profile (:mod:`.op_profiles`) has its own terms, and one more: seconds
   per decode KV byte read in a batch that also prefills (vLLM 0.19 runs such a batch in one
   varlen kernel, whose decodes read their context about 3x slower than a decode-only batch
-  does), applied to the decodes' context estimated by :func:`mixed_decode_kv_tokens`;
+  does), applied to the decodes' context estimated by :func:`mixed_decode_kv_tokens`; every other
+  GPU vLLM runs FlashAttention 2 on (:func:`runs_fa2`) carries that term as the RTX profiles' ratio
+  to their decode KV term (``fa2_mixed_decode`` in the constants), times its own;
 * **all-reduce(T)**: two per layer under TP, ``T x hidden x 2`` bytes each: the alpha-beta line
   fitted to the measured all-reduce curve of the GPU's interconnect for ``tp`` GPUs, or vLLM's
   custom in-node all-reduce (priced from the measured send/recv link) where it is faster and
@@ -113,16 +115,18 @@ def mixed_decode_kv_tokens(num_tokens: Any, attention_pairs: Any, kv_tokens: Any
     Exact for one prefill chunk of ``c = num_tokens - num_seqs + 1 > 1`` tokens after ``p`` cached
     plus ``num_seqs - 1`` decodes: the chunk adds ``c p + c (c + 1) / 2`` pairs and ``p + c`` KV
     tokens, so ``p = (pairs - kv - c (c - 1) / 2) / (c - 1)`` and the decodes hold ``kv - p - c``.
-    With several chunks it is an estimate, clamped to ``[0, kv_tokens]``.
+    With several chunks it is an estimate, clamped to ``[0, kv_tokens]``; 0 where nothing was cached
+    (``kv_tokens <= num_tokens``: every token read is new, so no sequence decodes, as in a batch of
+    whole prompts).
     """
     c = num_tokens - num_seqs + 1.0
     if isinstance(c, (int, float)):
-        if c <= 1.0 or num_seqs <= 1.0:
+        if c <= 1.0 or num_seqs <= 1.0 or kv_tokens <= num_tokens:
             return 0.0
         p = max((attention_pairs - kv_tokens - c * (c - 1.0) / 2.0) / (c - 1.0), 0.0)
         return min(max(kv_tokens - p - c, 0.0), kv_tokens)
     xp = array_namespace(num_tokens, attention_pairs, kv_tokens, num_seqs)
-    mixed = (c > 1.0) & (num_seqs > 1.0)
+    mixed = (c > 1.0) & (num_seqs > 1.0) & (kv_tokens > num_tokens)
     cc = xp.where(mixed, c, 2.0)
     p = xp.maximum((attention_pairs - kv_tokens - cc * (cc - 1.0) / 2.0) / (cc - 1.0), 0.0)
     return xp.where(mixed, xp.minimum(xp.maximum(kv_tokens - p - cc, 0.0), kv_tokens), 0.0)
@@ -539,6 +543,18 @@ def attention_shapes(m: ModelSpec, tp: int) -> tuple[tuple[tuple[float, float], 
     return (*down, *up, (h, heads * m.v_head_dim)), q, latent
 
 
+def runs_fa2(g: GPUSpec) -> bool:
+    """Whether vLLM runs FlashAttention 2 on ``g`` (vLLM 0.15.1: ``vllm/v1/attention/backends/fa_utils.py``,
+    ``get_flash_attn_version``: FA3 on compute capability 9.x, else FA2; ``vllm/platforms/cuda.py``,
+    ``_get_backend_priorities``: FlashInfer first on 10.x): a CUDA GPU of capability 8.x, 11.x or 12.x.
+    FA2 runs a batch that mixes prefills and decodes as one varlen call, in which each decode takes a
+    query tile of the longest chunk and misses FA2's split-KV decode path (the FA2 split of vLLM pull
+    request 58013, 2026-09, not in a release kvlab models), so the decodes read their context slower
+    than in a decode-only batch; FA3's tile scheduler and FlashInfer's separate decode call do not."""
+    cc = float(g.compute_capability)
+    return cc >= 8.0 and int(cc) not in (9, 10)
+
+
 def decode_attention_flops_per_pair_per_layer(m: ModelSpec) -> float:
     """FLOPs of one decode (query, key) pair in one layer, all heads: MLA's absorbed form,
     ``2 (kv_lora_rank + rope) + 2 kv_lora_rank`` per head (scores on the latent and rope key, the
@@ -615,6 +631,10 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
         ff = m.intermediate_size / tp
         dense, experts = (*attention, (gate * ff, h), (h, ff)), ()
     att = fam.get("attention", constants["attention"])  # a family's own attention profile, else the A100 one
+    fa2 = constants.get("fa2_mixed_decode")
+    carried_mixed = (fa2 is not None and runs_fa2(g) and "s_per_mixed_decode_kv_byte" not in att)
+    if carried_mixed:  # vLLM's FA2 path runs a mixed batch in one varlen call: the RTX cards' measured penalty
+        att = {**att, "s_per_mixed_decode_kv_byte": fa2["ratio"] * att["s_per_kv_byte"]}
     att_gpu = _gpu(att["gpu"])
     att_bw = g.hbm_bandwidth_bytes_per_s / att_gpu.hbm_bandwidth_bytes_per_s
     att_fl = g.gemm_flops_per_s("bf16") / att_gpu.gemm_flops_per_s("bf16")
@@ -637,6 +657,8 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
     layer_gemm = replace(head, flops_per_s=head.flops_per_s * weights, weight_bytes=WEIGHT_DTYPES[m.weight_dtype],
                          peak_flops_per_s=g.gemm_flops_per_s(m.weight_dtype))
     notes = [*(["MLA: latent cache, absorbed decode"] if m.is_mla else []), *_precision_notes(m, weights),
+             *([f"FA2 mixed batches: decodes read KV x{1 + fa2['ratio']:.2f} (the RTX cards' measured vLLM penalty)"]
+               if carried_mixed else []),
              *([p2p_note] if p2p_note and (tp > 1 or ep > 1) else [])]  # collectives only matter across GPUs
     return MeasuredCostModel(
         model_name=m.name, gpu_name=g.name, tp=tp, pp=pp,
