@@ -331,8 +331,9 @@ class GPUSpec:
         That link in words (the node type it assumes).
     compute_capability : float
         CUDA compute capability (8.0 Ampere A100, 8.9 Ada, 9.0 Hopper, 10.0 Blackwell B200, 12.0
-        Blackwell RTX); 0 where not an NVIDIA GPU or not stated. It picks the kernels an engine runs
-        (vLLM: FlashAttention 3 on 9.x, FlashInfer first on 10.x, FlashAttention 2 elsewhere).
+        Blackwell RTX); 0 where not an NVIDIA GPU or not stated (the measured model then takes the
+        kernels of the GPU it extrapolates from). It picks the kernels an engine runs (vLLM:
+        FlashAttention 3 on 9.x, FlashInfer first on 10.x, FlashAttention 2 elsewhere).
     p2p : bool
         Whether the GPUs of a node reach each other peer-to-peer (NVLink, or PCIe P2P). False
         where the host blocks it (PCIe ACS or an IOMMU on, some VMs): NCCL then stages collectives

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from kvlab.costmodel.measured import build, constants, measured, runs_fa2
+from kvlab.costmodel.measured import build, constants, measured, reference_gpu, runs_fa2
 from kvlab.specs import gpu, gpu_from_file, model
 
 
@@ -64,7 +64,9 @@ def test_a_mixed_batch_on_the_a100_by_hand():
 
 
 def test_a_gpu_spec_file_may_state_its_compute_capability(tmp_path):
-    """``compute_capability`` is optional in a GPU spec file (0 when absent) and must be a positive number."""
+    """``compute_capability`` is optional in a GPU spec file (0 when absent) and must be a positive number;
+    a GPU that states none runs the kernels of the measured GPU it is extrapolated from (this card's
+    nearest is the A40: FA2), one that states 9.0 runs FA3 (no carried penalty)."""
     base = ("name: my-gpu\nmemory_mib: 49152\nhbm_bandwidth_gbps: 864\nbf16_dense_tflops: 181\n"
             "host_link_gbps: 31.5\ninterconnect_gbps: 31.5\ninternode_gbps: 12.5\n")
     f = tmp_path / "g.yaml"
@@ -72,6 +74,11 @@ def test_a_gpu_spec_file_may_state_its_compute_capability(tmp_path):
     assert gpu_from_file(f).compute_capability == 0.0
     f.write_text(base + "compute_capability: 8.9\n")
     assert gpu_from_file(f).compute_capability == 8.9 and runs_fa2(gpu_from_file(f))
+    assert "FA2 mixed batches" in measured("Llama-3-8B", gpu_from_file(f)).label
+    f.write_text(base + "compute_capability: 9.0\n")
+    assert measured("Llama-3-8B", gpu_from_file(f)).attention_s_per_mixed_decode_kv_token == 0.0
+    f.write_text(base)
+    assert reference_gpu(gpu_from_file(f)) == "A40" and "FA2 mixed batches" in measured("Llama-3-8B", gpu_from_file(f)).label
     f.write_text(base + "compute_capability: -1\n")
     with pytest.raises(ValueError, match="compute_capability"):
         gpu_from_file(f)

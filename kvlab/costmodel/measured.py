@@ -632,7 +632,8 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
         dense, experts = (*attention, (gate * ff, h), (h, ff)), ()
     att = fam.get("attention", constants["attention"])  # a family's own attention profile, else the A100 one
     fa2 = constants.get("fa2_mixed_decode")
-    carried_mixed = (fa2 is not None and runs_fa2(g) and "s_per_mixed_decode_kv_byte" not in att)
+    kernels_of = g if g.compute_capability else _gpu(ref)  # capability not stated: the reference GPU's kernels
+    carried_mixed = (fa2 is not None and runs_fa2(kernels_of) and "s_per_mixed_decode_kv_byte" not in att)
     if carried_mixed:  # vLLM's FA2 path runs a mixed batch in one varlen call: the RTX cards' measured penalty
         att = {**att, "s_per_mixed_decode_kv_byte": fa2["ratio"] * att["s_per_kv_byte"]}
     att_gpu = _gpu(att["gpu"])
