@@ -46,11 +46,13 @@ def test_offered_rate_is_the_traces(at_20):
 def test_capacity_is_a_direct_capacity_call(at_20):
     trace, rec = at_20
     # the default vLLM V1 setting written out by hand, on the second window (rows 1100-1499): an A100
-    # gets 256 sequences and 2,048 tokens (get_batch_defaults), 0.92 of its memory (vllm/config/cache.py)
+    # gets 256 sequences and 2,048 tokens (get_batch_defaults), 0.92 of its memory (vllm/config/cache.py),
+    # and schedules asynchronously (the default from vLLM 0.14)
     config = ServingConfig(model=MODEL, gpu=GPU, policy="vllm", policy_params={"watermark_frac": 0.0},
                            max_num_seqs=256, max_num_batched_tokens=2048, scheduler="chunked",
                            max_new_tokens=int(trace["output_tokens"].max()), block_size=16,
-                           pool_pages=kvlab.pool_pages(MODEL, GPU, gpu_memory_utilization=0.92))
+                           pool_pages=kvlab.pool_pages(MODEL, GPU, gpu_memory_utilization=0.92),
+                           async_scheduling=True)
     window = trace.iloc[1100:1500].reset_index(drop=True)  # with its own arrival times
     # the grid starts at the power of two nearest the offered ~20 requests/s, whatever the load
     direct = capacity(window, config, SLO(tbt_p99_s=0.1, scheduling_delay_p50_s=2.0), num_requests=400, seed=4,
