@@ -658,7 +658,8 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
     layer_gemm = replace(head, flops_per_s=head.flops_per_s * weights, weight_bytes=WEIGHT_DTYPES[m.weight_dtype],
                          peak_flops_per_s=g.gemm_flops_per_s(m.weight_dtype))
     notes = [*(["MLA: latent cache, absorbed decode"] if m.is_mla else []), *_precision_notes(m, weights),
-             *([f"FA2 mixed batches: decodes read KV x{1 + fa2['ratio']:.2f} (the RTX cards' measured vLLM penalty)"]
+             *([f"FA2 mixed batches: decodes beside a prefill chunk read KV x{1 + fa2['ratio']:.2f} (the RTX cards' "
+                "measured vLLM penalty; none in prefill-first batches)"]
                if carried_mixed else []),
              *([p2p_note] if p2p_note and (tp > 1 or ep > 1) else [])]  # collectives only matter across GPUs
     return MeasuredCostModel(
