@@ -534,8 +534,8 @@ def gpu_from_file(path: str | os.PathLike) -> GPUSpec:
     direction) are required; ``host_link``, ``internode_link`` and ``source`` are text
     (default: "given in <path>"); ``p2p`` (true or false, default true) says whether the host lets
     its GPUs reach each other peer-to-peer (:attr:`GPUSpec.p2p`); ``compute_capability`` (optional) picks
-    the kernels an engine runs (:attr:`GPUSpec.compute_capability`). Such a GPU has no measured iteration times: kvlab prices it
-    with the roofline (spec-sheet) cost model and says so.
+    the kernels an engine runs (:attr:`GPUSpec.compute_capability`). Such a GPU has no measured iteration
+    times: kvlab prices it from the nearest measured GPU by spec ratios and says so.
 
     Raises
     ------
