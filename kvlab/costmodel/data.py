@@ -74,6 +74,26 @@ def shipped_table(path: str | os.PathLike, columns: tuple[str, ...], remake: str
     return table
 
 
+def aiconfigurator_table(path: Path, where: str, columns: tuple[str, ...], expected: str) -> tuple[str, pd.DataFrame]:
+    """One of NVIDIA aiconfigurator's parquet tables (``systems/data/<system>/...``): the catalogue name of
+    the one GPU it timed, and its rows. ``ValueError`` names ``where`` when the file is missing
+    (``expected`` says where it belongs), lacks ``columns``, or times other than one catalogued device.
+    Reading parquet needs pyarrow (kvlab's ``parquet`` extra)."""
+    from ..specs import gpu as _gpu
+
+    if not path.is_file():
+        raise ValueError(f"{where} is missing (expected {expected})")
+    table = pd.read_parquet(path)
+    v.require_columns(table, columns, where)
+    devices = sorted(set(table["device"].astype(str)))
+    if len(devices) != 1:
+        raise ValueError(f"{where}: one device expected, got {devices}")
+    try:
+        return _gpu(devices[0]).name, table
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
+
+
 def write_csv_atomically(table: pd.DataFrame, path: str | os.PathLike) -> None:
     """Write ``table`` as CSV (6 significant digits) to a temporary file beside ``path``, then rename it."""
     p = Path(path)

@@ -34,10 +34,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .. import _validate as v
 from .._paths import DATA_DIR
 from ..specs import gpu as _gpu
-from .data import shipped_table, write_csv_atomically
+from .data import aiconfigurator_table, shipped_table, write_csv_atomically
 from .engine_gemms import SHIPPED
 
 PATH = DATA_DIR / "costmodels" / "engine_attention.csv"
@@ -88,19 +87,10 @@ def _read(path: Path, where: str) -> tuple[str, pd.DataFrame]:
     """``path``'s GPU (catalogue name) and its rows kept: BF16, ``head_dim`` 128, :data:`HEADS` x
     :data:`KV_HEADS`, vLLM's default kernel, repeated measurements of one shape as their median."""
     where = f"{where} {path}"
-    if not path.is_file():
-        raise ValueError(f"{where} is missing (expected <systems>/<system>/attention/<framework>/<version>/{path.name})")
-    table = pd.read_parquet(path)
-    v.require_columns(table, SOURCE_COLUMNS, where)
+    gpu, table = aiconfigurator_table(path, where, SOURCE_COLUMNS,
+                                      f"<systems>/<system>/attention/<framework>/<version>/{path.name}")
     if not (table["latency"] > 0).all():
         raise ValueError(f"{where}: latency must be positive")
-    devices = sorted(set(table["device"].astype(str)))
-    if len(devices) != 1:
-        raise ValueError(f"{where}: one device expected, got {devices}")
-    try:
-        gpu = _gpu(devices[0]).name
-    except ValueError as err:
-        raise ValueError(f"{where}: {err}") from None
     kernel = default_kernel(gpu, sorted(set(table["kernel_source"].astype(str))), where)
     keep = ((table["kernel_source"] == kernel) & (table["attn_dtype"] == "bfloat16")
             & (table["kv_cache_dtype"] == "bfloat16") & (table["head_dim"] == 128)

@@ -24,10 +24,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import _validate as v
 from .._paths import DATA_DIR
-from ..specs import gpu as _gpu
-from .data import shipped_table, write_csv_atomically
+from .data import aiconfigurator_table, shipped_table, write_csv_atomically
 
 PATH = DATA_DIR / "costmodels" / "engine_gemms.csv"
 CHECK_PATH = DATA_DIR / "costmodels" / "engine_gemms_check.csv"
@@ -62,22 +60,12 @@ def read_table(systems_dir: str | os.PathLike, system: str, framework: str, vers
     ``m`` in :data:`TOKENS`);
     ``ValueError`` names the file when it is missing or malformed."""
     path = Path(systems_dir) / system / "gemm" / framework / version / "gemm_perf.parquet"
-    if not path.is_file():
-        raise ValueError(f"GEMM table {str(path)!r} is missing (expected <systems>/<system>/gemm/<framework>/"
-                         f"<version>/gemm_perf.parquet)")
-    table = pd.read_parquet(path)
-    v.require_columns(table, SOURCE_COLUMNS, f"GEMM table {path}")
-    devices = sorted(set(table["device"].astype(str)))
-    if len(devices) != 1:
-        raise ValueError(f"GEMM table {path}: one device expected, got {devices}")
-    try:
-        gpu = _gpu(devices[0]).name
-    except ValueError as err:
-        raise ValueError(f"GEMM table {path}: {err}") from None
+    gpu, table = aiconfigurator_table(path, f"GEMM table {str(path)!r}", SOURCE_COLUMNS,
+                                      "<systems>/<system>/gemm/<framework>/<version>/gemm_perf.parquet")
     keep = (table["gemm_dtype"] == "bfloat16") & table["n"].isin(DIMS) & table["k"].isin(DIMS) & table["m"].isin(TOKENS)
     t = table[keep]
     if not (t["latency"] > 0).all():
-        raise ValueError(f"GEMM table {path}: latency must be positive")
+        raise ValueError(f"GEMM table {str(path)!r}: latency must be positive")
     return pd.DataFrame({"gpu": gpu, "framework": framework, "version": version, "m": t["m"].astype(int),
                          "n": t["n"].astype(int), "k": t["k"].astype(int), "time_s": t["latency"] * 1e-3})[list(COLUMNS)]
 
