@@ -6,17 +6,17 @@ import copy
 
 import pytest
 
-from kvlab.costmodel.measured import build, constants, measured, reference_gpu, runs_fa2
+from kvlab.costmodel.measured import build, constants, measured, reference_gpu, runs_fa2, vllm_attention_backend
 from kvlab.specs import gpu, gpu_from_file, model
 
 
-@pytest.mark.parametrize("name, fa2", [("A100-80GB-SXM", True), ("A40", True), ("L40S", True), ("L4", True),
-                                       ("RTX4090", True), ("RTXPRO6000", True), ("H100-SXM", False),
-                                       ("H200", False), ("B200", False), ("MI300X", False)])
-def test_runs_fa2_by_compute_capability(name, fa2):
+@pytest.mark.parametrize("name, backend", [("A100-80GB-SXM", "FA2"), ("A40", "FA2"), ("L40S", "FA2"), ("L4", "FA2"),
+                                           ("RTX4090", "FA2"), ("RTXPRO6000", "FA2"), ("H100-SXM", "FA3"),
+                                           ("H200", "FA3"), ("B200", "FlashInfer"), ("MI300X", "")])
+def test_vllms_attention_backend_by_compute_capability(name, backend):
     """vLLM 0.15.1: FA3 on 9.x, FlashInfer first on 10.x, FA2 on the other CUDA GPUs (8.x, 12.x); not a
-    CUDA GPU (MI300X, capability 0): no."""
-    assert runs_fa2(gpu(name)) is fa2
+    CUDA GPU (MI300X, capability 0): none. The engine tables' kernel is picked by the same rule."""
+    assert vllm_attention_backend(gpu(name)) == backend and runs_fa2(gpu(name)) is (backend == "FA2")
 
 
 def test_the_ratio_is_the_rtx_profiles_by_hand():

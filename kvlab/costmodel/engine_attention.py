@@ -38,6 +38,7 @@ from .._paths import DATA_DIR
 from ..specs import gpu as _gpu
 from .data import aiconfigurator_table, shipped_table, write_csv_atomically
 from .engine_gemms import SHIPPED
+from .measured import vllm_attention_backend
 
 PATH = DATA_DIR / "costmodels" / "engine_attention.csv"
 CHECK_PATH = DATA_DIR / "costmodels" / "engine_attention_check.csv"
@@ -47,9 +48,6 @@ REMAKE = "python -m kvlab.costmodel.engine_attention SYSTEMS_DIR"
 #: operator profiles of vLLM 0.19.0).
 CHECKED = (("h100_sxm", "vllm", "0.19.0"), ("h200_sxm", "vllm", "0.19.0"), ("b200_sxm", "vllm", "0.22.0"),
            ("l40s", "vllm", "0.24.0"), ("a100_sxm", "vllm", "0.14.0"), ("rtx_pro_6000_server", "vllm", "0.19.0"))
-#: GPUs of compute capability 10.x, where vLLM tries FlashInfer first; FlashAttention first on every other
-#: GPU (vLLM 0.15.1, ``vllm/platforms/cuda.py``, ``_get_backend_priorities``, not MLA).
-FLASHINFER_FIRST = frozenset({"B200", "B300", "GB200"})
 COLUMNS = ("gpu", "framework", "version", "phase", "batch_size", "chunk_tokens", "context_tokens", "num_q_heads",
            "num_kv_heads", "head_dim", "time_s")
 SOURCE_COLUMNS = ("framework", "version", "device", "kernel_source", "batch_size", "isl", "num_heads",
@@ -71,10 +69,10 @@ CHECK_BATCH = (1, 4, 16, 64, 256)
 
 
 def default_kernel(gpu: str, kernels: list[str], where: str) -> str:
-    """Which of a table's ``kernel_source`` values vLLM's default backend is on ``gpu`` (catalogue name):
-    FlashInfer's on :data:`FLASHINFER_FIRST`, FlashAttention's elsewhere (FA2 or FA3, not the FA4 some
-    later tables add); ``ValueError`` where the table has none or several."""
-    if gpu in FLASHINFER_FIRST:
+    """Which of a table's ``kernel_source`` values is vLLM's default backend on ``gpu`` (catalogue name,
+    :func:`.measured.vllm_attention_backend`): FlashInfer's, or FlashAttention's (FA2 or FA3, not the FA4
+    some later tables add); ``ValueError`` where the table has none or several."""
+    if vllm_attention_backend(_gpu(gpu)) == "FlashInfer":
         chosen = [k for k in kernels if k.startswith("vllm_flashinfer")]
     else:
         chosen = [k for k in kernels if k.startswith("vllm_flash_attn") and not k.endswith("fa4")]
@@ -129,17 +127,17 @@ def physical(table: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     (that table does not time the full causal prefill its columns describe), and decode rows faster than
     their KV bytes at the GPU's HBM bandwidth (the KV of the one timed layer served from the L2 cache,
     as in a model whose every layer reads its own it is not)."""
+    from .fit import attention_work  # the fit's own count of the rows' FLOPs and KV bytes
+
     keep = np.ones(len(table), dtype=bool)
     notes = []
     for (gpu, version), t in table.groupby(["gpu", "version"], sort=False):
         g = _gpu(str(gpu))
-        b, c, k = (t[x].to_numpy(dtype=np.float64) for x in ("batch_size", "chunk_tokens", "context_tokens"))
-        flops = 4.0 * t["num_q_heads"].to_numpy() * t["head_dim"].to_numpy() * b * (c * k + c * (c + 1) / 2)
-        kv_bytes = 2.0 * t["num_kv_heads"].to_numpy() * t["head_dim"].to_numpy() * 2 * b * (k + c)
+        work = attention_work(t)
         time = t["time_s"].to_numpy()
         prefill = (t["phase"] == "prefill").to_numpy()
-        too_fast = time < flops / g.gemm_flops_per_s("bf16")
-        cached = ~prefill & (time < kv_bytes / g.hbm_bandwidth_bytes_per_s)
+        too_fast = time < work["flops"] / g.gemm_flops_per_s("bf16")
+        cached = ~prefill & (time < work["kv_bytes"] / g.hbm_bandwidth_bytes_per_s)
         if too_fast[prefill].any():
             notes.append(f"{gpu} {version} prefill: {int(too_fast[prefill].sum())} of {int(prefill.sum())} rows faster "
                          "than the dense peak (not the full causal prefill): every prefill row dropped")

@@ -429,15 +429,12 @@ def engine_gemm_rows(table: pd.DataFrame) -> pd.DataFrame:
                          "time_s": table["time_s"].astype(float)})
 
 
-def engine_families(table: pd.DataFrame, families: Mapping[str, Any],
-                    attention: pd.DataFrame | None = None) -> dict[str, Any]:
+def engine_families(table: pd.DataFrame, families: Mapping[str, Any], attention: pd.DataFrame) -> dict[str, Any]:
     """A family per (GPU, engine release) of :mod:`.engine_gemms`: its GEMM curve, its attention terms
     fitted to the same release's measured attention (:mod:`.engine_attention`, ``attention``) where that
     was measured, and the pointwise terms of the Vidur family profiled on that GPU or, on another GPU, of
     the nearest one by spec (``families``), their byte terms carried by the HBM bandwidth ratio."""
     out: dict[str, Any] = {}
-    if attention is None:
-        attention = pd.DataFrame(columns=["gpu", "framework", "version"])
     for (gpu, framework, version), g in table.groupby(["gpu", "framework", "version"]):
         near = min(sorted(PROFILED_GPUS), key=lambda f: spec_distance(_gpu_spec(str(gpu)), _gpu_spec(PROFILED_GPUS[f])))
         ratio = _gpu_spec(PROFILED_GPUS[near]).hbm_bandwidth_bytes_per_s / _gpu_spec(str(gpu)).hbm_bandwidth_bytes_per_s

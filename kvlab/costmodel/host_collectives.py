@@ -51,7 +51,7 @@ import pandas as pd
 from .. import _validate as v
 from .._paths import DATA_DIR
 from ..specs import gpu as _gpu
-from .data import shipped_table, write_csv_atomically
+from .data import aiconfigurator_table, shipped_table, write_csv_atomically
 
 PATH = DATA_DIR / "costmodels" / "host_collectives.csv"
 CHECK_PATH = DATA_DIR / "costmodels" / "host_collectives_check.csv"
@@ -119,10 +119,8 @@ def read_engine_allreduce(path: str | os.PathLike) -> pd.DataFrame:
     ``sglang``, ``trtllm``); a table whose ``kernel_source`` names another engine (a copy filed under the
     wrong one) is refused. Reading parquet needs pyarrow (kvlab's ``parquet`` extra)."""
     where = f"engine all-reduce table {os.fspath(path)}"
-    if not os.path.isfile(path):
-        raise ValueError(f"{where} is missing")
-    table = pd.read_parquet(path)
-    v.require_columns(table, ENGINE_COLUMNS, where)
+    gpu, table = aiconfigurator_table(Path(path), where, ENGINE_COLUMNS,
+                                      "<systems>/<system>/comm/<engine>/<version>/custom_allreduce_perf.parquet")
     t = table[table["allreduce_dtype"] == "bfloat16"]
     if "backend" in t.columns:
         t = t[t["backend"].astype(str).str.endswith("graph")]
@@ -131,7 +129,7 @@ def read_engine_allreduce(path: str | os.PathLike) -> pd.DataFrame:
     if t.empty or not (t["latency"] > 0).all():
         raise ValueError(f"{where}: needs graph-mode BF16 rows of positive latency between {ENGINE_BYTES[0]:,} and "
                          f"{ENGINE_BYTES[1]:,} bytes")
-    for col in ("device", "framework", "version"):
+    for col in ("framework", "version"):
         if t[col].nunique() != 1:
             raise ValueError(f"{where}: one {col} expected, got {sorted(set(t[col].astype(str)))}")
     engine, version = str(t["framework"].iloc[0]).lower(), str(t["version"].iloc[0])
@@ -139,7 +137,7 @@ def read_engine_allreduce(path: str | os.PathLike) -> pd.DataFrame:
     if not all(k.lower().startswith(engine) for k in kernels):
         raise ValueError(f"{where}: framework {engine} but kernel_source {kernels}: another engine's table filed "
                          f"under this one")
-    return pd.DataFrame({"gpu": _catalogue_gpu(t["device"].iloc[0], where), "p2p": True, "engine": engine,
+    return pd.DataFrame({"gpu": gpu, "p2p": True, "engine": engine,
                          "collective": "all_reduce", "num_gpus": t["num_gpus"].astype(int).to_numpy(),
                          "message_bytes": t["message_bytes"].to_numpy(), "time_s": t["latency"].to_numpy() * 1e-3,
                          "source": f"aiconfigurator, {engine} {version} TP all-reduce"})[list(COLUMNS)]

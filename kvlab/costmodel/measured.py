@@ -543,16 +543,25 @@ def attention_shapes(m: ModelSpec, tp: int) -> tuple[tuple[tuple[float, float], 
     return (*down, *up, (h, heads * m.v_head_dim)), q, latent
 
 
-def runs_fa2(g: GPUSpec) -> bool:
-    """Whether vLLM runs FlashAttention 2 on ``g`` (vLLM 0.15.1: ``vllm/v1/attention/backends/fa_utils.py``,
-    ``get_flash_attn_version``: FA3 on compute capability 9.x, else FA2; ``vllm/platforms/cuda.py``,
-    ``_get_backend_priorities``: FlashInfer first on 10.x): a CUDA GPU of capability 8.x, 11.x or 12.x.
-    FA2 runs a batch that mixes prefills and decodes as one varlen call, in which each decode takes a
-    query tile of the longest chunk and misses FA2's split-KV decode path (the FA2 split of vLLM pull
-    request 58013, 2026-09, not in a release kvlab models), so the decodes read their context slower
-    than in a decode-only batch; FA3's tile scheduler and FlashInfer's separate decode call do not."""
+def vllm_attention_backend(g: GPUSpec) -> str:
+    """The attention backend vLLM runs by default on ``g`` (not MLA): ``"FA3"`` on compute capability 9.x,
+    ``"FlashInfer"`` on 10.x, ``"FA2"`` on the other CUDA GPUs from 8.0, ``""`` where none of these
+    (no capability stated, not a CUDA GPU). vLLM 0.15.1: ``vllm/v1/attention/backends/fa_utils.py``,
+    ``get_flash_attn_version`` (FA3 on 9.x, else FA2); ``vllm/platforms/cuda.py``,
+    ``_get_backend_priorities`` (FlashInfer first on 10.x, FlashAttention first elsewhere)."""
     cc = float(g.compute_capability)
-    return cc >= 8.0 and int(cc) not in (9, 10)
+    if cc < 8.0:
+        return ""
+    return {9: "FA3", 10: "FlashInfer"}.get(int(cc), "FA2")
+
+
+def runs_fa2(g: GPUSpec) -> bool:
+    """Whether vLLM runs FlashAttention 2 on ``g`` (:func:`vllm_attention_backend`). FA2 runs a batch that
+    mixes prefills and decodes as one varlen call, in which each decode takes a query tile of the longest
+    chunk and misses FA2's split-KV decode path (the FA2 split of vLLM pull request 58013, 2026-09, not in a
+    release kvlab models), so the decodes read their context slower than in a decode-only batch; FA3's
+    tile scheduler and FlashInfer's separate decode call do not."""
+    return vllm_attention_backend(g) == "FA2"
 
 
 def decode_attention_flops_per_pair_per_layer(m: ModelSpec) -> float:
