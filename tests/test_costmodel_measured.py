@@ -12,7 +12,7 @@ import pytest
 
 from kvlab import costmodel as cm
 from kvlab.costmodel import data, fit, validate
-from kvlab.specs import model as spec
+from kvlab.specs import gpu as gpu_spec, model as spec
 
 measured_mod = importlib.import_module("kvlab.costmodel.measured")  # the module, not the function
 
@@ -234,12 +234,37 @@ def test_sarathi_held_out_batches_meet_the_targets():
 
 def test_default_measured_model_is_gpu_time_only():
     """Without ``stack`` the measured model adds no serving-stack overhead: a decode batch costs
-    exactly the Sarathi-Serve stack's price minus its fitted per-iteration and per-sequence terms."""
+    exactly the Sarathi-Serve stack's price minus its fitted per-iteration and per-sequence terms, on the
+    kernels that stack states (2024: Vidur's profiles, which its batches ran)."""
     stacks = measured_mod.constants()["stacks"]["sarathi-serve"]
-    bare = cm.measured("Yi-34B", "A100-80GB-PCIe", tp=2)
+    assert stacks["kernels"] == "2024"
+    bare = cm.measured("Yi-34B", "A100-80GB-PCIe", tp=2, kernels="2024")
     stacked = cm.measured("Yi-34B", "A100-80GB-PCIe", tp=2, stack="sarathi-serve")
     seqs, ctx = 64, 1024
     args = (seqs, seqs * ctx, seqs * (ctx + 1))
     gap = float(stacked.iteration_s(*args, num_seqs=seqs)) - float(bare.iteration_s(*args, num_seqs=seqs))
     assert gap == pytest.approx(stacks["overhead_s"] + seqs * stacks["overhead_s_per_seq"], rel=1e-9)
     assert "Sarathi" not in bare.label and "Sarathi" in stacked.label
+
+
+def test_kernel_eras_of_the_gpus_vidur_profiled():
+    """Every A100 of the catalogue and the H100-SXM price today's kernels from vLLM 0.14.0's measured tables (the
+    A100s from the A100-80GB-SXM's, scaled by spec) and, asked for the 2024 era, Vidur's 2024 family, its
+    attention profile and collectives (no vLLM 0.14.0 all-reduce); a GPU Vidur did not profile in 2024 (H200)
+    or that has no newer tables (A40) is the same model in both eras."""
+    c = measured_mod.constants()
+    for name, vidur, today in (("A100-80GB-SXM", "a100", "a100-80gb-sxm_vllm"), ("A100-40GB", "a100", "a100-80gb-sxm_vllm"),
+                               ("A100-80GB-PCIe", "a100", "a100-80gb-sxm_vllm"), ("H100-SXM", "h100", "h100-sxm_vllm")):
+        e = c["gpus"][name]
+        assert e["family"] == today and e["eras"]["2024"]["family"] == vidur
+        bw = gpu_spec(name).hbm_bandwidth_bytes_per_s / gpu_spec(c["families"][vidur]["gpu"]).hbm_bandwidth_bytes_per_s
+        old, new = cm.measured("Llama-3-8B", name, kernels="2024"), cm.measured("Llama-3-8B", name)
+        assert old.gemm.bytes_per_s == pytest.approx(c["families"][vidur]["gemm"]["bytes_per_s"] * bw, rel=1e-12)
+        assert old.attention_s == c["attention"]["launch_s"] and new.attention_s == c["families"][today]["attention"]["launch_s"]
+        assert "Vidur's" in old.label and "vllm 0.14.0" in new.label
+    tp4 = cm.measured("Llama-3-8B", "A100-80GB-SXM", tp=4)
+    tp4_2024 = cm.measured("Llama-3-8B", "A100-80GB-SXM", tp=4, kernels="2024")
+    assert "vllm 0.14.0 TP all-reduce" in tp4.label and "TP all-reduce" not in tp4_2024.label
+    assert tp4_2024.custom_allreduce_s_per_byte == 0.0 < tp4.custom_allreduce_s_per_byte
+    for name in ("H200", "A40", "A10G"):
+        assert cm.measured("Llama-3-8B", name, kernels="2024") == cm.measured("Llama-3-8B", name)

@@ -61,5 +61,5 @@ def test_notebook_08_held_out(run_notebook):
     # section 2e: vLLM's attention kernels, fitted and checked, both phases on every fitted GPU
     att = res["engine_attention_check"]
     assert {(r["gpu"], r["phase"]) for r in att if r["fitted"]} == {
-        (g, p) for g in ("H100-SXM", "H200", "B200", "L40S") for p in ("prefill", "decode")}
+        (g, p) for g in ("A100-80GB-SXM", "H100-SXM", "H200", "B200", "L40S") for p in ("prefill", "decode")}
     assert "fitted to vLLM's own kernels" in res["what_to_do"]

@@ -24,10 +24,11 @@ def _workload(n, rate, seed):
 def _measured(terms, rate, seed, n=60):
     """A hand-made 'server': kvlab itself with known stack terms; its times are the record's measurements."""
     w = _workload(n, rate, seed)
-    cost = apply(cost_model(MODEL, GPU), terms)
-    # engine: the terms' kind (an additive stack is V0-like; an overlapping one V1's async scheduling)
+    # engine: the terms' kind (an additive stack is V0-like; an overlapping one V1's async scheduling), on the
+    # kernels kvlab prices that engine's runs on (V0: 2024's)
     setup = SetUp(name=f"rate-{rate}-{seed}", dataset="hand-made", model=MODEL, gpu=GPU, max_num_seqs=64,
                   engine="vllm-v1" if terms.overlap else "vllm-v0")
+    cost = apply(cost_model(MODEL, GPU, kernels=setup.kernels), terms)
     res = kvlab.simulate(w, "vllm", model=MODEL, gpu=GPU, cost_model=cost, max_num_seqs=64,
                          max_num_batched_tokens=2048, max_new_tokens=256, async_scheduling=setup.schedules_async)
     q = res.requests
@@ -133,7 +134,8 @@ def test_held_out_error_matches_an_independent_computation(runs):
     for i, held in enumerate(runs):
         # second implementation: fit on the others, simulate the held-out run directly, errors by hand
         f = C.fit([r for j, r in enumerate(runs) if j != i], name="loo", fit_scale=True)
-        cost = apply(cost_model(MODEL, GPU), f.terms)
+        assert f.terms.kernels == held.setup.kernels == "2024"  # V0 runs: the stack rests on, and states, 2024's
+        cost = apply(cost_model(MODEL, GPU, kernels="2024"), f.terms)
         res = kvlab.simulate(held.workload(), "vllm", model=MODEL, gpu=GPU, cost_model=cost, max_num_seqs=64,
                              max_num_batched_tokens=2048, max_new_tokens=int(held.requests["output_tokens"].max()))
         meas = held.requests
@@ -145,6 +147,35 @@ def test_held_out_error_matches_an_independent_computation(runs):
             (res.requests["e2e_s"].mean() + front) / meas["e2e_s"].mean() - 1, abs=1e-9)
         assert loo.loc[i, "tpot_mean_err"] == pytest.approx(
             res.requests["mean_tbt_s"].mean() / meas["tpot_s"].mean() - 1, abs=1e-9)
+
+
+def test_a_stack_states_the_kernel_era_it_rests_on(tmp_path, runs):
+    """A cost-model file's ``kernels`` round-trips and picks its base: the shipped V0 stack (fitted to 2024-era
+    servers) prices the A100 from Vidur's 2024 profiles, exactly the 2024-era model plus its terms; a file of
+    today's kernels, today's measured vLLM kernels; an unknown era is refused naming the file; runs of two
+    eras are not calibrated together."""
+    from dataclasses import replace as _replace
+    v0 = load("vllm-v0")
+    assert v0.kernels == "2024"
+    rng = np.random.default_rng(3)
+    t, s = rng.integers(1, 4000, 40), rng.integers(1, 128, 40)
+    pairs, kv = t * rng.integers(1, 500, 40), s * rng.integers(10, 3000, 40)
+    shipped = cost_model(MODEL, GPU, stack="vllm-v0")
+    assert "Vidur's a100 profiles" in shipped.label
+    assert np.allclose(shipped.iteration_s(t, pairs, kv, s),
+                       apply(cost_model(MODEL, GPU, kernels="2024"), v0).iteration_s(t, pairs, kv, s), rtol=1e-12)
+    today = save(_replace(v0, name="today", kernels=None, meta={}), tmp_path / "today.json")
+    assert load(today).kernels is None and "vllm 0.14.0" in cost_model(MODEL, GPU, stack=str(today)).label
+    assert "kernels" not in json.loads(today.read_text())
+    bad = tmp_path / "era.json"
+    bad.write_text(json.dumps({**json.loads(today.read_text()), "kernels": "2019"}))
+    with pytest.raises(ValueError, match=r"era\.json.*kernels must be null or one of 2024"):
+        load(bad)
+    with pytest.raises(ValueError, match="kernels must be None"):
+        cost_model(MODEL, GPU, kernels="2019")
+    v1 = RunRecord(_replace(runs[0].setup, name="v1-run", engine="vllm-v1", async_scheduling=False), runs[0].requests)
+    with pytest.raises(ValueError, match="different kernel eras.*v1-run: vllm-v1"):
+        C.fit([runs[0], v1], name="mixed", fit_scale=False)
 
 
 def test_cost_model_file_round_trip_through_simulate(tmp_path, runs):
@@ -196,7 +227,7 @@ def test_bench_result_reader(tmp_path, runs):
     (got,) = read_bench_results(tmp_path / "r.json", tmp_path / "s.yaml")
     assert got.setup.max_num_seqs == 64 and len(got.requests) == len(rec)
     assert np.allclose(got.requests["e2e_s"], rec["ttft_s"] + rec["tpot_s"] * (rec["output_tokens"] - 1))
-    row = compare(replay(got, cost_model=apply(cost_model(MODEL, GPU), TRUE)))  # the terms that made it
+    row = compare(replay(got, cost_model=apply(cost_model(MODEL, GPU, kernels="2024"), TRUE)))  # what made it
     assert abs(row["e2e_mean_err"]) < 1e-6 and abs(row["ttft_p99_err"]) < 1e-6
     assert compare(replay(got))["stack"] == "none"
     del data["itls"]
@@ -218,7 +249,8 @@ def test_error_table_medians(runs):
 
 def test_trust_reads_the_committed_figures(tmp_path, monkeypatch):
     df = pd.DataFrame({"dataset": "d", "run": ["a", "b", "c"], "gpu": ["A100-80GB-SXM", "A100-80GB-PCIe", "H100-SXM"],
-                       "model": "m", "stack": "vllm-v0", "held_out": True, "ttft_mean_err": [0.1, -0.3, 0.9],
+                       "model": "m", "stack": "vllm-v0", "kernels": "2024", "held_out": True,
+                       "ttft_mean_err": [0.1, -0.3, 0.9],
                        "e2e_mean_err": [0.05, 0.07, 0.0], "tpot_mean_err": [0.2, 0.2, 0.2],
                        "overload_right": [True, False, True], "cost_model": "x"})
     path = tmp_path / "e.csv"
@@ -240,6 +272,11 @@ def test_trust_reads_the_committed_figures(tmp_path, monkeypatch):
     # runs replayed without GPU peer-to-peer (their label says so) are counted out loud
     df.assign(cost_model=["measured (A100; no GPU peer-to-peer: x)", "measured (A100)", "x"]).to_csv(path, index=False)
     assert "(held out; 1 of them replayed without GPU peer-to-peer" in T.trust(gpu="A100-80GB-SXM", stack="vllm-v0")
+    # only runs priced on the answer's kernel era count: the same stack on today's kernels is not validated by them
+    today = T.trust(str(save(StackTerms(name="vllm-v0", kernels=None), tmp_path / "v0-today.json")), gpu="A100-80GB-SXM")
+    assert "no measured run validates it" in today
+    assert T.kernels_of(None, "sarathi-serve") == T.kernels_of("vllm-v0") == "2024" and T.kernels_of(None) == "today"
+    assert T.kernels_of(cost_model(MODEL, GPU, kernels="2024")) == "2024"
 
 
 def test_shipped_trust_line_says_which_rtx_pro_6000_runs_ran_without_p2p():

@@ -23,7 +23,8 @@ from typing import Any
 
 from .. import _validate as v
 from ..specs import GPUSpec, ModelSpec, gpu as _gpu, model as _model
-from .measured import MeasuredCostModel, constants as _constants, measured, measured_gpus, send_recv, unsupported
+from .measured import (MeasuredCostModel, check_kernels, constants as _constants, measured, measured_gpus, send_recv,
+                       unsupported)
 from .roofline import CostModel, prefill_attention_pairs, roofline
 from . import stacks as _stacks
 
@@ -31,7 +32,8 @@ SOURCES = ("measured", "roofline")
 
 
 def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 1,
-               source: str | None = None, stack: str = "none", link: str = "in-node", ep: int = 1) -> Any:
+               source: str | None = None, stack: str = "none", link: str = "in-node", ep: int = 1,
+               kernels: str | None = None) -> Any:
     """The iteration-time model of ``model`` on ``tp x pp`` GPUs of type ``gpu``.
 
     Parameters
@@ -57,6 +59,10 @@ def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: i
         Stage link under PP (:func:`kvlab.costmodel.pipeline.pipeline_cost`).
     ep : int
         Expert-parallel degree of a mixture of experts (the measured model; the roofline ignores it).
+    kernels : str or None
+        The measured model's kernel era (:mod:`.measured`): None (default) for today's engines'
+        measured kernels, or the era the stack states (``"vllm-v0"`` and ``"sarathi-serve"``: ``"2024"``,
+        Vidur's profiles); ``"2024"`` asks for it.
 
     Returns
     -------
@@ -71,13 +77,15 @@ def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: i
     tp, pp = v.positive_int(tp, "tp"), v.positive_int(pp, "pp")
     if source is not None:
         v.choice(source, "source", SOURCES)
+    check_kernels(kernels)
     known_stacks = ["none", *_constants().get("stacks", {}), *_stacks.named_stacks()]
     if stack not in known_stacks and not _stacks.is_cost_model_file(stack):
         raise ValueError(f"unknown stack {stack!r}: known are {', '.join(known_stacks)} "
                          "(or a cost-model file path ending in .json)")
     if _stacks.is_cost_model_file(stack):  # a fitted stack (kvlab.costmodel.stacks) on the stack-free model
         terms = _stacks.load(stack)
-        base = cost_model(m, g, tp=tp, pp=1, source=source or terms.base, link=link, ep=ep)
+        base = cost_model(m, g, tp=tp, pp=1, source=source or terms.base, link=link, ep=ep,
+                          kernels=kernels or terms.kernels)
         stage = _stacks.apply(base, terms)
         if pp == 1:
             return stage
@@ -86,7 +94,7 @@ def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: i
     why = None if source == "roofline" else unsupported(m, g, tp=tp)
     use_measured = source != "roofline" and why is None
     if use_measured:
-        stage = measured(m, g, tp=tp, pp=pp, stack=stack, ep=ep)
+        stage = measured(m, g, tp=tp, pp=pp, stack=stack, ep=ep, kernels=kernels)
     else:
         stage = roofline(m, g, tp=tp, pp=pp, label="roofline (spec sheet)" if why is None
                          else f"roofline (spec sheet; {why})")

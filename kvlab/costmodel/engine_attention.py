@@ -44,10 +44,9 @@ PATH = DATA_DIR / "costmodels" / "engine_attention.csv"
 CHECK_PATH = DATA_DIR / "costmodels" / "engine_attention_check.csv"
 REMAKE = "python -m kvlab.costmodel.engine_attention SYSTEMS_DIR"
 #: What is checked against, never fitted to: the same GPUs' latest vLLM releases, and the vLLM tables of
-#: GPUs kvlab prices from other measurements (A100: Vidur's 2024 profiles; RTX PRO 6000: LLMServingSim's
-#: operator profiles of vLLM 0.19.0).
+#: GPUs kvlab prices from other measurements (RTX PRO 6000: LLMServingSim's operator profiles of vLLM 0.19.0).
 CHECKED = (("h100_sxm", "vllm", "0.19.0"), ("h200_sxm", "vllm", "0.19.0"), ("b200_sxm", "vllm", "0.22.0"),
-           ("l40s", "vllm", "0.24.0"), ("a100_sxm", "vllm", "0.14.0"), ("rtx_pro_6000_server", "vllm", "0.19.0"))
+           ("l40s", "vllm", "0.24.0"), ("rtx_pro_6000_server", "vllm", "0.19.0"))
 COLUMNS = ("gpu", "framework", "version", "phase", "batch_size", "chunk_tokens", "context_tokens", "num_q_heads",
            "num_kv_heads", "head_dim", "time_s")
 SOURCE_COLUMNS = ("framework", "version", "device", "kernel_source", "batch_size", "isl", "num_heads",

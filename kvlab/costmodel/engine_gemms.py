@@ -32,19 +32,20 @@ CHECK_PATH = DATA_DIR / "costmodels" / "engine_gemms_check.csv"
 #: What is shipped to fit: (aiconfigurator system folder, framework folder, release), each GPU's
 #: earliest vLLM table.
 SHIPPED = (("h100_sxm", "vllm", "0.14.0"), ("h200_sxm", "vllm", "0.14.0"), ("b200_sxm", "vllm", "0.19.0"),
-           ("l40s", "vllm", "0.14.0"))
+           ("l40s", "vllm", "0.14.0"), ("a100_sxm", "vllm", "0.14.0"))
 #: What is shipped to check against: the same GPUs' later releases, GPUs kvlab prices from other
-#: measurements (A100: Vidur's 2024 profiles; RTX PRO 6000: LLMServingSim's operator profiles), and the
+#: measurements (RTX PRO 6000: LLMServingSim's operator profiles), and the
 #: other engines' GEMMs on the same GPUs (SGLang's and TensorRT-LLM's linear layers; kvlab prices every
 #: server's GEMMs from vLLM's).
 CHECKED = (("h100_sxm", "vllm", "0.19.0"), ("h200_sxm", "vllm", "0.19.0"), ("b200_sxm", "vllm", "0.24.0"),
-           ("l40s", "vllm", "0.22.0"), ("a100_sxm", "vllm", "0.14.0"), ("rtx_pro_6000_server", "vllm", "0.19.0"),
+           ("l40s", "vllm", "0.22.0"), ("rtx_pro_6000_server", "vllm", "0.19.0"),
            ("h100_sxm", "sglang", "0.5.9"), ("h100_sxm", "sglang", "0.5.14"), ("h100_sxm", "trtllm", "1.2.0rc5"),
            ("h100_sxm", "trtllm", "1.3.0rc20"), ("h200_sxm", "sglang", "0.5.9"), ("h200_sxm", "sglang", "0.5.14"),
            ("h200_sxm", "trtllm", "1.2.0rc5"), ("h200_sxm", "trtllm", "1.3.0rc20"), ("b200_sxm", "sglang", "0.5.9"),
            ("b200_sxm", "sglang", "0.5.14"), ("b200_sxm", "trtllm", "1.2.0rc5"), ("b200_sxm", "trtllm", "1.3.0rc20"),
            ("l40s", "sglang", "0.5.9"), ("l40s", "sglang", "0.5.14"), ("l40s", "trtllm", "1.0.0"),
-           ("l40s", "trtllm", "1.3.0rc20"))
+           ("l40s", "trtllm", "1.3.0rc20"), ("a100_sxm", "sglang", "0.5.9"), ("a100_sxm", "sglang", "0.5.10"),
+           ("a100_sxm", "trtllm", "1.0.0"))
 CHECK_M = (1, 4, 16, 64, 256, 1024, 4096)
 CHECK_DIMS = (1024, 2048, 4096, 8192, 16384)
 COLUMNS = ("gpu", "framework", "version", "m", "n", "k", "time_s")

@@ -30,12 +30,14 @@ ratios carry from any other measured GPU (notebook 08's leave-one-GPU-out table)
 measurements keep Vidur's GPUs as their references.
 
 Where a serving engine's own GEMM times are measured on a GPU (:mod:`.engine_gemms`: NVIDIA
-aiconfigurator's vLLM tables of the H100-SXM, H200, B200 and L40S), that GPU's GEMM curve is
+aiconfigurator's vLLM tables of the A100-80GB-SXM, H100-SXM, H200, B200 and L40S), that GPU's GEMM curve is
 fitted to them instead (:func:`engine_families`): the kernels a server runs today, which on the
 H100 are 20-30% faster than Vidur's 2024 profiles at 65-1,024 tokens; so are its attention terms,
 to the same release's measured attention kernels (:mod:`.engine_attention`). Their pointwise terms are
 Vidur's (of the nearest Vidur GPU, carried by HBM bandwidth), their collectives the nearest
-measured interconnect's (:func:`network_gpu`).
+measured interconnect's (:func:`network_gpu`). A GPU Vidur also profiled (the A100s, the H100) keeps
+its Vidur family as its 2024 kernel era (:func:`_with_engine_family`): the servers of that time
+(vLLM V0, Sarathi-Serve, whose stacks are fitted on it) ran those kernels.
 
 :func:`fit_constants` runs them all and returns the dictionary shipped as
 ``data/costmodels/measured.json`` (:func:`write_constants`); ``python -m kvlab.costmodel.fit``
@@ -88,6 +90,8 @@ FULL_NVLINK_GPUS = {"a100_dgx": 8, "h100_dgx": 8, "a100_pairwise_nvlink": 2, "h1
 #: The stack whose overheads are fitted, and the GPU its batches ran on.
 SARATHI_STACK = "sarathi-serve"
 SARATHI_GPU, SARATHI_MODEL, SARATHI_TP = "A100-80GB-PCIe", "Yi-34B", 2
+#: The kernels the Sarathi-Serve batches ran (2024): the stack is fitted on, and states, that era.
+SARATHI_KERNELS = "2024"
 
 
 # ------------------------------------------------------------------------------------ GEMMs
@@ -422,6 +426,24 @@ def _gpu_entry(fam: str, entry: Mapping[str, Any], gpus: Mapping[str, Any],
             "label": f"{entry['label']}, {net} collectives of {near} x{ratio:.2f} by interconnect"}
 
 
+def _with_engine_family(fam: str, entry: Mapping[str, Any], gpus: Mapping[str, Any],
+                        networks: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``gpus`` entries an engine family ``fam`` (:func:`engine_families`) prices: its GPU's, and where
+    Vidur profiled that GPU in 2024, every GPU of that Vidur family (a 40 GB or PCIe A100, scaled by spec
+    as before), each keeping the Vidur family as its ``"2024"`` era (:data:`.measured.KERNEL_ERAS`)."""
+    gpu = entry["gpu"]
+    vidur = gpus[gpu]["family"] if gpu in gpus and PROFILED_GPUS.get(gpus[gpu]["family"]) == gpu else None
+    out = {gpu: _gpu_entry(fam, entry, gpus, networks)}
+    if vidur is None:
+        return out
+    for name, e in gpus.items():
+        if e["family"] == vidur:
+            today = out[gpu] if name == gpu else {
+                **e, "family": fam, "label": f"{entry['label']}, scaled by spec to {name}, {e['network']} collectives"}
+            out[name] = {**today, "eras": {"2024": {"family": vidur, "label": e["label"]}}}
+    return out
+
+
 def engine_gemm_rows(table: pd.DataFrame) -> pd.DataFrame:
     """:mod:`.engine_gemms`' rows in :func:`gemm_rows`' columns (each GEMM its own ``layer``)."""
     return pd.DataFrame({"gpu": table["gpu"], "model": "", "tp": 1, "op": "gemm", "layer": range(len(table)),
@@ -509,7 +531,7 @@ def fit_constants(path: str | os.PathLike | None = None, *, linear: pd.DataFrame
         families[fam]["gpu"] = PROFILED_GPUS[fam]
     for fam, entry in engine_families(_engine.rows(), families, _engine_attention.rows()).items():
         families[fam] = entry
-        gpus[entry["gpu"]] = _gpu_entry(fam, entry, gpus, networks)
+        gpus.update(_with_engine_family(fam, entry, gpus, networks))
     for fam, entry in profile_families(_op.layers(), _op.attention()).items():
         families[fam] = entry
         gpus[entry["gpu"]] = {**_gpu_entry(fam, entry, gpus, networks), "extrapolate": False}
@@ -520,9 +542,10 @@ def fit_constants(path: str | os.PathLike | None = None, *, linear: pd.DataFrame
                                  "stacks": {}, "fa2_mixed_decode": fa2_mixed_decode(families)}
     batches = _data.sarathi_batches(path)
     fit_rows = batches[(batches["source"].str.startswith("figure-2")) & ~batches["warmup"]]
-    gpu_only = build(SARATHI_MODEL, SARATHI_GPU, tp=SARATHI_TP, constants=constants, stack="none")
+    gpu_only = build(SARATHI_MODEL, SARATHI_GPU, tp=SARATHI_TP, constants=constants, stack="none",
+                     kernels=SARATHI_KERNELS)
     constants["stacks"][SARATHI_STACK] = {"label": "Sarathi-Serve OSDI'24 batch overheads",
-                                          **fit_stack(gpu_only, fit_rows)}
+                                          "kernels": SARATHI_KERNELS, **fit_stack(gpu_only, fit_rows)}
     constants["sources"] = SOURCES
     return constants
 
@@ -535,7 +558,7 @@ SOURCES = {
     "llmservingsim": "casys-kaist/LLMServingSim commit 5daddb2, profiler/perf/{RTX4090,RTXPRO6000}/*/*/bf16/ (MIT): "
                      "tp*/dense.csv, attention.csv, per_sequence.csv, reduced in data/costmodels/op_profiles_*.csv",
     "aiconfigurator": "ai-dynamo/aiconfigurator commit 095f58a, aic-core/src/aiconfigurator_core/systems/data/"
-                      "{h100_sxm,h200_sxm,l40s}/{gemm,attention}/vllm/0.14.0, b200_sxm/{gemm,attention}/vllm/0.19.0 "
+                      "{a100_sxm,h100_sxm,h200_sxm,l40s}/{gemm,attention}/vllm/0.14.0, b200_sxm/{gemm,attention}/vllm/0.19.0 "
                       "gemm_perf.parquet, context_attention_perf.parquet and generation_attention_perf.parquet "
                       "(Apache-2.0), reduced in data/costmodels/engine_gemms.csv and engine_attention.csv",
     "host_collectives": "casys-kaist/LLMServingSim profiler/perf/RTXPRO6000/hardware.yaml (MIT): commit e08dc38 "

@@ -8,6 +8,12 @@ One iteration on one GPU (one pipeline stage of ``layers`` layers, ``tp`` GPUs p
 for ``T`` tokens computed, ``P`` causal (query, key) pairs, ``K`` KV tokens read (context after
 the iteration, summed over sequences) and ``S`` sequences scheduled:
 
+Kernel eras: a GPU whose serving engine's kernels were measured (:mod:`.engine_gemms`,
+:mod:`.engine_attention`: vLLM 0.14-0.19) and that Vidur profiled in 2024 (A100, H100) has both;
+the engine's are the default, and ``kernels="2024"`` (:data:`KERNEL_ERAS`; what the stacks fitted
+to 2024 servers state: ``"vllm-v0"``, ``"sarathi-serve"``) prices it from Vidur's 2024 profiles and
+collective curves instead, as the servers of that time ran.
+
 * **linear(T)**: the layer's four GEMMs (QKV, attention output, MLP up (+ gate), MLP down), each
   ``T x k @ k x n`` (per-GPU shapes under TP; MLA's projections below) priced by the GPU's fitted GEMM curve
   (:class:`GemmCurve`): a smooth maximum of the bytes moved over a fitted bandwidth and the
@@ -24,7 +30,7 @@ the iteration, summed over sequences) and ``S`` sequences scheduled:
   GPU by the ratio of its spec HBM bandwidth (the byte term) and dense peak (the token and FLOP
   terms) to the A100's, at least its KV bytes over HBM and its FLOPs over peak; a GPU whose
   engine's own attention kernels were measured (:mod:`.engine_attention`: vLLM's FlashAttention or
-  FlashInfer on the H100-SXM, H200, B200 and L40S, the release of its GEMM table) has the same terms
+  FlashInfer on the A100-80GB-SXM, H100-SXM, H200, B200 and L40S, the release of its GEMM table) has the same terms
   fitted to them (on the H100, FA3 prefills about twice as fast as the A100 profile carried); a GPU
   with an engine's own attention profile (:mod:`.op_profiles`) has its own terms, and one more: seconds
   per decode KV byte read in a batch that also prefills (vLLM 0.19 runs such a batch in one
@@ -92,6 +98,8 @@ from ..backend import array_namespace
 from ..specs import NO_P2P, WEIGHT_DTYPES, GPUSpec, ModelSpec, gpu as _gpu, model as _model
 
 CONSTANTS_PATH = DATA_DIR / "costmodels" / "measured.json"
+#: The kernel eras a cost model can be asked for besides today's (None): "2024", Vidur's profiles.
+KERNEL_ERAS = ("2024",)
 
 
 def _maximum(a: Any, b: Any) -> Any:
@@ -223,6 +231,9 @@ class MeasuredCostModel:
     gpu_time_scale, overhead_s, overhead_s_per_seq : float
         A serving stack's terms (:mod:`.stacks`): scale on the GPU time, CPU seconds per
         iteration and per sequence.
+    kernels : str or None
+        The kernel era the terms rest on (module note): None for today's engines' kernels, ``"2024"``
+        where they are Vidur's 2024 profiles.
     linear_flops_per_token, attention_flops_per_pair : float
         FLOPs per token of the linear layers and per attention pair (per GPU, whole stage), as in
         the roofline (facts of the model, for FLOP accounting).
@@ -276,6 +287,7 @@ class MeasuredCostModel:
     gpu_time_scale: float = 1.0
     overhead_s: float
     overhead_s_per_seq: float
+    kernels: str | None = None
     linear_flops_per_token: float
     attention_flops_per_pair: float
 
@@ -582,8 +594,17 @@ def _precision_notes(m: ModelSpec, flops_ratio: float) -> list[str]:
     return []
 
 
+def check_kernels(kernels: str | None) -> str | None:
+    """``kernels`` when it is None (today's engine kernels) or one of :data:`KERNEL_ERAS`, else ``ValueError``."""
+    if kernels is not None and kernels not in KERNEL_ERAS:
+        raise ValueError(f"kernels must be None (today's engines' measured kernels) or one of "
+                         f"{', '.join(KERNEL_ERAS)}, got {kernels!r}")
+    return kernels
+
+
 def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 1,
-          constants: Mapping[str, Any], stack: str = "none", ep: int = 1) -> MeasuredCostModel:
+          constants: Mapping[str, Any], stack: str = "none", ep: int = 1,
+          kernels: str | None = None) -> MeasuredCostModel:
     """The :class:`MeasuredCostModel` of ``model`` on ``gpu`` from the ``constants`` dictionary.
 
     :func:`measured` calls it with the shipped constants; :mod:`.fit` with freshly fitted ones.
@@ -592,7 +613,9 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
     the dense peak ratio, collective bandwidth by the interconnect ratio; its label says so.
     Attention (profiled on one A100, unless the GPU's family has its own) reaches every GPU the same way. ``ValueError`` names why
     when the constants cannot price the pair (:func:`unsupported`). ``ep`` is the expert-parallel
-    degree of a mixture of experts (:meth:`MeasuredCostModel.layer_linear_s`).
+    degree of a mixture of experts (:meth:`MeasuredCostModel.layer_linear_s`). ``kernels``: the kernel
+    era (module note; None: today's, or the one the ``stack`` states); a GPU without that era's
+    measurements keeps today's.
     """
     m, g = _model(model), _gpu(gpu)
     tp, pp, ep = v.positive_int(tp, "tp"), v.positive_int(pp, "pp"), v.positive_int(ep, "ep")
@@ -605,16 +628,19 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
     if why is not None:
         raise ValueError(f"the measured cost model cannot price {m.name} on {g.name} with tp={tp}: {why}")
     ref = reference_gpu(g, constants)
-    entry = constants["gpus"][ref]
+    stacks = constants.get("stacks", {})
+    if stack != "none" and stack not in stacks:
+        raise ValueError(f"stack {stack!r} is not one of {', '.join(['none', *stacks])}")
+    over = {"overhead_s": 0.0, "overhead_s_per_seq": 0.0, "label": ""} if stack == "none" else stacks[stack]
+    asked = check_kernels(kernels or over.get("kernels"))
+    era = constants["gpus"][ref].get("eras", {}).get(asked)
+    entry = {k: e for k, e in constants["gpus"][ref].items() if k != "engine_all_reduce"} | era if era \
+        else constants["gpus"][ref]  # an era's own family, label and collectives (no engine all-reduce)
     fam = constants["families"][entry["family"]]
     prof = _gpu(fam["gpu"])  # the GPU the family's profiles ran on
     bw = g.hbm_bandwidth_bytes_per_s / prof.hbm_bandwidth_bytes_per_s
     fl = g.gemm_flops_per_s("bf16") / prof.gemm_flops_per_s("bf16")
     net, ic, p2p_note = collectives_of(g, ref, constants)
-    stacks = constants.get("stacks", {})
-    if stack != "none" and stack not in stacks:
-        raise ValueError(f"stack {stack!r} is not one of {', '.join(['none', *stacks])}")
-    over = {"overhead_s": 0.0, "overhead_s_per_seq": 0.0, "label": ""} if stack == "none" else stacks[stack]
     ar_latency, ar_per_byte = _allreduce_fit(net, tp) if tp > 1 else (0.0, 0.0)
     ar_per_byte /= ic
     # vLLM's own TP all-reduce where measured on this GPU at this TP, with P2P: its custom line below the
@@ -666,7 +692,8 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
     weights = g.gemm_flops_per_s(m.weight_dtype) / peak_flops  # FP8 weights: the FP8/BF16 dense-peak ratio
     layer_gemm = replace(head, flops_per_s=head.flops_per_s * weights, weight_bytes=WEIGHT_DTYPES[m.weight_dtype],
                          peak_flops_per_s=g.gemm_flops_per_s(m.weight_dtype))
-    notes = [*(["MLA: latent cache, absorbed decode"] if m.is_mla else []), *_precision_notes(m, weights),
+    notes = [*([f"{asked} kernels: {fam['label']}"] if era and ref != g.name else []),
+             *(["MLA: latent cache, absorbed decode"] if m.is_mla else []), *_precision_notes(m, weights),
              *([f"FA2 mixed batches: decodes beside a prefill chunk read KV x{1 + fa2['ratio']:.2f} (the RTX cards' "
                 "measured vLLM penalty; none in prefill-first batches)"]
                if carried_mixed else []),
@@ -698,14 +725,14 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
         custom_allreduce_s_per_byte=engine_ar["small"]["s_per_byte"] if engine_ar else 0.0,
         p2p_latency_s=p2p_latency, p2p_s_per_byte=1.0 / (p2p_bytes_per_s * ic),
         ring_factor=2.0 * (tp - 1) / tp, interconnect_bytes_per_s=g.peer_bytes_per_s,
-        overhead_s=over["overhead_s"], overhead_s_per_seq=over["overhead_s_per_seq"],
+        overhead_s=over["overhead_s"], overhead_s_per_seq=over["overhead_s_per_seq"], kernels=asked if era else None,
         linear_flops_per_token=2.0 * (m.num_active_params or m.num_params) / (tp * pp),
         attention_flops_per_pair=flops_per_pair_layer * layers,
     )
 
 
 def measured(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 1,
-             stack: str = "none", ep: int = 1) -> MeasuredCostModel:
+             stack: str = "none", ep: int = 1, kernels: str | None = None) -> MeasuredCostModel:
     """The measured :class:`MeasuredCostModel` of ``model`` on ``gpu`` with TP x PP GPUs.
 
     Parameters
@@ -719,5 +746,7 @@ def measured(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int
     stack : str
         Serving stack whose CPU overheads apply (a key of the constants' ``stacks``:
         ``"sarathi-serve"``), or ``"none"`` (default) for GPU time only.
+    kernels : str or None
+        The kernel era (module note): None (today's engines' kernels, or the stack's era), ``"2024"``.
     """
-    return build(model, gpu, tp=tp, pp=pp, constants=constants(), stack=stack, ep=ep)
+    return build(model, gpu, tp=tp, pp=pp, constants=constants(), stack=stack, ep=ep, kernels=kernels)

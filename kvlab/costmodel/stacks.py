@@ -38,6 +38,7 @@ import numpy as np
 
 from .._paths import DATA_DIR
 from .._validate import read_text_file, write_text_atomically
+from .measured import KERNEL_ERAS
 
 STACK_DIR = DATA_DIR / "costmodels"
 #: The JSON key (and format version) that marks a kvlab cost-model file.
@@ -50,8 +51,9 @@ class StackTerms:
     """A serving stack's terms (seconds; the scale is a ratio) and what they rest on.
 
     ``base`` is the cost-model source the terms were fitted on top of (``None``: the default,
-    measured where the GPU has measurements, else the roofline). ``meta`` keeps the fit's record
-    (runs, held-out errors, the command that remakes it).
+    measured where the GPU has measurements, else the roofline) and ``kernels`` the measured model's
+    kernel era (:data:`kvlab.costmodel.measured.KERNEL_ERAS`; None: today's engines'), the one its runs'
+    servers ran. ``meta`` keeps the fit's record (runs, held-out errors, the command that remakes it).
     """
 
     name: str
@@ -61,6 +63,7 @@ class StackTerms:
     overhead_s_per_request: float = 0.0
     overlap: bool = False
     base: str | None = None
+    kernels: str | None = None
     label: str = ""
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
@@ -72,6 +75,9 @@ class StackTerms:
             raise ValueError(f"stack {self.name}: gpu_time_scale must be > 0, got {self.gpu_time_scale!r}")
         if self.base not in (None, "measured", "roofline"):
             raise ValueError(f"stack {self.name}: base must be measured, roofline or null, got {self.base!r}")
+        if self.kernels is not None and self.kernels not in KERNEL_ERAS:
+            raise ValueError(f"stack {self.name}: kernels must be null or one of {', '.join(KERNEL_ERAS)}, "
+                             f"got {self.kernels!r}")
 
     def describe(self) -> str:
         """The terms in words, as results state them."""
@@ -87,6 +93,7 @@ class StackTerms:
     def to_dict(self) -> dict[str, Any]:
         """The cost-model file's JSON object."""
         return {FORMAT_KEY: FORMAT_VERSION, "name": self.name, "label": self.label, "base": self.base,
+                **({"kernels": self.kernels} if self.kernels else {}),
                 "stack": {"overhead_s": float(self.overhead_s), "overhead_s_per_seq": float(self.overhead_s_per_seq),
                           "gpu_time_scale": float(self.gpu_time_scale),
                           "overhead_s_per_request": float(self.overhead_s_per_request),
@@ -142,9 +149,12 @@ def load(path_or_name: str | Path) -> StackTerms:
     overlap = st.get("overlap", False)
     if not isinstance(overlap, bool):
         raise ValueError(f"cost-model file {p}: stack overlap must be true or false, got {overlap!r}")
-    meta = {k: v for k, v in data.items() if k not in (FORMAT_KEY, "name", "label", "base", "stack")}
-    return StackTerms(name=str(data.get("name") or p.stem), label=str(data.get("label") or ""),
-                      base=data.get("base"), meta=meta, overlap=overlap, **terms)
+    meta = {k: v for k, v in data.items() if k not in (FORMAT_KEY, "name", "label", "base", "kernels", "stack")}
+    try:
+        return StackTerms(name=str(data.get("name") or p.stem), label=str(data.get("label") or ""),
+                          base=data.get("base"), kernels=data.get("kernels"), meta=meta, overlap=overlap, **terms)
+    except ValueError as exc:
+        raise ValueError(f"cost-model file {p}: {exc}") from None
 
 
 def save(terms: StackTerms, path: str | Path) -> Path:

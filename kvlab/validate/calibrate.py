@@ -171,6 +171,17 @@ def runs_overlap(runs: Sequence[RunRecord]) -> bool:
     return modes.pop()
 
 
+def runs_kernels(runs: Sequence[RunRecord]) -> str | None:
+    """The kernel era the runs' engines ran (:attr:`.records.SetUp.kernels`), which the stack is fitted on
+    and states; runs of different eras are refused (one stack rests on one base model)."""
+    eras = {r.setup.kernels for r in runs}
+    if len(eras) > 1:
+        raise ValueError("runs of engines with different kernel eras ("
+                         + ", ".join(sorted(f"{r.name}: {r.setup.engine}" for r in runs))
+                         + "): one stack rests on one base model; calibrate each engine's runs on their own")
+    return eras.pop()
+
+
 def fit(runs: Sequence[RunRecord], *, name: str = "calibrated", fit_scale: bool | str = "auto",
         base: str | None = None, max_steps: int = 8, tol: float = 0.01, start: StackTerms | None = None,
         overlap: bool | None = None) -> Fit:
@@ -207,17 +218,17 @@ def fit(runs: Sequence[RunRecord], *, name: str = "calibrated", fit_scale: bool 
         raise ValueError(f"fit_scale must be True, False or 'auto', got {fit_scale!r}")
     if overlap is None:
         overlap = runs_overlap(runs)
+    kernels = runs_kernels(runs)
     if overlap and start is None:
         add = fit(runs, name=name, fit_scale=fit_scale, base=base, max_steps=max_steps, tol=tol, overlap=False).terms
         start = replace(add, overlap=True)
-    terms = start or StackTerms(name=name, base=base)
+    terms = start or StackTerms(name=name, base=base, kernels=kernels)
     if fit_scale == "auto" and len({r.setup.gpu for r in runs}) > 1:
         fit_scale = False  # one scale cannot stand for several GPUs' kernels
     fit_front = any(r.setup.client_clock for r in runs)
     residual, use_scale, step = float("nan"), fit_scale is True, 0
     for step in range(1, max_steps + 1):
-        reps = [replay(r, cost_model=None if base is None else base, stack=None, front_end=0.0)
-                if step == 1 and start is None else _replay_with(r, terms) for r in runs]
+        reps = [_replay_with(r, terms) for r in runs]  # the first step: terms of 0 (or the start's)
         a_rows = _rows(reps, terms)
         if fit_scale == "auto":
             x1, r1 = _solve(a_rows, False, fit_front)
@@ -229,11 +240,21 @@ def fit(runs: Sequence[RunRecord], *, name: str = "calibrated", fit_scale: bool 
         old = np.array([terms.gpu_time_scale, terms.overhead_s, terms.overhead_s_per_seq, terms.overhead_s_per_request])
         new = old + 0.7 * (x - old) if step > 2 else x  # damped after two full steps: queues respond non-linearly
         new[1:] = np.where(new[1:] < 1e-9, 0.0, new[1:])  # a term at its bound of 0 (the solver stops 1e-10 inside)
-        terms = StackTerms(name=name, base=base, gpu_time_scale=float(new[0]), overhead_s=float(new[1]),
+        terms = StackTerms(name=name, base=base, kernels=kernels, gpu_time_scale=float(new[0]), overhead_s=float(new[1]),
                            overhead_s_per_seq=float(new[2]), overhead_s_per_request=float(new[3]), overlap=overlap)
         if np.all(np.abs(new - old) <= tol * np.maximum(np.abs(old), [1e-3, 1e-4, 1e-5, 1e-4])):
             break
+    if overlap and not any(_cpu_binds(rep, terms) for rep in reps):  # the ridge's remnant of a term no run shows
+        terms = replace(terms, overhead_s=0.0, overhead_s_per_seq=0.0)
     return Fit(terms=terms, steps=step, residual=residual, scale_fitted=bool(use_scale))
+
+
+def _cpu_binds(rep: Replay, terms: StackTerms) -> bool:
+    """Whether ``terms``' CPU time would bind (exceed the GPU's) in any iteration of ``rep`` (replayed with
+    terms whose CPU time bound none of them, so each iteration's duration is its GPU time)."""
+    return any(bool(np.any((it["duration_s"].to_numpy() > 0) & (terms.overhead_s + terms.overhead_s_per_seq
+                                                                 * it["batch_size"].to_numpy() >= it["duration_s"].to_numpy())))
+               for it in rep.iterations)
 
 
 def _replay_with(record: RunRecord, terms: StackTerms) -> Replay:
@@ -242,7 +263,8 @@ def _replay_with(record: RunRecord, terms: StackTerms) -> Replay:
     from ..costmodel.stacks import apply
 
     s = record.setup
-    cost = apply(cost_model(s.model, s.gpu_spec, tp=s.tp, source=terms.base, ep=s.expert_parallel), terms)
+    cost = apply(cost_model(s.model, s.gpu_spec, tp=s.tp, source=terms.base, ep=s.expert_parallel,
+                            kernels=terms.kernels), terms)
     return replay(record, cost_model=cost, front_end=terms.overhead_s_per_request if s.client_clock else 0.0)
 
 
@@ -334,6 +356,6 @@ def calibrate(runs: Sequence[RunRecord], *, name: str, label: str = "", command:
             "median_abs_err": {m: float(loo[f"{m}_mean_err"].abs().median()) for m in ("ttft", "e2e", "tpot")},
             "overload_right": int(loo["overload_right"].sum())}
     return StackTerms(name=name, label=label or f"{name} (fitted to {len(runs)} measured runs)", base=base,
-                      gpu_time_scale=f.terms.gpu_time_scale, overhead_s=f.terms.overhead_s,
+                      kernels=f.terms.kernels, gpu_time_scale=f.terms.gpu_time_scale, overhead_s=f.terms.overhead_s,
                       overhead_s_per_seq=f.terms.overhead_s_per_seq,
                       overhead_s_per_request=f.terms.overhead_s_per_request, overlap=f.terms.overlap, meta=meta)

@@ -33,6 +33,8 @@ CLIENT_QUEUE = "client_queue_s"
 
 #: Engine schedulers kvlab replays: V1's chunked prefill, V0's whole prefills that stall decodes.
 SCHEDULERS = ("chunked", "prefill_first")
+#: The kernel era of an engine whose servers ran other kernels than today's (:attr:`SetUp.kernels`).
+KERNELS_OF_ENGINE = {"vllm-v0": "2024"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -183,6 +185,13 @@ class SetUp:
             return False
         parts = [int(x) for x in re.findall(r"\d+", self.server_version)[:2]]
         return len(parts) < 2 or tuple(parts) >= ASYNC_DEFAULT_SINCE
+
+    @property
+    def kernels(self) -> str | None:
+        """The kernel era the measured model prices the run on (:data:`kvlab.costmodel.measured.KERNEL_ERAS`):
+        ``"2024"`` for vLLM V0 (its servers ran the kernels Vidur profiled in 2024), None (today's engines'
+        measured kernels) for the others."""
+        return KERNELS_OF_ENGINE.get(self.engine)
 
     @property
     def gpu_spec(self) -> GPUSpec:

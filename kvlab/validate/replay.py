@@ -95,18 +95,22 @@ def client_send_times(arrival_s: np.ndarray, finish_s: np.ndarray, cap: int | No
     return sent
 
 
-def expert_parallel_cost(record: RunRecord, cost_model: Any, stack: str | None) -> tuple[Any, str] | None:
-    """The cost-model object and stack name of an expert-parallel run (``simulate``'s ``cost_model``
-    and ``stack`` arguments cannot carry the EP degree), or None for any other run or an object."""
+def run_cost(record: RunRecord, cost_model: Any, stack: str | None) -> tuple[Any, str] | None:
+    """The cost-model object and stack name of a run that ``simulate``'s ``cost_model`` and ``stack``
+    arguments cannot describe: an expert-parallel one (the EP degree), or one whose engine ran another
+    kernel era (:attr:`.records.SetUp.kernels`; a named cost-model file prices on its own era instead).
+    None for any other run, or where ``cost_model`` is an object."""
     from ..costmodel import cost_model as build
     from ..costmodel.stacks import is_cost_model_file
 
     s = record.setup
-    if s.expert_parallel == 1 or not (cost_model is None or isinstance(cost_model, str)):
+    if (s.expert_parallel == 1 and s.kernels is None) or not (cost_model is None or isinstance(cost_model, str)):
         return None
     named = cost_model if isinstance(cost_model, str) and is_cost_model_file(cost_model) else stack
     source = None if cost_model is None or named is cost_model else cost_model
-    cost = build(s.model, s.gpu_spec, tp=s.tp, source=source, stack=named or "none", ep=s.expert_parallel)
+    file = named is not None and is_cost_model_file(named)
+    cost = build(s.model, s.gpu_spec, tp=s.tp, source=source, stack=named or "none", ep=s.expert_parallel,
+                 kernels=None if file else s.kernels)
     return cost, named or "none"
 
 
@@ -136,9 +140,9 @@ def replay(record: RunRecord, *, cost_model: Any = None, stack: str | None = Non
     front = front_end_s(record, cost_model, stack) if front_end is None else float(front_end)
 
     s = record.setup
-    ep_cost = expert_parallel_cost(record, cost_model, stack)
-    if ep_cost is not None:
-        cost_model, stack = ep_cost[0], None
+    built = run_cost(record, cost_model, stack)
+    if built is not None:
+        cost_model, stack = built[0], None
     work = record.workload()
     max_out = int(work["output_tokens"].max())
     m = _model(s.model)
@@ -172,7 +176,7 @@ def replay(record: RunRecord, *, cost_model: Any = None, stack: str | None = Non
              for k in range(s.dp)] if s.dp > 1 else [it]
     end_s = float((it["start_s"] + it["duration_s"]).max())
     return Replay(record=record, predicted=pred, iterations=tuple(iters), cost_model=res.params["cost_model"],
-                  stack=ep_cost[1] if ep_cost is not None else res.params["stack"],
+                  stack=built[1] if built is not None else res.params["stack"],
                   pool_pages=int(res.params["pool_pages"]),
                   makespan_s=end_s + front - float(work["arrival_s"].min()), front_end_s=front)
 

@@ -3,7 +3,9 @@
 :func:`trust` reads committed derived figures, never typed-in ones:
 ``data/costmodels/real_server_errors.csv``, one row per measured run of ``../shared/data/serving``
 and stack: the default cost model (stack "none", nothing fitted to these runs) and each fitted
-stack's *held-out* error (leave-one-run-out, from the stack's cost-model file). ``python -m
+stack's *held-out* error (leave-one-run-out, from the stack's cost-model file), with the kernel era
+each was priced on (``kernels``: the run's engine's, or the stack's); an answer counts only the runs
+priced on its own era. ``python -m
 kvlab.validate`` remakes the stacks and this file from the shared runs.
 """
 from __future__ import annotations
@@ -17,8 +19,8 @@ from .._paths import DATA_DIR
 from ..specs import NO_P2P
 
 ERRORS_PATH = DATA_DIR / "costmodels" / "real_server_errors.csv"
-COLUMNS = ("dataset", "run", "gpu", "model", "stack", "held_out", "ttft_mean_err", "e2e_mean_err", "tpot_mean_err",
-           "overload_right", "cost_model")
+COLUMNS = ("dataset", "run", "gpu", "model", "stack", "kernels", "held_out", "ttft_mean_err", "e2e_mean_err",
+           "tpot_mean_err", "overload_right", "cost_model")
 
 
 def gpu_family(gpu: str) -> str:
@@ -37,6 +39,22 @@ def stack_of(cost_model: Any, stack: str | None = None) -> str:
     if terms is not None:
         return terms.name
     return stack or "none"
+
+
+def kernels_of(cost_model: Any, stack: str | None = None) -> str:
+    """The kernel era (:data:`kvlab.costmodel.measured.KERNEL_ERAS`, ``"today"`` for None) a ``cost_model`` /
+    ``stack`` pair prices with: a cost-model file's, a model object's (or its base's), a named stack's."""
+    from ..costmodel.measured import constants
+    from ..costmodel.stacks import load, named_file
+
+    named = named_file(cost_model, stack)
+    if named:
+        era = load(named).kernels
+    elif cost_model is not None and not isinstance(cost_model, str):
+        era = getattr(cost_model, "kernels", getattr(getattr(cost_model, "base", None), "kernels", None))
+    else:
+        era = constants().get("stacks", {}).get(stack or "none", {}).get("kernels")
+    return era or "today"
 
 
 def _medians(rows: pd.DataFrame) -> str:
@@ -82,8 +100,8 @@ def _validated(cost_model: Any, gpu: str, stack: str | None, family: str) -> str
     who = f"real servers ({family + ', ' if family else ''}stack {st}{' = GPU time only, none fitted' if st == 'none' else ''})"
     if not ERRORS_PATH.exists():
         return f"{who}: no validation figures shipped ({ERRORS_PATH.name} absent)"
-    df = pd.read_csv(ERRORS_PATH)
-    mine = df[df["stack"] == st]
+    df = pd.read_csv(ERRORS_PATH, dtype={"kernels": str})
+    mine = df[(df["stack"] == st) & (df["kernels"] == kernels_of(cost_model, stack))]  # runs priced on its kernels
     if cost_model in ("measured", "roofline"):  # a source asked for by name: only runs priced by it
         mine = mine[mine["cost_model"].astype(str).str.startswith(cost_model)]
     rows = mine[mine["gpu"].map(gpu_family) == fam]
@@ -115,12 +133,13 @@ def regenerate(path=ERRORS_PATH) -> pd.DataFrame:
     rows = []
     for r in runs:
         c = compare(replay(r))
-        rows.append({**{k: c[k] for k in COLUMNS if k in c}, "stack": "none", "held_out": False})
+        rows.append({**{k: c[k] for k in COLUMNS if k in c}, "stack": "none", "kernels": r.setup.kernels or "today",
+                     "held_out": False})
     for name in named_stacks():
-        ho = load(name).meta.get("held_out")
-        for row in (ho or {}).get("runs", []):
+        terms = load(name)
+        for row in (terms.meta.get("held_out") or {}).get("runs", []):
             rows.append({**{k: row[k] for k in COLUMNS if k in row}, "model": row.get("model", ""),
-                         "stack": name, "held_out": True})
+                         "stack": name, "kernels": terms.kernels or "today", "held_out": True})
     df = pd.DataFrame(rows)[list(COLUMNS)]
     df.to_csv(path, index=False, float_format="%.5g")
     return df
