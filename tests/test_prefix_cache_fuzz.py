@@ -52,7 +52,8 @@ def cases(draw):
         hash_ids.append([100 * template + j for j in range(keep)] + own)
     policy = draw(st.sampled_from(sorted(policy_names())))
     kw = dict(block_size=bs, hash_block_tokens=hash_tokens, pool_pages=draw(st.integers(1, 60)),
-              scheduler=draw(st.sampled_from(["chunked", "prefill_first"])), max_new_tokens=draw(st.integers(1, 80)),
+              scheduler=draw(st.sampled_from(["chunked", "prefill_first", "prefill_first_chunked"])),
+              max_new_tokens=draw(st.integers(1, 80)),
               max_num_seqs=draw(st.integers(1, 10)), max_num_batched_tokens=bs * draw(st.integers(1, 12)),
               seed=draw(st.integers(0, 3)))
     if draw(st.booleans()):
@@ -108,7 +109,8 @@ def test_compiled_prefix_cache_equals_the_reference(path, monkeypatch):
 def test_the_fuzz_reaches_hits_evictions_and_preemptions():
     """Within the budget the cases hit the cache, evict cached blocks (a hit lost), preempt and
     readmit onto cached blocks (saved > first hit), share pages, and use non-power-of-two blocks."""
-    seen = dict(ran=0, hit=0, readmitted_hit=0, shared=0, cached_free=0, odd_block=0, prefill_first=0)
+    seen = dict(ran=0, hit=0, readmitted_hit=0, shared=0, cached_free=0, odd_block=0, prefill_first=0,
+                prefill_first_chunked=0)
 
     @settings(max_examples=min(EXAMPLES, 120), derandomize=True, deadline=None, database=None)
     @given(case=cases())
@@ -117,6 +119,7 @@ def test_the_fuzz_reaches_hits_evictions_and_preemptions():
         res = _run(work, policy, "reference", kw)
         seen["odd_block"] += kw["block_size"] & (kw["block_size"] - 1) != 0
         seen["prefill_first"] += kw["scheduler"] == "prefill_first"
+        seen["prefill_first_chunked"] += kw["scheduler"] == "prefill_first_chunked"
         if isinstance(res, str):
             return
         r, it = res.requests, res.iterations

@@ -59,7 +59,8 @@ SGLANG_FLAGS = [(("--model-path",), {}), (("--context-length",), {"type": int}),
                 (("--kv-cache-dtype",), {"choices": ["auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"],
                                          "default": "auto"}),
                 (("--enable-hierarchical-cache",), {"action": "store_true"}),
-                (("--hicache-ratio",), {"type": float, "default": 2.0}), (("--quantization",), {})]
+                (("--hicache-ratio",), {"type": float, "default": 2.0}), (("--quantization",), {}),
+                (("--enable-mixed-chunk",), {"action": "store_true"})]
 # launcher/src/main.rs of v3.3.7 (clap, kebab-case)
 TGI_FLAGS = [(("--model-id",), {}), (("--max-input-tokens",), {"type": int}), (("--max-total-tokens",), {"type": int}),
              (("--num-shard",), {"type": int, "default": 1}), (("--max-batch-prefill-tokens",), {"type": int}),
@@ -118,6 +119,8 @@ def test_every_printed_flag_parses_and_carries_the_simulated_value(s, g, tmp_pat
         assert s.policy_params["init_ratio"] == pytest.approx(0.7 * ns.schedule_conservativeness)
         assert ns.kv_cache_dtype == ("fp8_e4m3" if fp8 else "auto")
         assert ns.enable_hierarchical_cache == (s.overflow == "cpu offload") and ns.hicache_ratio == 2.0
+        # decodes wait behind prefill chunks unless --enable-mixed-chunk mixes them in (ServerArgs default False)
+        assert s.scheduler == ("chunked" if ns.enable_mixed_chunk else "prefill_first_chunked")
     elif s.system == "tgi":
         ns = _parser(*TGI_FLAGS).parse_args(argv)
         assert (ns.model_id, ns.max_input_tokens, ns.max_total_tokens, ns.num_shard) == \

@@ -206,6 +206,22 @@ def test_prefill_first_stalls_decodes_and_chunked_does_not():
     assert ch.iterations["prefill_tokens"].tolist() == [8, 6, 0]
 
 
+def test_prefill_first_chunked_stalls_decodes_behind_prefill_chunks():
+    """SGLang's default schedule (no --enable-mixed-chunk): the same three requests as above. Iteration 0 admits r0
+    (4 tokens) and r1's first 4 of 6; iteration 1 finishes r1's prefill (2) and admits r2 (4), with no decode: r0's
+    second token waits; iterations 2 and 3 decode (r1 and r2 end at 2, r0 at 3). Chunked mixes r0's decode into
+    iteration 1 and ends all three at 2."""
+    kw = dict(max_new_tokens=8, pool_pages=20, max_num_batched_tokens=8)
+    for engine in ("reference", "fast"):
+        res = run([4, 6, 4], [3, 2, 2], "reserve_max", scheduler="prefill_first_chunked", engine=engine, **kw)
+        assert col(res, "admitted_iter") == [0, 0, 1]
+        assert col(res, "first_token_iter") == [0, 1, 1]
+        assert col(res, "finish_iter") == [3, 2, 2]
+        assert res.iterations["prefill_tokens"].tolist() == [8, 6, 0, 0]
+        assert res.iterations["decode_tokens"].tolist() == [0, 0, 3, 1]
+        assert res.params["max_num_batched_tokens"] == 8
+
+
 def test_prefill_first_rejects_a_prompt_over_the_token_budget():
     res = run([9, 4], [2, 2], "vllm", scheduler="prefill_first", max_new_tokens=8, pool_pages=20,
               max_num_batched_tokens=8)

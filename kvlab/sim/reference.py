@@ -33,6 +33,11 @@ NOTE (the model; a fast engine must reproduce every integer below exactly)
   - prefill_first: if a waiting request can be admitted, the iteration admits waiting requests
     whole (their full prefill must fit the budget left) and runs no decode; otherwise it decodes
     every running request and resumes swapped ones.
+  - prefill_first_chunked (SGLang's default, ``--enable-mixed-chunk`` off): prefill work goes first
+    and never shares an iteration with a decode: running partial prefills take ``min(remaining, budget
+    left)`` tokens, then (if nothing was preempted) waiting requests are admitted as under chunked; only
+    an iteration that scheduled none of these decodes every running request and resumes swapped ones
+    (no admission). With requests swapped out it schedules as chunked without admission.
   At most ``max_num_seqs`` requests run.
 * Admission checks ``policy.can_admit(req, free_pages=unpromised pages, running)`` (a policy that
   ``reserves_first_chunk``, vLLM V1: whether the pages of its prefix-cache hit plus its first
@@ -217,6 +222,10 @@ class ReferenceEngine:
         step = _Step(k=self.k, start_s=self.now_s, budget_tokens=self.cfg.max_num_batched_tokens)
         if self.cfg.kind == SchedulerKind.PREFILL_FIRST and not self.swapped:
             self._admit_waiting(step, whole=True)
+        elif self.cfg.kind == SchedulerKind.PREFILL_FIRST_CHUNKED and not self.swapped:
+            self._schedule_running(step, decodes=False)
+            if not step.num_preempted:
+                self._admit_waiting(step, whole=False)
         if not step.chunks:
             self._schedule_running(step)
             if not step.num_preempted:
@@ -227,10 +236,11 @@ class ReferenceEngine:
             self.policy.end_schedule(num_preempted=step.num_preempted, running=self._batch(self.running))
         return step
 
-    def _schedule_running(self, step: _Step) -> None:
-        decodes = [r for r in self.running if r.is_decoding]
-        prefills = [r for r in self.running if not r.is_decoding]
-        for req in decodes + prefills:
+    def _schedule_running(self, step: _Step, *, decodes: bool = True) -> None:
+        """Running requests take ``min(remaining, budget left)`` tokens: decodes first (none unless
+        ``decodes``), then partial prefills, each in admission order."""
+        order = [r for r in self.running if r.is_decoding] if decodes else []
+        for req in order + [r for r in self.running if not r.is_decoding]:
             if req.status != RequestStatus.RUNNING or req in step.chunks:
                 continue  # preempted as a victim earlier in this loop
             if step.budget_tokens == 0:

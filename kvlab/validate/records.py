@@ -24,6 +24,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from ..sim.config import SchedulerKind
 from ..specs import NO_P2P, GPUSpec, gpu as _gpu
 
 #: Per-request columns a run record holds (times in seconds, lengths in tokens).
@@ -32,7 +33,7 @@ REQUEST_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "tpo
 CLIENT_QUEUE = "client_queue_s"
 
 #: Engine schedulers kvlab replays: V1's chunked prefill, V0's whole prefills that stall decodes.
-SCHEDULERS = ("chunked", "prefill_first")
+SCHEDULERS = tuple(k.value for k in SchedulerKind)
 #: The kernel era of an engine whose servers ran other kernels than today's (:attr:`SetUp.kernels`).
 KERNELS_OF_ENGINE = {"vllm-v0": "2024"}
 
@@ -62,8 +63,8 @@ class SetUp:
         Whether the host let its GPUs reach each other peer-to-peer (default); False where it
         blocked it (PCIe ACS or an IOMMU on): collectives through host memory
         (:attr:`kvlab.specs.GPUSpec.p2p`, :mod:`kvlab.costmodel.host_collectives`).
-    scheduler : {"chunked", "prefill_first"}
-        V1 chunked prefill, or V0 whole prefills (:func:`kvlab.simulate`'s ``scheduler``).
+    scheduler : {"chunked", "prefill_first", "prefill_first_chunked"}
+        V1 chunked prefill, V0 whole prefills, or SGLang's unmixed chunks (:func:`kvlab.simulate`'s ``scheduler``).
     max_num_seqs, max_num_batched_tokens, max_model_len, block_size : int
         Engine flags (``max_model_len`` None: the model's own context).
     pool_pages : int or None

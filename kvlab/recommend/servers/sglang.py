@@ -17,6 +17,15 @@ repository snapshot is larger than the fetch limit, so 0.5.23's tag could not be
 - ``model_runner.py`` and ``scheduler.py``: ``max_running_requests`` defaults to
   ``min(max_total_tokens // 2, clamp(max_total_tokens / context_len x 512, 2048, 4096))``
   (the request-slot pool), so thousands on a large pool.
+- Prefill before decode, never mixed by default: ``ServerArgs.enable_mixed_chunk`` is False
+  (``--enable-mixed-chunk``: "Enabling mixing prefill and decode in a batch when using chunked
+  prefill"), so ``Scheduler.is_mixed_chunk`` is False and ``scheduler.py``'s ``get_next_batch_to_run``
+  runs the prefill batch ``get_new_batch_prefill`` builds whenever there is one (the request being
+  chunked first, then waiting requests up to ``chunked_prefill_size`` tokens, the last one chunked)
+  and decodes the running batch only when there is none: kvlab's ``prefill_first_chunked`` scheduler.
+  With the flag, the running batch's decodes join the prefill batch (``mix_with_running``) and take
+  one token each of its budget (``PrefillAdder``'s ``num_mixed_decode_tokens``): the ``chunked``
+  scheduler, offered as a setting.
 - Overflow: a decode that runs out of pages retracts requests (recompute), and admission keeps
   ``new_token_ratio`` (scaled by ``--schedule-conservativeness``) of each running request's
   remaining output free.
@@ -66,7 +75,9 @@ class SGLang(ServerProfile):
     sources = ("sgl-project/sglang python/sglang/srt/server_args.py (_handle_gpu_memory_settings, ServerArgs)",
                "sgl-project/sglang python/sglang/srt/model_executor/model_runner.py (max_num_reqs)",
                "sgl-project/sglang python/sglang/srt/managers/scheduler.py (event_loop_overlap; "
-               "disable_overlap_schedule False in server_args.py)")
+               "disable_overlap_schedule False in server_args.py)",
+               "sgl-project/sglang python/sglang/srt/managers/scheduler.py (get_next_batch_to_run: prefill first; "
+               "is_mixed_chunk from ServerArgs.enable_mixed_chunk, False)")
     overflow = "retract (recompute) when decoding runs out of pages"
     prefix_cache = ("radix cache on by default (--disable-radix-cache turns it off); simulated "
                     "(kvlab.prefix_cache) when the trace carries block ids (hash_ids), at kvlab's block size "
@@ -86,13 +97,13 @@ class SGLang(ServerProfile):
         running = min(tokens // 2, min(max(int(tokens / context * 512), 2048), 4096))
         return {"chunked_prefill_size": chunk, "mem_fraction_static": frac, "max_running_requests": running,
                 "schedule_conservativeness": 1.0, "radix_cache": True, "kv_cache_dtype": "auto",
-                "enable_hierarchical_cache": False, "hicache_ratio": 2.0}
+                "enable_hierarchical_cache": False, "hicache_ratio": 2.0, "enable_mixed_chunk": False}
 
     def settings(self, ctx: Context) -> list[Setting]:
         d = self.defaults(ctx)
         chunk, frac, running = d["chunked_prefill_size"], d["mem_fraction_static"], d["max_running_requests"]
         base = self.base(policy="sglang", policy_params={"init_ratio": INIT_RATIO}, max_num_seqs=running,
-                         max_num_batched_tokens=chunk, gpu_memory_utilization=frac,
+                         scheduler="prefill_first_chunked", max_num_batched_tokens=chunk, gpu_memory_utilization=frac,
                          kv_cache_dtype=ctx.model.kv_cache_dtype,
                          flags={"--mem-fraction-static": frac, "--max-running-requests": running,
                                 "--chunked-prefill-size": chunk, "--schedule-conservativeness": 1.0})
@@ -103,6 +114,7 @@ class SGLang(ServerProfile):
                change(base, "max_running_requests", 256, "--max-running-requests", max_num_seqs=256),
                change(base, "chunked_prefill_size", other_chunk, "--chunked-prefill-size",
                       max_num_batched_tokens=other_chunk),
+               change(base, "enable_mixed_chunk", "on", "--enable-mixed-chunk", True, scheduler="chunked"),
                change(base, "mem_fraction_static", round(frac + 0.04, 3), "--mem-fraction-static",
                       gpu_memory_utilization=round(frac + 0.04, 3))]
         out += self.fp8_kv(base, ctx, "--kv-cache-dtype")

@@ -85,7 +85,8 @@ def _config(policy: Policy, cost_model: CostModel, pool: PoolConfig, scheduler: 
     C = np.array([bs, pool.num_pages, scheduler.max_num_batched_tokens, scheduler.max_num_seqs,
                   scheduler.kind == SchedulerKind.PREFILL_FIRST, policy.on_demand, mode, swap.cpu_pool_pages, shift,
                   admission, victim, state, policy.orders_queue, policy.max_new_tokens, *consts[:5], caching, every_column,
-                  scheduler.async_scheduling, as_rank, policy.reserves_first_chunk],
+                  scheduler.async_scheduling, as_rank, policy.reserves_first_chunk,
+                  scheduler.kind == SchedulerKind.PREFILL_FIRST_CHUNKED],
                  dtype=np.int64)
     compiled_cost = constants(cost_model) if forms and not as_rank else None
     kind, params = compiled_cost if compiled_cost is not None else (lp.COST_ASK, np.zeros(1))

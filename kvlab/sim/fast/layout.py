@@ -20,14 +20,14 @@ NUM_INT_STATE = 37  # under prefix caching USED_PAGES counts distinct pages, TAB
 NOW, START, ANSWER_S, PREV_START = 0, 1, 2, 3  # PREV_START: start of the iteration that ran into NOW (async), or -1
 NUM_FLOAT_STATE = 4
 # ---- stages of an iteration (S[STAGE])
-BETWEEN, WHOLE, RUNNING_PHASE, SWAPPED_PHASE, CHUNKED, END_SCHEDULE, EXECUTE = range(7)
+BETWEEN, WHOLE, RUNNING_PHASE, SWAPPED_PHASE, CHUNKED, END_SCHEDULE, EXECUTE, PREFILLS_PHASE, PREFILL_ADMIT = range(9)
 # ---- configuration: C (int64)
 BLOCK_SIZE, NUM_PAGES, MNBT, MAX_SEQS, PREFILL_FIRST, ON_DEMAND, MODE, CPU_POOL, SHIFT, ADMISSION, VICTIM, \
     STATE_RULE, ORDERED, MAX_NEW, CLIP, FLOOR_NUM, FLOOR_DEN, STEP_NUM, STEP_DEN, CACHING, EVERY_COLUMN, \
-    ASYNC, AS_RANK, FIRST_CHUNK = range(24)
-NUM_CONFIG = 24  # AS_RANK: a data-parallel rank (:mod:`kvlab.sim.data_parallel`): RANK_IDLE instead of a
+    ASYNC, AS_RANK, FIRST_CHUNK, PREFILL_CHUNKS = range(25)
+NUM_CONFIG = 25  # AS_RANK: a data-parallel rank (:mod:`kvlab.sim.data_parallel`): RANK_IDLE instead of a
 # clock jump, and every iteration's whole duration asked (ASK_COST); FIRST_CHUNK: the policy
-# reserves_first_chunk (vLLM V1's admission)
+# reserves_first_chunk (vLLM V1's admission); PREFILL_CHUNKS: the prefill_first_chunked scheduler
 MODE_RECOMPUTE, MODE_SWAP, MODE_REJECT = 0, 1, 2
 # compiled forms of the policy's rules (ASK: hand the question back to Python)
 ASK, OWN_PAGES, FUTURE_CHARGE, NEWEST, NO_STATE, RATIO_DECAY = 0, 1, 2, 3, 4, 5

@@ -55,11 +55,11 @@ from .layout import (  # every slot, column and code: one definition, shared wit
     NSTALE, NLIMBO, STAGE, BUDGET, NSCHED, NPREEMPTED, SWAP_PAGES, NABORTED, CURSOR, NUM_DEC, NUM_OTHER, CUR_R,
     CUR_CHUNK, HAS_ANSWER, ANSWER, ASK_R, ASK_FREE, ASK_TOKENS, ASK_PAIRS, ASK_KV, STATE0, STATE1, TABLE,
     CACHED_FREE, NFIN, NOW, START, ANSWER_S, PREV_START, BETWEEN, WHOLE, RUNNING_PHASE, SWAPPED_PHASE, CHUNKED,
-    END_SCHEDULE, EXECUTE, BLOCK_SIZE, NUM_PAGES, MNBT, MAX_SEQS, PREFILL_FIRST, ON_DEMAND, MODE, CPU_POOL, SHIFT,
-    ADMISSION, VICTIM, STATE_RULE, ORDERED, MAX_NEW, CLIP, FLOOR_NUM, FLOOR_DEN, STEP_NUM, STEP_DEN, CACHING,
-    EVERY_COLUMN, ASYNC, AS_RANK, FIRST_CHUNK, RANK_IDLE, MODE_SWAP, MODE_REJECT, OWN_PAGES, FUTURE_CHARGE,
-    NEWEST, NO_STATE, RATIO_DECAY, COST_ASK, PROMPT, GEN, COMP, RES, USED, TARGET, MAX_USED, MAX_RES, STATUS,
-    OUTPUT, CPU, NPRE, NSWAP, ABORT, HIT, SAVED, LAST_S,
+    END_SCHEDULE, EXECUTE, PREFILLS_PHASE, PREFILL_ADMIT, BLOCK_SIZE, NUM_PAGES, MNBT, MAX_SEQS, PREFILL_FIRST,
+    ON_DEMAND, MODE, CPU_POOL, SHIFT, ADMISSION, VICTIM, STATE_RULE, ORDERED, MAX_NEW, CLIP, FLOOR_NUM, FLOOR_DEN,
+    STEP_NUM, STEP_DEN, CACHING, EVERY_COLUMN, ASYNC, AS_RANK, FIRST_CHUNK, PREFILL_CHUNKS, RANK_IDLE, MODE_SWAP,
+    MODE_REJECT, OWN_PAGES, FUTURE_CHARGE, NEWEST, NO_STATE, RATIO_DECAY, COST_ASK, PROMPT, GEN, COMP, RES, USED,
+    TARGET, MAX_USED, MAX_RES, STATUS, OUTPUT, CPU, NPRE, NSWAP, ABORT, HIT, SAVED, LAST_S,
     MAX_TBT, ADM_S, FT_S, FIN_S, ADM_ITER, FT_ITER, FIN_ITER, F_RES_PAGES, F_ADM_PAGES, F_FITS, F_GEN, F_RES_TOKENS,
     F_RANK, CONTINUE, DONE, ROWS_FULL, STALE, NO_PROGRESS, ASK_ADMIT, ASK_VICTIM, ASK_END_SCHEDULE, ASK_COST,
     EXCEEDS_POOL, EXCEEDS_TOKEN_BUDGET, KV_EXCEEDS_POOL, PREEMPTED_REJECTED, R_K, R_BATCH, R_PREFILL, R_DECODE,
@@ -387,7 +387,8 @@ def _begin(S, F, C, Q, Fct, order, arrival, wq, limbo, fin, R, pg, blk, rb):  # 
     S[BUDGET] = C[MNBT]
     S[NSCHED] = S[NPREEMPTED] = S[SWAP_PAGES] = S[NABORTED] = 0
     S[CURSOR], S[CUR_R] = -1, -1
-    S[STAGE] = WHOLE if C[PREFILL_FIRST] and S[SW_LEN] == 0 else RUNNING_PHASE
+    S[STAGE] = RUNNING_PHASE if S[SW_LEN] else WHOLE if C[PREFILL_FIRST] else PREFILLS_PHASE if C[PREFILL_CHUNKS] \
+        else RUNNING_PHASE
     return CONTINUE
 
 
@@ -521,15 +522,18 @@ def _snapshot(S, Q, run, snap):  # pragma: no cover (compiled)
 
 
 @_jit
-def _schedule_running(S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, snap, wq, sw, stale, limbo, pg,
+def _schedule_running(decodes, S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, snap, wq, sw, stale, limbo, pg,
                       page_of, blk, rb):  # pragma: no cover (compiled)
-    """Running requests take ``min(remaining, budget left)`` tokens: decodes first, each in admission order.
+    """Running requests take ``min(remaining, budget left)`` tokens: decodes first (none unless ``decodes``),
+    each in admission order.
 
     A chunk within the request's promised pages is scheduled on local counters (the common case);
     one that needs more goes through :func:`_preempt_until_fits` on the state in ``S``.
     """
     if S[CURSOR] < 0:
         _snapshot(S, Q, run, snap)
+        if not decodes:
+            S[CURSOR] = S[NUM_DEC]
     half, num_dec, total = snap.shape[0] // 2, S[NUM_DEC], S[NUM_DEC] + S[NUM_OTHER]
     i, budget, nsched, num_used = S[CURSOR], S[BUDGET], S[NSCHED], S[USED_PAGES]
     while i < total:
@@ -568,6 +572,16 @@ def _schedule_running(S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, snap, 
         i, budget, nsched, num_used = S[CURSOR] + 1, S[BUDGET], S[NSCHED], S[USED_PAGES]
     S[CURSOR], S[BUDGET], S[NSCHED], S[USED_PAGES] = i, budget, nsched, num_used
     return CONTINUE
+
+
+@_jit
+def _decode_unless_scheduled(S):  # pragma: no cover (compiled)
+    """prefill_first_chunked: the stage after its prefill phases: the schedule's end when they scheduled work,
+    else the running phase from a fresh snapshot (every decode)."""
+    if S[NSCHED] > 0:
+        return END_SCHEDULE
+    S[CURSOR], S[CUR_R] = -1, -1
+    return RUNNING_PHASE
 
 
 # ------------------------------------------------------------------ running an iteration
@@ -671,13 +685,22 @@ def _iterate(S, F, C, page_copy_s, Q, Fct, T, E, order, arrival, wq, sw, run, sc
             ev = _admit_waiting(True, S, F, C, Q, Fct, T, E, wq, run, sched_ids, sched_chunk, pg, page_of, blk, rb)
             S[STAGE] = stage if ev != CONTINUE else RUNNING_PHASE if S[NSCHED] == 0 else END_SCHEDULE
         elif stage == RUNNING_PHASE:
-            ev = _schedule_running(S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, snap, wq, sw, stale, limbo,
-                                   pg, page_of, blk, rb)
+            ev = _schedule_running(True, S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, snap, wq, sw, stale,
+                                   limbo, pg, page_of, blk, rb)
             S[STAGE] = stage if ev != CONTINUE else SWAPPED_PHASE if S[NPREEMPTED] == 0 else END_SCHEDULE
         elif stage == SWAPPED_PHASE:
             ev = _resume_swapped(S, F, C, Q, Fct, T, E, sw, run, sched_ids, sched_chunk, pg, page_of, blk, rb)
             S[STAGE] = stage if ev != CONTINUE else CHUNKED if S[SW_LEN] == 0 and not C[PREFILL_FIRST] \
-                else END_SCHEDULE
+                and not C[PREFILL_CHUNKS] else END_SCHEDULE
+        elif stage == PREFILLS_PHASE:  # prefill_first_chunked: partial prefills, then admissions, no decode
+            ev = _schedule_running(False, S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, snap, wq, sw, stale,
+                                   limbo, pg, page_of, blk, rb)
+            if ev == CONTINUE:
+                S[STAGE] = PREFILL_ADMIT if S[NPREEMPTED] == 0 else _decode_unless_scheduled(S)
+        elif stage == PREFILL_ADMIT:
+            ev = _admit_waiting(False, S, F, C, Q, Fct, T, E, wq, run, sched_ids, sched_chunk, pg, page_of, blk, rb)
+            if ev == CONTINUE:
+                S[STAGE] = _decode_unless_scheduled(S)
         elif stage == CHUNKED:
             ev = _admit_waiting(False, S, F, C, Q, Fct, T, E, wq, run, sched_ids, sched_chunk, pg, page_of, blk, rb)
             S[STAGE] = stage if ev != CONTINUE else END_SCHEDULE
