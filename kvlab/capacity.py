@@ -144,9 +144,9 @@ class ServingConfig:
         Names in :mod:`kvlab.specs`.
     tp, pp : int
         Tensor-parallel GPUs per stage and pipeline stages (``tp x pp`` GPUs).
-    scheduler : {"chunked", "prefill_first", "prefill_first_chunked"}
-        Sarathi-Serve's stall-free chunked prefill, vLLM V0's prefill-first, or SGLang's chunked prefills
-        that stall decodes (:func:`kvlab.simulate`).
+    scheduler : {"chunked", "prefill_first", "prefill_first_chunked", "mixed_whole"}
+        Sarathi-Serve's stall-free chunked prefill, vLLM V0's prefill-first, SGLang's chunked prefills
+        that stall decodes, or TensorRT-LLM's whole prefills beside the decodes (:func:`kvlab.simulate`).
     max_num_batched_tokens : int, optional
         Token budget per iteration (tokens); the simulator's default when None.
     max_num_seqs : int

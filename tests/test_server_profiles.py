@@ -180,6 +180,7 @@ def test_vllm_v0_defaults():
 def test_sglang_memory_and_running_request_defaults(g, chunk, frac, running):
     d = _default("sglang", g, max_model_len=8192)
     assert (d.max_num_batched_tokens, d.gpu_memory_utilization, d.max_num_seqs) == (chunk, frac, running)
+    assert d.scheduler == "prefill_first_chunked"  # enable_mixed_chunk False: prefill chunks stall the decodes
     assert frac in (0.835, 0.836, 0.837)
     assert gpu(g).memory_bytes / MIB in (81559, 81920, 23034)
 
@@ -210,7 +211,8 @@ def test_trtllm_defaults():
     for g in GPUS:
         d = _default("tensorrt-llm", g)
         assert (d.max_num_seqs, d.max_num_batched_tokens, d.scheduler, d.policy) == \
-            (2048, 8192, "prefill_first", "reserve_max")  # BuildConfig defaults, chunked prefill off
+            (2048, 8192, "mixed_whole", "reserve_max")  # BuildConfig defaults; chunked prefill off: whole contexts
+        # beside the generation requests (PyMicroBatchScheduler)
         assert d.flags["capacity_scheduler_policy"] == "GUARANTEED_NO_EVICT"
 
 

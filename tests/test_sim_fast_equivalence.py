@@ -34,7 +34,7 @@ def random_case(seed: int) -> tuple[pd.DataFrame, str, dict]:
     w = pd.DataFrame({"prompt_tokens": rng.integers(1, 60, n), "output_tokens": rng.integers(1, 80, n),
                       "arrival_s": np.round(rng.exponential(0.3, n).cumsum() * rng.integers(0, 2), 3)})
     policy = POLICIES[seed % len(POLICIES)]
-    kw = dict(scheduler=str(rng.choice(["chunked", "prefill_first", "prefill_first_chunked"])),
+    kw = dict(scheduler=str(rng.choice(["chunked", "prefill_first", "prefill_first_chunked", "mixed_whole"])),
               preemption_mode=str(rng.choice(["recompute", "swap", "reject"])), block_size=bs,
               pool_pages=int(rng.integers(1, 60)), max_new_tokens=int(rng.integers(1, 100)),
               max_num_seqs=int(rng.integers(1, 10)), max_num_batched_tokens=bs * int(rng.integers(1, 10)),
@@ -117,7 +117,7 @@ def test_random_cases_exercise_every_path(monkeypatch):
 
 
 @pytest.mark.parametrize("policy, scheduler", [("sglang", "chunked"), ("sglang", "prefill_first_chunked"),
-                                               ("vllm", "chunked"), ("vllm", "prefill_first")])
+                                               ("vllm", "chunked"), ("vllm", "prefill_first"), ("vllm", "mixed_whole")])
 def test_decode_run_is_hand_worked(policy, scheduler, fast_loop):
     """One request (prompt 4, output 10, 4-token pages, pool of 4 pages): a prefill, then nine decodes.
     Decode i caches context 4 + i, so it holds ceil((4 + i) / 4) pages: 2 from context 5, 3 from 9,

@@ -222,6 +222,27 @@ def test_prefill_first_chunked_stalls_decodes_behind_prefill_chunks():
         assert res.params["max_num_batched_tokens"] == 8
 
 
+def test_mixed_whole_runs_whole_prefills_beside_the_decodes():
+    """TensorRT-LLM without chunked prefill: the same three requests. Iteration 0 admits r0 (4) and stops at r1 (6
+    does not fit the 4 tokens left); iteration 1 decodes r0 (1) and admits r1 (6) whole, stopping at r2 (4 > 1);
+    iteration 2 decodes r0 and r1, ending both (3 and 2 tokens), and admits r2 (4 of 6 left); iteration 3 decodes
+    r2, ending it. Prefill_first stalls r0's decodes behind two prefill iterations (it ends at 4)."""
+    kw = dict(max_new_tokens=8, pool_pages=20, max_num_batched_tokens=8)
+    for engine in ("reference", "fast"):
+        res = run([4, 6, 4], [3, 2, 2], "reserve_max", scheduler="mixed_whole", engine=engine, **kw)
+        assert col(res, "admitted_iter") == [0, 1, 2]
+        assert col(res, "first_token_iter") == [0, 1, 2]
+        assert col(res, "finish_iter") == [2, 2, 3]
+        assert res.iterations["prefill_tokens"].tolist() == [4, 6, 4, 0]
+        assert res.iterations["decode_tokens"].tolist() == [0, 1, 2, 1]
+    over = run([9, 4], [2, 2], "vllm", scheduler="mixed_whole", max_new_tokens=8, pool_pages=20,
+               max_num_batched_tokens=8)
+    assert col(over, "abort_reason") == ["exceeds_token_budget", ""]
+    one = pd.DataFrame({"prompt_tokens": [4], "output_tokens": [1]})
+    assert simulate(one, "vllm", model="Llama-2-7B", gpu="A100-80GB-SXM", cost_model=ONE_SECOND,
+                    scheduler="mixed_whole").params["max_num_batched_tokens"] == 8192  # TensorRT-LLM's max_num_tokens
+
+
 def test_prefill_first_rejects_a_prompt_over_the_token_budget():
     res = run([9, 4], [2, 2], "vllm", scheduler="prefill_first", max_new_tokens=8, pool_pages=20,
               max_num_batched_tokens=8)

@@ -112,14 +112,16 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
         Share of GPU memory for weights + KV when ``pool_pages`` is derived.
     tp : int
         Tensor-parallel degree.
-    scheduler : {"chunked", "prefill_first", "prefill_first_chunked"}
+    scheduler : {"chunked", "prefill_first", "prefill_first_chunked", "mixed_whole"}
         Stall-free chunked prefill (Sarathi-Serve, vLLM V1), whole prefills that stall decodes
-        (vLLM V0), or chunked prefills that stall decodes (SGLang, whose ``--enable-mixed-chunk`` is off
-        by default): see :mod:`kvlab.sim.reference`.
+        (vLLM V0), chunked prefills that stall decodes (SGLang, whose ``--enable-mixed-chunk`` is off
+        by default), or whole prefills beside the decodes (TensorRT-LLM without chunked prefill): see
+        :mod:`kvlab.sim.reference`.
     max_num_seqs : int
         Running requests at most; default 128 (``kvlab.sim.config.DEFAULT_MAX_NUM_SEQS``).
     max_num_batched_tokens : int, optional
-        Tokens per iteration; default 8192 under prefill_first, else 2048. At least one page.
+        Tokens per iteration; default 8192 for the whole-prefill schedulers (prefill_first, mixed_whole),
+        else 2048. At least one page.
     preemption_mode : {"recompute", "swap", "reject"}
         What happens to a preempted request.
     arrivals : {"auto", "trace", "offline", "poisson", "gamma"}
@@ -299,7 +301,7 @@ def prepare(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: str
     num_pages = (_pool_pages(m, g, block_size=block_size, gpu_memory_utilization=gpu_memory_utilization, tp=tp)
                  if pool_pages is None else v.positive_int(pool_pages, "pool_pages"))
     if max_num_batched_tokens is None:
-        max_num_batched_tokens = 8192 if kind == SchedulerKind.PREFILL_FIRST else 2048
+        max_num_batched_tokens = 8192 if kind in (SchedulerKind.PREFILL_FIRST, SchedulerKind.MIXED_WHOLE) else 2048
     max_num_batched_tokens = v.positive_int(max_num_batched_tokens, "max_num_batched_tokens")
     if max_num_batched_tokens < block_size:
         raise ValueError(f"max_num_batched_tokens ({max_num_batched_tokens}) must be at least one page "

@@ -17,6 +17,7 @@ class SchedulerKind(str, enum.Enum):
     CHUNKED = "chunked"
     PREFILL_FIRST = "prefill_first"
     PREFILL_FIRST_CHUNKED = "prefill_first_chunked"
+    MIXED_WHOLE = "mixed_whole"
 
 
 class PreemptionMode(str, enum.Enum):
@@ -32,8 +33,9 @@ class SchedulerConfig:
     """Continuous-batching limits and modes."""
 
     kind: SchedulerKind = field(default=SchedulerKind.CHUNKED,
-                                metadata={"help": "chunked (Sarathi-Serve, vLLM V1), prefill_first (vLLM V0) or "
-                                                  "prefill_first_chunked (SGLang without --enable-mixed-chunk)"})
+                                metadata={"help": "chunked (Sarathi-Serve, vLLM V1), prefill_first (vLLM V0), "
+                                                  "prefill_first_chunked (SGLang without --enable-mixed-chunk) or "
+                                                  "mixed_whole (TensorRT-LLM without chunked prefill)"})
     max_num_seqs: int = field(default=DEFAULT_MAX_NUM_SEQS, metadata={"help": "running requests at most (requests)"})
     max_num_batched_tokens: int = field(default=2048, metadata={"help": "tokens computed per iteration (tokens)"})
     preemption_mode: PreemptionMode = field(default=PreemptionMode.RECOMPUTE,

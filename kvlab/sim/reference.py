@@ -38,6 +38,9 @@ NOTE (the model; a fast engine must reproduce every integer below exactly)
     left)`` tokens, then (if nothing was preempted) waiting requests are admitted as under chunked; only
     an iteration that scheduled none of these decodes every running request and resumes swapped ones
     (no admission). With requests swapped out it schedules as chunked without admission.
+  - mixed_whole (TensorRT-LLM without chunked prefill): as chunked, but a waiting request is admitted
+    only when its whole prefill fits the budget left (the first that does not stops admission), and
+    one whose prefill exceeds ``max_num_batched_tokens`` is aborted ("exceeds_token_budget").
   At most ``max_num_seqs`` requests run.
 * Admission checks ``policy.can_admit(req, free_pages=unpromised pages, running)`` (a policy that
   ``reserves_first_chunk``, vLLM V1: whether the pages of its prefix-cache hit plus its first
@@ -46,15 +49,15 @@ NOTE (the model; a fast engine must reproduce every integer below exactly)
   a server with nothing running (and no request finishing, under async scheduling) admits its head
   whenever ``policy.fits_empty_pool(req)`` (so it
   never idles with work queued). A request that does not fit an empty pool is aborted
-  ("exceeds_pool"); under prefill_first, one whose prefill exceeds ``max_num_batched_tokens`` is
-  aborted ("exceeds_token_budget").
+  ("exceeds_pool"); under prefill_first and mixed_whole, one whose prefill exceeds
+  ``max_num_batched_tokens`` is aborted ("exceeds_token_budget").
 * Prefix caching (only when the engine is given block ids; :mod:`kvlab.prefix_cache` states the
   pool's rules): at (re)admission a request's hit is its longest cached prefix of full blocks,
   at most ``(prompt + generated - 1) // block_size`` blocks; it starts with those pages in its
   block table and ``computed_tokens`` = hit blocks x ``block_size`` (its prefill skips them).
   Admission asks the policy with ``free_pages`` = unpromised pages + the hit pages other
-  requests already hold (they cost nothing more); under prefill_first the whole-prefill checks
-  use the tokens left after the hit. A scheduled chunk enters the blocks it fills in the cache.
+  requests already hold (they cost nothing more); under prefill_first and mixed_whole the whole-prefill
+  checks use the tokens left after the hit. A scheduled chunk enters the blocks it fills in the cache.
   Finished, preempted and aborted requests release their pages (the cached ones stay cached,
   evictable, least recently freed first). Preemption is recompute only. The hit at a request's
   first admission is its ``prefix_hit_tokens``; the hits of all its admissions add up to its
@@ -230,8 +233,8 @@ class ReferenceEngine:
             self._schedule_running(step)
             if not step.num_preempted:
                 self._resume_swapped(step)
-                if not self.swapped and self.cfg.kind == SchedulerKind.CHUNKED:
-                    self._admit_waiting(step, whole=False)
+                if not self.swapped and self.cfg.kind in (SchedulerKind.CHUNKED, SchedulerKind.MIXED_WHOLE):
+                    self._admit_waiting(step, whole=self.cfg.kind == SchedulerKind.MIXED_WHOLE)
         if self.policy.keeps_state:
             self.policy.end_schedule(num_preempted=step.num_preempted, running=self._batch(self.running))
         return step

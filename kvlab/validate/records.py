@@ -63,8 +63,9 @@ class SetUp:
         Whether the host let its GPUs reach each other peer-to-peer (default); False where it
         blocked it (PCIe ACS or an IOMMU on): collectives through host memory
         (:attr:`kvlab.specs.GPUSpec.p2p`, :mod:`kvlab.costmodel.host_collectives`).
-    scheduler : {"chunked", "prefill_first", "prefill_first_chunked"}
-        V1 chunked prefill, V0 whole prefills, or SGLang's unmixed chunks (:func:`kvlab.simulate`'s ``scheduler``).
+    scheduler : {"chunked", "prefill_first", "prefill_first_chunked", "mixed_whole"}
+        V1 chunked prefill, V0 whole prefills, SGLang's unmixed chunks, or TensorRT-LLM's whole prefills beside
+        the decodes (:func:`kvlab.simulate`'s ``scheduler``).
     max_num_seqs, max_num_batched_tokens, max_model_len, block_size : int
         Engine flags (``max_model_len`` None: the model's own context).
     pool_pages : int or None

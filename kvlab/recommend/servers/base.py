@@ -43,9 +43,10 @@ class Setting:
         kvlab policy (``kvlab.policy_names()``) with ``policy_params``.
     preemption_mode : {"recompute", "swap", "reject"}
         What a preempted request goes through (``swap`` also prices a CPU offload tier).
-    scheduler : {"chunked", "prefill_first", "prefill_first_chunked"}
-        Chunked prefill with a token budget, whole prefills (vLLM V0, TensorRT-LLM without
-        chunked prefill), or chunked prefills that stall decodes (SGLang).
+    scheduler : {"chunked", "prefill_first", "prefill_first_chunked", "mixed_whole"}
+        Chunked prefill with a token budget, whole prefills that stall decodes (vLLM V0), chunked
+        prefills that stall decodes (SGLang), or whole prefills beside the decodes (TensorRT-LLM without
+        chunked prefill).
     max_num_seqs : int
         Requests running at most.
     max_num_batched_tokens : int

@@ -25,10 +25,17 @@ repository snapshot is larger than the fetch limit, so no release tag could be c
 
 Which knob goes where: the batch limits, memory fraction, TP and chunked prefill are CLI
 options; the scheduler policy and the KV cache dtype exist only in the YAML file, which kvlab
-writes (``--save-dir``). Without chunked prefill a prompt longer than ``max_num_tokens`` cannot
-be scheduled: kvlab simulates whole prefills then (its prefill-first scheduler, the nearest it
-has: TensorRT-LLM runs whole context phases within ``max_num_tokens`` next to the decodes of the
-same step), and counts such prompts as not served.
+writes (``--save-dir``).
+
+How a step is batched without chunked prefill (``tensorrt_llm/_torch/pyexecutor/scheduler``,
+``PyMicroBatchScheduler.schedule``; the capacity scheduler's ``GUARANTEED_NO_EVICT`` lists the
+requests in generation first, then the new ones): each generation request takes one token of
+``max_num_tokens``, then each context request its whole remaining prompt, the first that does not
+fit ending the step's list; generation and context requests run in one step (the docs' in-flight
+batching: "sequences in the context phase can be processed together with sequences in the generation
+phase"). That is kvlab's ``mixed_whole`` scheduler; a prompt longer than ``max_num_tokens`` can never
+be scheduled, and kvlab counts it as not served. With ``--enable_chunked_prefill`` the contexts are
+cut to the tokens left (``_chunk_fcfs`` by default: first come, first served): the ``chunked`` scheduler.
 """
 from __future__ import annotations
 
@@ -57,7 +64,9 @@ class TensorRTLLM(ServerProfile):
     sources = ("NVIDIA/TensorRT-LLM tensorrt_llm/commands/serve.py (CLI, get_llm_args)",
                "NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py (KvCacheConfig, SchedulerConfig, "
                "disable_overlap_scheduler)",
-               "NVIDIA/TensorRT-LLM tensorrt_llm/_torch/pyexecutor/py_executor.py (_executor_loop_overlap)")
+               "NVIDIA/TensorRT-LLM tensorrt_llm/_torch/pyexecutor/py_executor.py (_executor_loop_overlap)",
+               "NVIDIA/TensorRT-LLM tensorrt_llm/_torch/pyexecutor/scheduler (PyMicroBatchScheduler.schedule: "
+               "generation, then whole contexts within max_num_tokens)")
     overflow = "none under GUARANTEED_NO_EVICT (reserves prompt + max_tokens); MAX_UTILIZATION pauses and recomputes"
     prefix_cache = ("KV block reuse on by default (kv_cache_config.enable_block_reuse); simulated "
                     "(kvlab.prefix_cache) when the trace carries block ids (hash_ids)")
@@ -76,7 +85,7 @@ class TensorRTLLM(ServerProfile):
 
     def settings(self, ctx: Context) -> list[Setting]:
         d = self.defaults(ctx)
-        base = self.base(policy="reserve_max", scheduler="prefill_first", max_num_seqs=2048,
+        base = self.base(policy="reserve_max", scheduler="mixed_whole", max_num_seqs=2048,
                          max_num_batched_tokens=8192, gpu_memory_utilization=utilization(ctx, 0.9),
                          kv_cache_dtype=ctx.model.kv_cache_dtype,
                          flags={"--max_batch_size": d["max_batch_size"], "--max_num_tokens": d["max_num_tokens"],

@@ -9,7 +9,7 @@ module (:mod:`kvlab.backend`): NumPy on a CPU, CuPy on a GPU, the strict stand-i
 
 Scope (:func:`why_not` says why a run is outside it; such runs go to the per-process engine)
 -------------------------------------------------------------------------------------------
-* the chunked scheduler (Sarathi-Serve, vLLM V1); not ``prefill_first`` or ``prefill_first_chunked``;
+* the chunked scheduler (Sarathi-Serve, vLLM V1); not the other schedulers;
 * recompute or reject preemption; not swap;
 * a policy whose admission depends only on the request's own pages, which keeps no
   per-iteration state, keeps the queue FCFS and preempts the newest request (by its traits:

@@ -44,6 +44,10 @@ from .tables import PREFIX_STATE_COLUMNS, STATE_COLUMNS, iteration_frame, reques
 #: full, and pages of it that are never written cost no memory).
 ROWS_PER_REQUEST = 16
 MIN_ROWS = 1 << 12
+#: The loop's code of each scheduler (``C[SCHED]``).
+SCHEDULER_CODES = {SchedulerKind.CHUNKED: lp.SCHED_CHUNKED, SchedulerKind.PREFILL_FIRST: lp.SCHED_PREFILL_FIRST,
+                   SchedulerKind.PREFILL_FIRST_CHUNKED: lp.SCHED_PREFILL_FIRST_CHUNKED,
+                   SchedulerKind.MIXED_WHOLE: lp.SCHED_MIXED_WHOLE}
 
 
 def _forms_on() -> bool:
@@ -83,10 +87,9 @@ def _config(policy: Policy, cost_model: CostModel, pool: PoolConfig, scheduler: 
             PreemptionMode.REJECT: lp.MODE_REJECT}[scheduler.preemption_mode]
     consts = tuple(form.constants) + (0, 1, 1, 0, 1)[len(form.constants):]
     C = np.array([bs, pool.num_pages, scheduler.max_num_batched_tokens, scheduler.max_num_seqs,
-                  scheduler.kind == SchedulerKind.PREFILL_FIRST, policy.on_demand, mode, swap.cpu_pool_pages, shift,
+                  SCHEDULER_CODES[scheduler.kind], policy.on_demand, mode, swap.cpu_pool_pages, shift,
                   admission, victim, state, policy.orders_queue, policy.max_new_tokens, *consts[:5], caching, every_column,
-                  scheduler.async_scheduling, as_rank, policy.reserves_first_chunk,
-                  scheduler.kind == SchedulerKind.PREFILL_FIRST_CHUNKED],
+                  scheduler.async_scheduling, as_rank, policy.reserves_first_chunk],
                  dtype=np.int64)
     compiled_cost = constants(cost_model) if forms and not as_rank else None
     kind, params = compiled_cost if compiled_cost is not None else (lp.COST_ASK, np.zeros(1))

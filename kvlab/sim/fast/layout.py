@@ -22,12 +22,13 @@ NUM_FLOAT_STATE = 4
 # ---- stages of an iteration (S[STAGE])
 BETWEEN, WHOLE, RUNNING_PHASE, SWAPPED_PHASE, CHUNKED, END_SCHEDULE, EXECUTE, PREFILLS_PHASE, PREFILL_ADMIT = range(9)
 # ---- configuration: C (int64)
-BLOCK_SIZE, NUM_PAGES, MNBT, MAX_SEQS, PREFILL_FIRST, ON_DEMAND, MODE, CPU_POOL, SHIFT, ADMISSION, VICTIM, \
+BLOCK_SIZE, NUM_PAGES, MNBT, MAX_SEQS, SCHED, ON_DEMAND, MODE, CPU_POOL, SHIFT, ADMISSION, VICTIM, \
     STATE_RULE, ORDERED, MAX_NEW, CLIP, FLOOR_NUM, FLOOR_DEN, STEP_NUM, STEP_DEN, CACHING, EVERY_COLUMN, \
-    ASYNC, AS_RANK, FIRST_CHUNK, PREFILL_CHUNKS = range(25)
-NUM_CONFIG = 25  # AS_RANK: a data-parallel rank (:mod:`kvlab.sim.data_parallel`): RANK_IDLE instead of a
-# clock jump, and every iteration's whole duration asked (ASK_COST); FIRST_CHUNK: the policy
-# reserves_first_chunk (vLLM V1's admission); PREFILL_CHUNKS: the prefill_first_chunked scheduler
+    ASYNC, AS_RANK, FIRST_CHUNK = range(24)
+NUM_CONFIG = 24  # SCHED: the scheduler (SCHED_* below); AS_RANK: a data-parallel rank (:mod:`kvlab.sim.data_parallel`):
+# RANK_IDLE instead of a clock jump, and every iteration's whole duration asked (ASK_COST); FIRST_CHUNK: the policy
+# reserves_first_chunk (vLLM V1's admission)
+SCHED_CHUNKED, SCHED_PREFILL_FIRST, SCHED_PREFILL_FIRST_CHUNKED, SCHED_MIXED_WHOLE = range(4)  # SchedulerKind's
 MODE_RECOMPUTE, MODE_SWAP, MODE_REJECT = 0, 1, 2
 # compiled forms of the policy's rules (ASK: hand the question back to Python)
 ASK, OWN_PAGES, FUTURE_CHARGE, NEWEST, NO_STATE, RATIO_DECAY = 0, 1, 2, 3, 4, 5

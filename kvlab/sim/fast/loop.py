@@ -55,9 +55,10 @@ from .layout import (  # every slot, column and code: one definition, shared wit
     NSTALE, NLIMBO, STAGE, BUDGET, NSCHED, NPREEMPTED, SWAP_PAGES, NABORTED, CURSOR, NUM_DEC, NUM_OTHER, CUR_R,
     CUR_CHUNK, HAS_ANSWER, ANSWER, ASK_R, ASK_FREE, ASK_TOKENS, ASK_PAIRS, ASK_KV, STATE0, STATE1, TABLE,
     CACHED_FREE, NFIN, NOW, START, ANSWER_S, PREV_START, BETWEEN, WHOLE, RUNNING_PHASE, SWAPPED_PHASE, CHUNKED,
-    END_SCHEDULE, EXECUTE, PREFILLS_PHASE, PREFILL_ADMIT, BLOCK_SIZE, NUM_PAGES, MNBT, MAX_SEQS, PREFILL_FIRST,
+    END_SCHEDULE, EXECUTE, PREFILLS_PHASE, PREFILL_ADMIT, BLOCK_SIZE, NUM_PAGES, MNBT, MAX_SEQS, SCHED,
     ON_DEMAND, MODE, CPU_POOL, SHIFT, ADMISSION, VICTIM, STATE_RULE, ORDERED, MAX_NEW, CLIP, FLOOR_NUM, FLOOR_DEN,
-    STEP_NUM, STEP_DEN, CACHING, EVERY_COLUMN, ASYNC, AS_RANK, FIRST_CHUNK, PREFILL_CHUNKS, RANK_IDLE, MODE_SWAP,
+    STEP_NUM, STEP_DEN, CACHING, EVERY_COLUMN, ASYNC, AS_RANK, FIRST_CHUNK, SCHED_CHUNKED, SCHED_PREFILL_FIRST,
+    SCHED_PREFILL_FIRST_CHUNKED, SCHED_MIXED_WHOLE, RANK_IDLE, MODE_SWAP,
     MODE_REJECT, OWN_PAGES, FUTURE_CHARGE, NEWEST, NO_STATE, RATIO_DECAY, COST_ASK, PROMPT, GEN, COMP, RES, USED,
     TARGET, MAX_USED, MAX_RES, STATUS, OUTPUT, CPU, NPRE, NSWAP, ABORT, HIT, SAVED, LAST_S,
     MAX_TBT, ADM_S, FT_S, FIN_S, ADM_ITER, FT_ITER, FIN_ITER, F_RES_PAGES, F_ADM_PAGES, F_FITS, F_GEN, F_RES_TOKENS,
@@ -387,8 +388,8 @@ def _begin(S, F, C, Q, Fct, order, arrival, wq, limbo, fin, R, pg, blk, rb):  # 
     S[BUDGET] = C[MNBT]
     S[NSCHED] = S[NPREEMPTED] = S[SWAP_PAGES] = S[NABORTED] = 0
     S[CURSOR], S[CUR_R] = -1, -1
-    S[STAGE] = RUNNING_PHASE if S[SW_LEN] else WHOLE if C[PREFILL_FIRST] else PREFILLS_PHASE if C[PREFILL_CHUNKS] \
-        else RUNNING_PHASE
+    S[STAGE] = RUNNING_PHASE if S[SW_LEN] else WHOLE if C[SCHED] == SCHED_PREFILL_FIRST \
+        else PREFILLS_PHASE if C[SCHED] == SCHED_PREFILL_FIRST_CHUNKED else RUNNING_PHASE
     return CONTINUE
 
 
@@ -690,8 +691,8 @@ def _iterate(S, F, C, page_copy_s, Q, Fct, T, E, order, arrival, wq, sw, run, sc
             S[STAGE] = stage if ev != CONTINUE else SWAPPED_PHASE if S[NPREEMPTED] == 0 else END_SCHEDULE
         elif stage == SWAPPED_PHASE:
             ev = _resume_swapped(S, F, C, Q, Fct, T, E, sw, run, sched_ids, sched_chunk, pg, page_of, blk, rb)
-            S[STAGE] = stage if ev != CONTINUE else CHUNKED if S[SW_LEN] == 0 and not C[PREFILL_FIRST] \
-                and not C[PREFILL_CHUNKS] else END_SCHEDULE
+            S[STAGE] = stage if ev != CONTINUE else CHUNKED if S[SW_LEN] == 0 and (
+                C[SCHED] == SCHED_CHUNKED or C[SCHED] == SCHED_MIXED_WHOLE) else END_SCHEDULE
         elif stage == PREFILLS_PHASE:  # prefill_first_chunked: partial prefills, then admissions, no decode
             ev = _schedule_running(False, S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, snap, wq, sw, stale,
                                    limbo, pg, page_of, blk, rb)
@@ -701,8 +702,9 @@ def _iterate(S, F, C, page_copy_s, Q, Fct, T, E, order, arrival, wq, sw, run, sc
             ev = _admit_waiting(False, S, F, C, Q, Fct, T, E, wq, run, sched_ids, sched_chunk, pg, page_of, blk, rb)
             if ev == CONTINUE:
                 S[STAGE] = _decode_unless_scheduled(S)
-        elif stage == CHUNKED:
-            ev = _admit_waiting(False, S, F, C, Q, Fct, T, E, wq, run, sched_ids, sched_chunk, pg, page_of, blk, rb)
+        elif stage == CHUNKED:  # admissions beside the decodes: chunked, or whole prompts (mixed_whole)
+            ev = _admit_waiting(C[SCHED] == SCHED_MIXED_WHOLE, S, F, C, Q, Fct, T, E, wq, run, sched_ids, sched_chunk, pg,
+                                page_of, blk, rb)
             S[STAGE] = stage if ev != CONTINUE else END_SCHEDULE
         elif stage == END_SCHEDULE:
             ev = _end_schedule(S, C)
