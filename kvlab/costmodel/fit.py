@@ -34,8 +34,8 @@ aiconfigurator's vLLM tables of the A100-80GB-SXM, H100-SXM, H200, B200 and L40S
 fitted to them instead (:func:`engine_families`): the kernels a server runs today, which on the
 H100 are 20-30% faster than Vidur's 2024 profiles at 65-1,024 tokens; so are its attention terms,
 to the same release's measured attention kernels (:mod:`.engine_attention`). Their pointwise terms are
-Vidur's (of the nearest Vidur GPU, carried by HBM bandwidth), their collectives the nearest
-measured interconnect's (:func:`network_gpu`). A GPU Vidur also profiled (the A100s, the H100) keeps
+vLLM's own operators' (LLMServingSim's profile of the nearest RTX GPU, carried by HBM bandwidth), their
+collectives the nearest measured interconnect's (:func:`network_gpu`). A GPU Vidur also profiled (the A100s, the H100) keeps
 its Vidur family as its 2024 kernel era (:func:`_with_engine_family`): the servers of that time
 (vLLM V0, Sarathi-Serve, whose stacks are fitted on it) ran those kernels.
 
@@ -451,24 +451,26 @@ def engine_gemm_rows(table: pd.DataFrame) -> pd.DataFrame:
                          "time_s": table["time_s"].astype(float)})
 
 
-def engine_families(table: pd.DataFrame, families: Mapping[str, Any], attention: pd.DataFrame) -> dict[str, Any]:
+def engine_families(table: pd.DataFrame, operators: Mapping[str, Any], attention: pd.DataFrame) -> dict[str, Any]:
     """A family per (GPU, engine release) of :mod:`.engine_gemms`: its GEMM curve, its attention terms
     fitted to the same release's measured attention (:mod:`.engine_attention`, ``attention``) where that
-    was measured, and the pointwise terms of the Vidur family profiled on that GPU or, on another GPU, of
-    the nearest one by spec (``families``), their byte terms carried by the HBM bandwidth ratio."""
+    was measured, and the pointwise terms of a serving engine's own operators (``operators``:
+    :func:`profile_families`, LLMServingSim's vLLM 0.19.0 profiles; the one whose GPU is nearest by spec), their
+    byte terms carried by the HBM bandwidth ratio: vLLM's fused norms (the residual add in the RMSNorm), rotary
+    and activation, which on these GPUs price at their bytes over HBM (the model's floor) from a few hundred
+    tokens, where Vidur's 2024 PyTorch profiles of the same GPUs ran 1.6-2x slower."""
     out: dict[str, Any] = {}
     for (gpu, framework, version), g in table.groupby(["gpu", "framework", "version"]):
-        near = min(sorted(PROFILED_GPUS), key=lambda f: spec_distance(_gpu_spec(str(gpu)), _gpu_spec(PROFILED_GPUS[f])))
-        ratio = _gpu_spec(PROFILED_GPUS[near]).hbm_bandwidth_bytes_per_s / _gpu_spec(str(gpu)).hbm_bandwidth_bytes_per_s
-        pw = dict(families[near]["pointwise"])
+        near = min(sorted(operators), key=lambda f: spec_distance(_gpu_spec(str(gpu)), _gpu_spec(operators[f]["gpu"])))
+        ratio = _gpu_spec(operators[near]["gpu"]).hbm_bandwidth_bytes_per_s / _gpu_spec(str(gpu)).hbm_bandwidth_bytes_per_s
+        pw = dict(operators[near]["pointwise"])
         pw.update(s_per_element=pw["s_per_element"] * ratio, s_per_sharded_element=pw["s_per_sharded_element"] * ratio)
-        carried = "" if PROFILED_GPUS[near] == gpu else " carried by HBM bandwidth"
         att = attention[(attention["gpu"] == gpu) & (attention["framework"] == framework)
                         & (attention["version"].astype(str) == str(version))]
         tables = "GEMM and attention tables" if len(att) else "GEMM table"
         out[f"{str(gpu).lower()}_{framework}"] = {
             "label": f"{gpu} (NVIDIA aiconfigurator's {framework} {version} {tables}; pointwise: "
-                     f"Vidur's {near} profiles{carried})",
+                     f"vLLM's own operators, LLMServingSim's {operators[near]['gpu']} profile carried by HBM bandwidth)",
             "gpu": str(gpu), "gemm": _gemm_dict(fit_gemm(engine_gemm_rows(g))), "pointwise": pw,
             **({"attention": {**fit_attention(_engine_attention.profile(att)), "gpu": str(gpu)}} if len(att) else {})}
     return out
@@ -529,10 +531,11 @@ def fit_constants(path: str | os.PathLike | None = None, *, linear: pd.DataFrame
                                f", {net} collectives"}
     for fam in families:
         families[fam]["gpu"] = PROFILED_GPUS[fam]
-    for fam, entry in engine_families(_engine.rows(), families, _engine_attention.rows()).items():
+    operators = profile_families(_op.layers(), _op.attention())
+    for fam, entry in engine_families(_engine.rows(), operators, _engine_attention.rows()).items():
         families[fam] = entry
         gpus.update(_with_engine_family(fam, entry, gpus, networks))
-    for fam, entry in profile_families(_op.layers(), _op.attention()).items():
+    for fam, entry in operators.items():
         families[fam] = entry
         gpus[entry["gpu"]] = {**_gpu_entry(fam, entry, gpus, networks), "extrapolate": False}
     for name, rows_ in _host.engine_rows(_host.rows()).groupby("gpu"):

@@ -24,7 +24,9 @@ collective curves instead, as the servers of that time ran.
   nearest profiled one by spec ratios (:func:`build`);
 * **pointwise(T)**: norms, rotary embedding, activation, residual add: a launch time plus
   seconds per element of the hidden state (every TP rank works on all of it) and per element TP
-  splits (rotary on q and k, the activation), at least their bytes over HBM;
+  splits (rotary on q and k, the activation), at least their bytes over HBM; fitted to Vidur's
+  2024 profiles (their era) or, for today's kernels, to vLLM's own operators (LLMServingSim's
+  profiles, :mod:`.fit`);
 * **attention**: a launch time, seconds per sequence, per token, per KV byte read and per
   attention FLOP, fitted to Vidur's A100 attention profile (FlashAttention) and carried to every
   GPU by the ratio of its spec HBM bandwidth (the byte term) and dense peak (the token and FLOP

@@ -306,7 +306,8 @@ def sarathi_holdout(consts: Mapping[str, Any], batches: pd.DataFrame) -> pd.Data
     batches (leave one out); table-2 and figure-9 batches with the overheads fitted on all
     figure-2 batches (they are never fitted on). Warm-up batches are returned, marked, not scored.
     """
-    gpu_only = build(_fit.SARATHI_MODEL, _fit.SARATHI_GPU, tp=_fit.SARATHI_TP, constants=consts, stack="none")
+    gpu_only = build(_fit.SARATHI_MODEL, _fit.SARATHI_GPU, tp=_fit.SARATHI_TP, constants=consts, stack="none",
+                     kernels=_fit.SARATHI_KERNELS)  # the kernels its batches ran, as the stack is fitted on
     gpu_s = _fit.predict_batches(gpu_only, batches)
     it = _fit.batch_work(batches)
     n = len(batches)
@@ -421,7 +422,8 @@ def published_check(consts: Mapping[str, Any] | None = None, batches: pd.DataFra
     c = shipped_constants() if consts is None else consts
     b = published_batches() if batches is None else batches
     full = build(_fit.SARATHI_MODEL, _fit.SARATHI_GPU, tp=_fit.SARATHI_TP, constants=c, stack="sarathi-serve")
-    gpu_only = build(_fit.SARATHI_MODEL, _fit.SARATHI_GPU, tp=_fit.SARATHI_TP, constants=c, stack="none")
+    gpu_only = build(_fit.SARATHI_MODEL, _fit.SARATHI_GPU, tp=_fit.SARATHI_TP, constants=c, stack="none",
+                     kernels=_fit.SARATHI_KERNELS)
     held = np.where(b["warmup"], "warm-up (not scored)",
                     np.where(b["source"].str.startswith("figure-2"), "in-sample (fitted on)", "never fitted"))
     return b.assign(gpu_s=_fit.predict_batches(gpu_only, b), predicted_s=_fit.predict_batches(full, b), held_out=held)
