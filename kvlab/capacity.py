@@ -165,6 +165,8 @@ class ServingConfig:
         The iteration-time model (:func:`kvlab.costmodel.resolve` with this TP and PP): ``None``
         is the measured model where the GPU has measurements, else the roofline; an object
         (``iteration_s`` is all that is called) is used as is.
+    kernels : str, optional
+        The measured model's kernel era (:func:`kvlab.costmodel.cost_model`; a published set-up's, :mod:`kvlab.presets`).
     engine : str, optional
         Simulator engine; the simulator's default when None.
     stage_link : {"in-node", "internode"}
@@ -200,6 +202,7 @@ class ServingConfig:
     pool_pages: int | None = None
     preemption_mode: str = "recompute"
     cost_model: Any = None
+    kernels: str | None = None
     engine: str | None = None
     stage_link: str = "in-node"
     pipeline_bubbles: bool = True
@@ -215,7 +218,8 @@ class ServingConfig:
 
     def cost(self) -> Any:
         """The cost model the trials run with."""
-        return _resolve_cost(self.cost_model, self.model, self.gpu, tp=self.tp, pp=self.pp, link=self.stage_link)
+        return _resolve_cost(self.cost_model, self.model, self.gpu, tp=self.tp, pp=self.pp, link=self.stage_link,
+                             kernels=self.kernels)
 
     def cost_label(self) -> str:
         """The readable name of :meth:`cost` (recorded with every capacity result)."""

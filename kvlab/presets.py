@@ -22,6 +22,7 @@ from . import _validate as v
 from . import claims as _claims
 from ._paths import DATA_DIR, SHARED_DATA_DIR
 from .capacity import SLO, CapacityResult, ServingConfig, capacities, capacity_table
+from .costmodel.measured import check_kernels
 from .lengths import Profile
 
 PRESET_FILE = DATA_DIR / "presets.yaml"
@@ -58,6 +59,9 @@ class Preset:
     baseline_not_stated : str
         Non-empty when the paper's gain names no baseline deployment: what is unstated, and which
         one kvlab runs (its rows are then stand-ins).
+    kernels : str or None
+        The measured model's kernel era the paper's servers ran (:func:`kvlab.costmodel.cost_model`):
+        ``"2024"`` (Vidur's profiles of that time) for Sarathi-Serve's runs.
     """
 
     name: str
@@ -72,6 +76,7 @@ class Preset:
     paper_capacity_gain: float
     source: str
     stage_link: str = "in-node"
+    kernels: str | None = None
     max_model_len: int | None = None
     baseline_not_stated: str = ""
 
@@ -98,7 +103,7 @@ class Preset:
         budget = self.token_budget_tokens[kind] if scheduler == "chunked" else None
         base = ServingConfig(model=self.model, gpu=self.gpu, tp=self.tp, pp=self.pp, scheduler=scheduler,
                              max_num_batched_tokens=budget, max_num_seqs=self.baseline_max_num_seqs,
-                             stage_link=self.stage_link, max_model_len=self.max_model_len)
+                             stage_link=self.stage_link, max_model_len=self.max_model_len, kernels=self.kernels)
         return replace(base, **changes)
 
 
@@ -121,7 +126,8 @@ def _load() -> dict[str, Preset]:
                            paper_capacity_gain=float(p["paper_capacity_gain"]), source=str(p["source"]),
                            stage_link=str(p.get("stage_link", "in-node")),
                            max_model_len=raw.get("max_model_len"),
-                           baseline_not_stated=str(p.get("baseline_not_stated", "")))
+                           baseline_not_stated=str(p.get("baseline_not_stated", "")),
+                           kernels=check_kernels(raw.get("kernels")))
     return out
 
 
@@ -325,6 +331,9 @@ class SourceSetup:
         The source's own words for fields where kvlab runs a stand-in.
     missing : str
         What kvlab lacks to run the source's set-up ("" when it runs it).
+    kernels : str or None
+        The measured model's kernel era the source's servers ran (:func:`kvlab.costmodel.cost_model`):
+        ``"2024"`` (Vidur's profiles) for the papers of 2023-2024, None (today's engines') for later ones.
     """
 
     name: str
@@ -346,6 +355,7 @@ class SourceSetup:
     slo: str
     stated: dict[str, Any]
     missing: str
+    kernels: str | None = None
 
     @property
     def reproducible(self) -> bool:
@@ -381,13 +391,13 @@ class SourceSetup:
             raise ValueError(f"set-up {self.name} has pp={self.pp}: simulate it through kvlab.capacity")
         return dict(model=self.model, gpu=self.gpu, tp=self.tp, scheduler=self.scheduler,
                     max_num_batched_tokens=self.max_num_batched_tokens, max_num_seqs=self.max_num_seqs,
-                    block_size=self.block_size)
+                    block_size=self.block_size, kernels=self.kernels)
 
     def config(self, policy: str = "vllm", *, cost_model: Any = None, **changes: Any) -> ServingConfig:
         """A :class:`kvlab.capacity.ServingConfig` of the set-up serving ``policy``."""
         base = ServingConfig(model=self.model, gpu=self.gpu, tp=self.tp, pp=self.pp, scheduler=self.scheduler,
                              max_num_batched_tokens=self.max_num_batched_tokens, max_num_seqs=self.max_num_seqs,
-                             block_size=self.block_size, policy=policy, cost_model=cost_model)
+                             block_size=self.block_size, policy=policy, cost_model=cost_model, kernels=self.kernels)
         return replace(base, **changes)
 
 
@@ -415,7 +425,7 @@ def _load_setups() -> dict[str, SourceSetup]:
                                 max_model_len=int(s["max_model_len"]), block_size=int(s["block_size"]),
                                 workload=str(s["workload"]), metric=str(s["metric"]),
                                 slo=str(s.get("slo", "")), stated=dict(s.get("stated", {})),
-                                missing=str(s.get("missing", "")))
+                                missing=str(s.get("missing", "")), kernels=check_kernels(s.get("kernels")))
     return out
 
 

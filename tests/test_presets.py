@@ -147,3 +147,28 @@ def test_trace_inputs_say_whose_trace_a_row_ran_on(tmp_path):
         "ran on the fitted profile sarathi-sharegpt, not the trace")
     assert trace_inputs("chat", num_requests=200, trace_dir=tmp_path).stand_in() == \
         "200 requests per trial (source: 2,048)"
+
+
+def test_published_set_ups_run_on_the_kernels_of_their_time():
+    """The papers of 2023-2024 (Sarathi-Serve's presets, the vLLM SOSP'23 and S3 set-ups) run on the 2024 kernel
+    era (Vidur's profiles, which the Sarathi-Serve stack is fitted on), a 2026 paper (TIE) on today's; a cost-model
+    object passed in is used as is."""
+    import pandas as pd
+
+    from kvlab import presets as P
+    from kvlab.costmodel import cost_model
+    from kvlab.sim import simulate
+
+    sarathi = P.preset("mistral-7b-1xa100")
+    assert sarathi.kernels == "2024" and "Vidur's a100 profiles" in sarathi.config("chunked", "strict").cost_label()
+    eras = {name: P.source_setup(name).kernels for name in P.setup_names()}
+    assert eras == {"vllm-sosp23-opt-13b": "2024", "vllm-sosp23-opt-66b": "2024", "s3-gpt-j-6b": "2024",
+                    "tie-lmsys": None, "vllm-sosp23-fig19": "2024"}
+    s = P.source_setup("vllm-sosp23-opt-13b")
+    w = pd.DataFrame({"prompt_tokens": [100, 200], "output_tokens": [5, 7]})
+    ran = simulate(w, "vllm", max_new_tokens=64, **s.simulate_kw()).params["cost_model"]
+    assert "Vidur's a100 profiles" in ran
+    today = cost_model(s.model, s.gpu, tp=s.tp)
+    assert simulate(w, "vllm", max_new_tokens=64, cost_model=today, **s.simulate_kw()).params["cost_model"] == today.label
+    with pytest.raises(ValueError, match="kernels must be None"):
+        simulate(w, "vllm", model=s.model, gpu=s.gpu, kernels="2019")

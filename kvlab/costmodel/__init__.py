@@ -109,24 +109,25 @@ def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: i
 
 
 def resolve(cost: Any, model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 1,
-            link: str = "in-node", stack: str | None = None) -> Any:
+            link: str = "in-node", stack: str | None = None, kernels: str | None = None) -> Any:
     """The model a ``cost_model=`` argument names: ``None``, ``"measured"``, ``"roofline"``, a
     cost-model file (a path ending in ``.json``, or a shipped stack's name: :mod:`.stacks`) or an object.
 
     ``None`` is :func:`cost_model`'s default (measured where the GPU has measurements); an object
-    must have ``iteration_s`` and is returned as is. ``stack`` adds a stack to a named source.
+    must have ``iteration_s`` and is returned as is (its kernels are its own). ``stack`` adds a stack to
+    a named source; ``kernels`` asks a named source or file for a kernel era (:func:`cost_model`).
     """
     if isinstance(cost, str) and _stacks.is_cost_model_file(cost):
         if stack not in (None, "none"):
             raise ValueError(f"cost_model {cost!r} is a cost-model file with its own stack; "
                              f"stack={stack!r} cannot be added to it")
-        return cost_model(model, gpu, tp=tp, pp=pp, stack=cost, link=link)
+        return cost_model(model, gpu, tp=tp, pp=pp, stack=cost, link=link, kernels=kernels)
     if cost is None or isinstance(cost, str):
         if isinstance(cost, str) and cost not in SOURCES:
             raise ValueError(f"cost_model must be one of {', '.join(SOURCES)}, a cost-model file (.json or one "
                              f"of {', '.join(_stacks.named_stacks()) or 'none shipped'}), a cost model object "
                              f"or None, got {cost!r}")
-        return cost_model(model, gpu, tp=tp, pp=pp, source=cost, link=link, stack=stack or "none")
+        return cost_model(model, gpu, tp=tp, pp=pp, source=cost, link=link, stack=stack or "none", kernels=kernels)
     if stack not in (None, "none"):
         raise ValueError(f"stack={stack!r} cannot be added to a cost model object; pass a named source or file")
     if not callable(getattr(cost, "iteration_s", None)):

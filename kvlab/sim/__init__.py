@@ -85,6 +85,7 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
              burst_cv: float = 1.0, cpu_pool_pages: int | None = None, copy_latency_s: float = DEFAULT_COPY_LATENCY_S,
              seed: int = 0, record_iterations: bool = False, engine: str = "fast",
              cost_model: Any = None, max_model_len: int | None = None, stack: str | None = None,
+             kernels: str | None = None,
              prefix_caching: bool = False, hash_block_tokens: int = MOONCAKE_HASH_BLOCK_TOKENS,
              prefix_model: PrefixModel | None = None, async_scheduling: bool = False, data_parallel: int = 1,
              cudagraph_max_tokens: int | None = None, **policy_params: Any) -> SimResult:
@@ -152,6 +153,10 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
         The serving stack added to a named cost model (:mod:`kvlab.costmodel.stacks`): ``"none"``
         (the default: GPU time only), ``"sarathi-serve"``, ``"vllm-v0"``, ``"vllm-v1"`` or a file;
         ``params["stack"]`` of the result names it.
+    kernels : str, optional
+        The measured model's kernel era (:func:`kvlab.costmodel.cost_model`): None for today's engines'
+        measured kernels (or the named stack's era), ``"2024"`` for Vidur's 2024 profiles (the published
+        set-ups of 2023-2024 run on it, :mod:`kvlab.presets`).
     max_model_len : int, optional
         The context limit (tokens, prompt + output); default the model's ``max_context_tokens``.
         A request whose prompt reaches it is rejected (aborted, reason "prompt exceeds the
@@ -202,7 +207,8 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
                   max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                   preemption_mode=preemption_mode, arrivals=arrivals, qps=qps, burst_cv=burst_cv,
                   cpu_pool_pages=cpu_pool_pages, copy_latency_s=copy_latency_s, seed=seed, engine=engine,
-                  cost_model=cost_model, max_model_len=max_model_len, stack=stack, prefix_caching=prefix_caching,
+                  cost_model=cost_model, max_model_len=max_model_len, stack=stack, kernels=kernels,
+                  prefix_caching=prefix_caching,
                   hash_block_tokens=hash_block_tokens, prefix_model=prefix_model, async_scheduling=async_scheduling,
                   data_parallel=data_parallel, cudagraph_max_tokens=cudagraph_max_tokens, warn_stacklevel=3,
                   **policy_params)
@@ -283,7 +289,7 @@ def prepare(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: str
             preemption_mode: str = "recompute", arrivals: str = "auto", qps: float | None = None,
             burst_cv: float = 1.0, cpu_pool_pages: int | None = None, copy_latency_s: float = DEFAULT_COPY_LATENCY_S,
             seed: int = 0, engine: str = "fast", cost_model: Any = None, max_model_len: int | None = None,
-            stack: str | None = None, prefix_caching: bool = False,
+            stack: str | None = None, kernels: str | None = None, prefix_caching: bool = False,
             hash_block_tokens: int = MOONCAKE_HASH_BLOCK_TOKENS, prefix_model: PrefixModel | None = None,
             async_scheduling: bool = False, data_parallel: int = 1, cudagraph_max_tokens: int | None = None,
             warn_stacklevel: int = 2, **policy_params: Any) -> PreparedRun:
@@ -328,7 +334,7 @@ def prepare(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: str
         max_new_tokens = context.max_model_len
     kept = ~context.rejected
     prompt, output, arrival_s, ids = all_prompt[kept], context.output_tokens, all_arrival_s[kept], all_ids[kept]
-    cost = _resolve_cost(cost_model, m, g, tp=tp, stack=stack)
+    cost = _resolve_cost(cost_model, m, g, tp=tp, stack=stack, kernels=kernels)
     if isinstance(policy, Policy):
         if policy_params:
             raise ValueError(f"policy parameters {sorted(policy_params)} were given with a Policy instance; "

@@ -104,7 +104,7 @@ def fig19_claims(*, setup: str = "vllm-sosp23-fig19", cost_models: Sequence[str]
     seq = np.arange(v.positive_int(min_seq_tokens, "min_seq_tokens"), s.max_model_len + 1, dtype=np.int64)
     tables, recompute = [], {}
     for cm in ran:
-        alone = _resolve_cost(cm, s.model, s.gpu, tp=s.tp)
+        alone = _resolve_cost(cm, s.model, s.gpu, tp=s.tp, kernels=s.kernels)
         cost = piggyback(alone) if piggybacked else alone
         recompute[cm] = recompute_s(cost, seq, chunk_tokens=chunk_tokens)
         tables.append(recompute_over_swap(s.model, s.gpu, tp=s.tp, block_sizes=sizes, cost_model=cost, swap=vllm_swap,
