@@ -206,35 +206,28 @@ def test_prefill_first_stalls_decodes_and_chunked_does_not():
     assert ch.iterations["prefill_tokens"].tolist() == [8, 6, 0]
 
 
-def test_prefill_first_chunked_stalls_decodes_behind_prefill_chunks():
-    """SGLang's default schedule (no --enable-mixed-chunk): the same three requests as above. Iteration 0 admits r0
-    (4 tokens) and r1's first 4 of 6; iteration 1 finishes r1's prefill (2) and admits r2 (4), with no decode: r0's
-    second token waits; iterations 2 and 3 decode (r1 and r2 end at 2, r0 at 3). Chunked mixes r0's decode into
-    iteration 1 and ends all three at 2."""
+@pytest.mark.parametrize("scheduler, admitted, first, finish, prefill, decode", [
+    # SGLang's default (no --enable-mixed-chunk): iteration 0 admits r0 (4 tokens) and r1's first 4 of 6;
+    # iteration 1 finishes r1's prefill (2) and admits r2 (4) with no decode, so r0's second token waits;
+    # iterations 2 and 3 decode (r1 and r2 end at 2, r0 at 3). Chunked mixes r0's decode into iteration 1.
+    ("prefill_first_chunked", [0, 0, 1], [0, 1, 1], [3, 2, 2], [8, 6, 0, 0], [0, 0, 3, 1]),
+    # TensorRT-LLM without chunked prefill: iteration 0 admits r0 (4) and stops at r1 (6 > the 4 left);
+    # iteration 1 decodes r0 and admits r1 whole, stopping at r2 (4 > 1); iteration 2 decodes r0 and r1,
+    # ending both, and admits r2 (4 of 6 left); iteration 3 decodes r2. (Prefill_first ends r0 at 4.)
+    ("mixed_whole", [0, 1, 2], [0, 1, 2], [2, 2, 3], [4, 6, 4, 0], [0, 1, 2, 1]),
+])
+def test_the_schedulers_of_sglang_and_tensorrt_llm_by_hand(scheduler, admitted, first, finish, prefill, decode):
+    """The same three requests as above under the two other servers' schedules, in both engines."""
     kw = dict(max_new_tokens=8, pool_pages=20, max_num_batched_tokens=8)
     for engine in ("reference", "fast"):
-        res = run([4, 6, 4], [3, 2, 2], "reserve_max", scheduler="prefill_first_chunked", engine=engine, **kw)
-        assert col(res, "admitted_iter") == [0, 0, 1]
-        assert col(res, "first_token_iter") == [0, 1, 1]
-        assert col(res, "finish_iter") == [3, 2, 2]
-        assert res.iterations["prefill_tokens"].tolist() == [8, 6, 0, 0]
-        assert res.iterations["decode_tokens"].tolist() == [0, 0, 3, 1]
-        assert res.params["max_num_batched_tokens"] == 8
+        res = run([4, 6, 4], [3, 2, 2], "reserve_max", scheduler=scheduler, engine=engine, **kw)
+        assert col(res, "admitted_iter") == admitted and col(res, "first_token_iter") == first
+        assert col(res, "finish_iter") == finish
+        assert res.iterations["prefill_tokens"].tolist() == prefill
+        assert res.iterations["decode_tokens"].tolist() == decode
 
 
-def test_mixed_whole_runs_whole_prefills_beside_the_decodes():
-    """TensorRT-LLM without chunked prefill: the same three requests. Iteration 0 admits r0 (4) and stops at r1 (6
-    does not fit the 4 tokens left); iteration 1 decodes r0 (1) and admits r1 (6) whole, stopping at r2 (4 > 1);
-    iteration 2 decodes r0 and r1, ending both (3 and 2 tokens), and admits r2 (4 of 6 left); iteration 3 decodes
-    r2, ending it. Prefill_first stalls r0's decodes behind two prefill iterations (it ends at 4)."""
-    kw = dict(max_new_tokens=8, pool_pages=20, max_num_batched_tokens=8)
-    for engine in ("reference", "fast"):
-        res = run([4, 6, 4], [3, 2, 2], "reserve_max", scheduler="mixed_whole", engine=engine, **kw)
-        assert col(res, "admitted_iter") == [0, 1, 2]
-        assert col(res, "first_token_iter") == [0, 1, 2]
-        assert col(res, "finish_iter") == [2, 2, 3]
-        assert res.iterations["prefill_tokens"].tolist() == [4, 6, 4, 0]
-        assert res.iterations["decode_tokens"].tolist() == [0, 1, 2, 1]
+def test_mixed_whole_refuses_a_prompt_over_the_budget_and_defaults_to_8192_tokens():
     over = run([9, 4], [2, 2], "vllm", scheduler="mixed_whole", max_new_tokens=8, pool_pages=20,
                max_num_batched_tokens=8)
     assert col(over, "abort_reason") == ["exceeds_token_budget", ""]
