@@ -636,8 +636,10 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
     over = {"overhead_s": 0.0, "overhead_s_per_seq": 0.0, "label": ""} if stack == "none" else stacks[stack]
     asked = check_kernels(kernels or over.get("kernels"))
     era = constants["gpus"][ref].get("eras", {}).get(asked)
-    entry = {k: e for k, e in constants["gpus"][ref].items() if k != "engine_all_reduce"} | era if era \
-        else constants["gpus"][ref]  # an era's own family, label and collectives (no engine all-reduce)
+    entry = dict(constants["gpus"][ref])
+    if era:  # the era's own family and label, and no vLLM all-reduce measured on today's release
+        entry.pop("engine_all_reduce", None)
+        entry.update(era)
     fam = constants["families"][entry["family"]]
     prof = _gpu(fam["gpu"])  # the GPU the family's profiles ran on
     bw = g.hbm_bandwidth_bytes_per_s / prof.hbm_bandwidth_bytes_per_s

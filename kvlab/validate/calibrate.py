@@ -228,6 +228,7 @@ def fit(runs: Sequence[RunRecord], *, name: str = "calibrated", fit_scale: bool 
     fit_front = any(r.setup.client_clock for r in runs)
     residual, use_scale, step = float("nan"), fit_scale is True, 0
     for step in range(1, max_steps + 1):
+        replayed_with = terms
         reps = [_replay_with(r, terms) for r in runs]  # the first step: terms of 0 (or the start's)
         a_rows = _rows(reps, terms)
         if fit_scale == "auto":
@@ -244,17 +245,19 @@ def fit(runs: Sequence[RunRecord], *, name: str = "calibrated", fit_scale: bool 
                            overhead_s_per_seq=float(new[2]), overhead_s_per_request=float(new[3]), overlap=overlap)
         if np.all(np.abs(new - old) <= tol * np.maximum(np.abs(old), [1e-3, 1e-4, 1e-5, 1e-4])):
             break
-    if overlap and not any(_cpu_binds(rep, terms) for rep in reps):  # the ridge's remnant of a term no run shows
-        terms = replace(terms, overhead_s=0.0, overhead_s_per_seq=0.0)
+    if overlap and not any(_cpu_binds(rep, replayed_with, terms) for rep in reps):  # the ridge's remnant of a term
+        terms = replace(terms, overhead_s=0.0, overhead_s_per_seq=0.0)                  # no run shows
     return Fit(terms=terms, steps=step, residual=residual, scale_fitted=bool(use_scale))
 
 
-def _cpu_binds(rep: Replay, terms: StackTerms) -> bool:
-    """Whether ``terms``' CPU time would bind (exceed the GPU's) in any iteration of ``rep`` (replayed with
-    terms whose CPU time bound none of them, so each iteration's duration is its GPU time)."""
-    return any(bool(np.any((it["duration_s"].to_numpy() > 0) & (terms.overhead_s + terms.overhead_s_per_seq
-                                                                 * it["batch_size"].to_numpy() >= it["duration_s"].to_numpy())))
-               for it in rep.iterations)
+def _cpu_binds(rep: Replay, *terms: StackTerms) -> bool:
+    """Whether the CPU time of any of ``terms`` reaches the duration of an iteration of ``rep`` (replayed with
+    the first of them: where its CPU time bound, the duration is that time; elsewhere the GPU's)."""
+    for it in rep.iterations:
+        dur, seqs = it["duration_s"].to_numpy(), it["batch_size"].to_numpy()
+        if any(np.any((dur > 0) & (t.overhead_s + t.overhead_s_per_seq * seqs >= dur * (1 - 1e-9))) for t in terms):
+            return True
+    return False
 
 
 def _replay_with(record: RunRecord, terms: StackTerms) -> Replay:
