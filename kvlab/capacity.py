@@ -167,6 +167,9 @@ class ServingConfig:
         (``iteration_s`` is all that is called) is used as is.
     kernels : str, optional
         The measured model's kernel era (:func:`kvlab.costmodel.cost_model`; a published set-up's, :mod:`kvlab.presets`).
+    split_attention : bool
+        The server runs a mixed batch's prefill and decode attention as separate kernels
+        (:func:`kvlab.costmodel.cost_model`; a server profile's, :mod:`kvlab.recommend.servers`).
     engine : str, optional
         Simulator engine; the simulator's default when None.
     stage_link : {"in-node", "internode"}
@@ -203,6 +206,7 @@ class ServingConfig:
     preemption_mode: str = "recompute"
     cost_model: Any = None
     kernels: str | None = None
+    split_attention: bool = False
     engine: str | None = None
     stage_link: str = "in-node"
     pipeline_bubbles: bool = True
@@ -219,7 +223,7 @@ class ServingConfig:
     def cost(self) -> Any:
         """The cost model the trials run with."""
         return _resolve_cost(self.cost_model, self.model, self.gpu, tp=self.tp, pp=self.pp, link=self.stage_link,
-                             kernels=self.kernels)
+                             kernels=self.kernels, split_attention=self.split_attention)
 
     def cost_label(self) -> str:
         """The readable name of :meth:`cost` (recorded with every capacity result)."""

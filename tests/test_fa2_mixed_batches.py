@@ -82,3 +82,28 @@ def test_a_gpu_spec_file_may_state_its_compute_capability(tmp_path):
     f.write_text(base + "compute_capability: -1\n")
     with pytest.raises(ValueError, match="compute_capability"):
         gpu_from_file(f)
+
+
+def test_a_server_with_split_attention_pays_no_mixed_batch_term():
+    """TensorRT-LLM runs a mixed step's context and generation attention as separate kernels: with
+    ``split_attention`` the A100 (carried term) and the RTX PRO 6000 (its own measured term) price a mixed batch's
+    decodes as in a decode-only batch, everything else equal, and say so; TensorRT-LLM's recommend configuration
+    asks for it, vLLM's does not."""
+    from dataclasses import replace
+
+    from kvlab.costmodel import cost_model
+    from kvlab.recommend.core import serving_config
+    from kvlab.recommend.systems import settings
+
+    for name in ("A100-80GB-SXM", "RTXPRO6000"):
+        vllm, split = cost_model("Llama-3-8B", name), cost_model("Llama-3-8B", name, split_attention=True)
+        assert vllm.attention_s_per_mixed_decode_kv_token > 0 == split.attention_s_per_mixed_decode_kv_token
+        assert replace(split, label=vllm.label, attention_s_per_mixed_decode_kv_token=vllm.attention_s_per_mixed_decode_kv_token) == vllm
+        assert "attention split by phase" in split.label and "attention split" not in vllm.label
+        mixed = (64 + 448, 64 * 1024 + 448 * 449 / 2, 64 * 1024 + 448, 65)
+        assert split.iteration_s(*mixed) < vllm.iteration_s(*mixed)
+    kw = dict(model="Llama-3-8B", gpu="A100-80GB-SXM", tp=1, block_size=16, max_new_tokens=256)
+    for system, split in (("tensorrt-llm", True), ("vllm", False), ("sglang", False)):
+        s = settings(system, model="Llama-3-8B", gpu="A100-80GB-SXM")[0]
+        config = serving_config(s, **kw)
+        assert config.split_attention is split and ("attention split by phase" in config.cost_label()) is split

@@ -33,7 +33,7 @@ SOURCES = ("measured", "roofline")
 
 def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 1,
                source: str | None = None, stack: str = "none", link: str = "in-node", ep: int = 1,
-               kernels: str | None = None) -> Any:
+               kernels: str | None = None, split_attention: bool = False) -> Any:
     """The iteration-time model of ``model`` on ``tp x pp`` GPUs of type ``gpu``.
 
     Parameters
@@ -63,6 +63,9 @@ def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: i
         The measured model's kernel era (:mod:`.measured`): None (default) for today's engines'
         measured kernels, or the era the stack states (``"vllm-v0"`` and ``"sarathi-serve"``: ``"2024"``,
         Vidur's profiles); ``"2024"`` asks for it.
+    split_attention : bool
+        The server runs a mixed batch's prefill and decode attention as separate kernels (TensorRT-LLM):
+        the measured model drops vLLM's FA2 mixed-batch term (:func:`.measured.build`).
 
     Returns
     -------
@@ -85,7 +88,7 @@ def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: i
     if _stacks.is_cost_model_file(stack):  # a fitted stack (kvlab.costmodel.stacks) on the stack-free model
         terms = _stacks.load(stack)
         base = cost_model(m, g, tp=tp, pp=1, source=source or terms.base, link=link, ep=ep,
-                          kernels=kernels or terms.kernels)
+                          kernels=kernels or terms.kernels, split_attention=split_attention)
         stage = _stacks.apply(base, terms)
         if pp == 1:
             return stage
@@ -94,7 +97,7 @@ def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: i
     why = None if source == "roofline" else unsupported(m, g, tp=tp)
     use_measured = source != "roofline" and why is None
     if use_measured:
-        stage = measured(m, g, tp=tp, pp=pp, stack=stack, ep=ep, kernels=kernels)
+        stage = measured(m, g, tp=tp, pp=pp, stack=stack, ep=ep, kernels=kernels, split_attention=split_attention)
     else:
         stage = roofline(m, g, tp=tp, pp=pp, label="roofline (spec sheet)" if why is None
                          else f"roofline (spec sheet; {why})")
@@ -109,25 +112,28 @@ def cost_model(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: i
 
 
 def resolve(cost: Any, model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 1,
-            link: str = "in-node", stack: str | None = None, kernels: str | None = None) -> Any:
+            link: str = "in-node", stack: str | None = None, kernels: str | None = None,
+            split_attention: bool = False) -> Any:
     """The model a ``cost_model=`` argument names: ``None``, ``"measured"``, ``"roofline"``, a
     cost-model file (a path ending in ``.json``, or a shipped stack's name: :mod:`.stacks`) or an object.
 
     ``None`` is :func:`cost_model`'s default (measured where the GPU has measurements); an object
     must have ``iteration_s`` and is returned as is (its kernels are its own). ``stack`` adds a stack to
-    a named source; ``kernels`` asks a named source or file for a kernel era (:func:`cost_model`).
+    a named source; ``kernels`` and ``split_attention`` are :func:`cost_model`'s, for a named source or file.
     """
     if isinstance(cost, str) and _stacks.is_cost_model_file(cost):
         if stack not in (None, "none"):
             raise ValueError(f"cost_model {cost!r} is a cost-model file with its own stack; "
                              f"stack={stack!r} cannot be added to it")
-        return cost_model(model, gpu, tp=tp, pp=pp, stack=cost, link=link, kernels=kernels)
+        return cost_model(model, gpu, tp=tp, pp=pp, stack=cost, link=link, kernels=kernels,
+                          split_attention=split_attention)
     if cost is None or isinstance(cost, str):
         if isinstance(cost, str) and cost not in SOURCES:
             raise ValueError(f"cost_model must be one of {', '.join(SOURCES)}, a cost-model file (.json or one "
                              f"of {', '.join(_stacks.named_stacks()) or 'none shipped'}), a cost model object "
                              f"or None, got {cost!r}")
-        return cost_model(model, gpu, tp=tp, pp=pp, source=cost, link=link, stack=stack or "none", kernels=kernels)
+        return cost_model(model, gpu, tp=tp, pp=pp, source=cost, link=link, stack=stack or "none", kernels=kernels,
+                          split_attention=split_attention)
     if stack not in (None, "none"):
         raise ValueError(f"stack={stack!r} cannot be added to a cost model object; pass a named source or file")
     if not callable(getattr(cost, "iteration_s", None)):

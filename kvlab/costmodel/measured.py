@@ -606,7 +606,7 @@ def check_kernels(kernels: str | None) -> str | None:
 
 def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 1,
           constants: Mapping[str, Any], stack: str = "none", ep: int = 1,
-          kernels: str | None = None) -> MeasuredCostModel:
+          kernels: str | None = None, split_attention: bool = False) -> MeasuredCostModel:
     """The :class:`MeasuredCostModel` of ``model`` on ``gpu`` from the ``constants`` dictionary.
 
     :func:`measured` calls it with the shipped constants; :mod:`.fit` with freshly fitted ones.
@@ -617,7 +617,9 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
     when the constants cannot price the pair (:func:`unsupported`). ``ep`` is the expert-parallel
     degree of a mixture of experts (:meth:`MeasuredCostModel.layer_linear_s`). ``kernels``: the kernel
     era (module note; None: today's, or the one the ``stack`` states); a GPU without that era's
-    measurements keeps today's.
+    measurements keeps today's. ``split_attention``: the server runs a mixed batch's prefill and decode
+    attention as separate kernels (TensorRT-LLM), so its decodes pay no part of vLLM's varlen mixed-batch
+    cost (the term measured on the RTX cards and carried to FA2 GPUs).
     """
     m, g = _model(model), _gpu(gpu)
     tp, pp, ep = v.positive_int(tp, "tp"), v.positive_int(pp, "pp"), v.positive_int(ep, "ep")
@@ -672,9 +674,13 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
     att = fam.get("attention", constants["attention"])  # a family's own attention profile, else the A100 one
     fa2 = constants.get("fa2_mixed_decode")
     kernels_of = g if g.compute_capability else _gpu(ref)  # capability not stated: the reference GPU's kernels
-    carried_mixed = (fa2 is not None and runs_fa2(kernels_of) and "s_per_mixed_decode_kv_byte" not in att)
+    carried_mixed = (fa2 is not None and runs_fa2(kernels_of) and "s_per_mixed_decode_kv_byte" not in att
+                     and not split_attention)
     if carried_mixed:  # vLLM's FA2 path runs a mixed batch in one varlen call: the RTX cards' measured penalty
         att = {**att, "s_per_mixed_decode_kv_byte": fa2["ratio"] * att["s_per_kv_byte"]}
+    split_note = split_attention and (runs_fa2(kernels_of) or "s_per_mixed_decode_kv_byte" in att)
+    if split_attention:
+        att = {k: x for k, x in att.items() if k != "s_per_mixed_decode_kv_byte"}
     att_gpu = _gpu(att["gpu"])
     att_bw = g.hbm_bandwidth_bytes_per_s / att_gpu.hbm_bandwidth_bytes_per_s
     att_fl = g.gemm_flops_per_s("bf16") / att_gpu.gemm_flops_per_s("bf16")
@@ -701,6 +707,7 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
              *([f"FA2 mixed batches: decodes beside a prefill chunk read KV x{1 + fa2['ratio']:.2f} (the RTX cards' "
                 "measured vLLM penalty; none in prefill-first batches)"]
                if carried_mixed else []),
+             *(["attention split by phase: no vLLM FA2 mixed-batch penalty"] if split_note else []),
              *([p2p_note] if p2p_note and (tp > 1 or ep > 1) else [])]  # collectives only matter across GPUs
     return MeasuredCostModel(
         model_name=m.name, gpu_name=g.name, tp=tp, pp=pp,
@@ -736,7 +743,8 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
 
 
 def measured(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 1,
-             stack: str = "none", ep: int = 1, kernels: str | None = None) -> MeasuredCostModel:
+             stack: str = "none", ep: int = 1, kernels: str | None = None,
+             split_attention: bool = False) -> MeasuredCostModel:
     """The measured :class:`MeasuredCostModel` of ``model`` on ``gpu`` with TP x PP GPUs.
 
     Parameters
@@ -752,5 +760,8 @@ def measured(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int
         ``"sarathi-serve"``), or ``"none"`` (default) for GPU time only.
     kernels : str or None
         The kernel era (module note): None (today's engines' kernels, or the stack's era), ``"2024"``.
+    split_attention : bool
+        The server runs a mixed batch's prefill and decode attention as separate kernels (:func:`build`).
     """
-    return build(model, gpu, tp=tp, pp=pp, constants=constants(), stack=stack, ep=ep, kernels=kernels)
+    return build(model, gpu, tp=tp, pp=pp, constants=constants(), stack=stack, ep=ep, kernels=kernels,
+                 split_attention=split_attention)

@@ -330,7 +330,8 @@ def serving_config(setting: Setting, *, model: str, gpu: str, tp: int, block_siz
                          policy_params=dict(setting.policy_params), max_new_tokens=cap, block_size=block_size,
                          pool_pages=pages, preemption_mode=setting.preemption_mode, cost_model=cost_model,
                          engine=engine, prefix_caching=setting.prefix_caching and trace_has_block_ids
-                         and setting.preemption_mode == "recompute", async_scheduling=setting.async_scheduling)
+                         and setting.preemption_mode == "recompute", async_scheduling=setting.async_scheduling,
+                         split_attention=profile_of(setting).split_attention)
 
 
 # ------------------------------------------------------------------------------ the jobs

@@ -238,6 +238,9 @@ class ServerProfile:
         The serving stack whose CPU overheads price this family by default (a shipped cost-model
         file, :mod:`kvlab.costmodel.stacks`, fitted to real servers of the family); ``"none"``
         (GPU time only) where no stack is fitted to one.
+    split_attention : bool
+        The server runs a mixed batch's prefill and decode attention as separate kernels
+        (:func:`kvlab.costmodel.cost_model`): no part of vLLM's FA2 varlen mixed-batch cost.
     """
 
     system: str = ""
@@ -258,6 +261,7 @@ class ServerProfile:
     fp8_weights_args: tuple[str, ...] = ()
     kv_flag: str = ""
     stack: str = "none"
+    split_attention: bool = False
 
     # --------------------------------------------------------------- what subclasses write
     def defaults(self, ctx: Context) -> dict[str, Any]:

@@ -36,6 +36,10 @@ batching: "sequences in the context phase can be processed together with sequenc
 phase"). That is kvlab's ``mixed_whole`` scheduler; a prompt longer than ``max_num_tokens`` can never
 be scheduled, and kvlab counts it as not served. With ``--enable_chunked_prefill`` the contexts are
 cut to the tokens left (``_chunk_fcfs`` by default: first come, first served): the ``chunked`` scheduler.
+Attention runs the two phases apart (``docs/source/advanced/gpt-attention.md``: the context phase's
+fused multi-head attention and the generation phase's masked multi-head / XQA kernels, the context
+tokens packed before the generation tokens of the in-flight batch), so kvlab prices its mixed steps
+without vLLM's FA2 varlen mixed-batch cost (``split_attention``).
 """
 from __future__ import annotations
 
@@ -61,6 +65,7 @@ class TensorRTLLM(ServerProfile):
     key = "tensorrt-llm 1"
     family = "TensorRT-LLM 1.x (trtllm-serve, PyTorch backend)"
     versions = ((1,), (1, 99))
+    split_attention = True  # context and generation attention are separate kernels (docs/source/advanced/gpt-attention.md)
     sources = ("NVIDIA/TensorRT-LLM tensorrt_llm/commands/serve.py (CLI, get_llm_args)",
                "NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py (KvCacheConfig, SchedulerConfig, "
                "disable_overlap_scheduler)",
