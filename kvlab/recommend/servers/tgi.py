@@ -16,7 +16,14 @@ Facts, from huggingface/text-generation-inference at v3.3.7:
   ``flash_causal_lm.py``: the KV blocks fill ``free memory x cuda_memory_fraction x 0.90`` after
   warm-up, so kvlab's memory share is ``cuda_memory_fraction x 0.90``.
 - ``backends/v3/src/backend.rs``: with prefill chunking (the default, ``PREFILL_CHUNKING=1``)
-  ``--max-batch-size``, ``--waiting-served-ratio`` and ``--max-waiting-tokens`` are ignored.
+  ``--max-batch-size``, ``--waiting-served-ratio`` and ``--max-waiting-tokens`` are ignored, and
+  ``batching_task`` sends new requests to ``prefill`` together with the running batch, which
+  ``server/text_generation_server/server.py`` (``Prefill``: ``concatenate``) runs in one forward pass
+  with one decode token per running request and the new requests' chunks, within
+  ``--max-batch-prefill-tokens`` (``queue.rs`` ``next_batch``; ``flash_causal_lm.py``
+  ``generate_token`` keeps one token per other request for later chunks): kvlab's ``chunked``
+  scheduler. Not modelled: the router follows each admitting pass with a ``decode`` pass, so it admits
+  every other forward pass, and mixed passes run without CUDA graphs.
 - ``backends/v3/src/queue.rs``: admission reserves the prompt plus the request's
   ``max_new_tokens`` of blocks (kvlab's ``tgi`` policy with its 1,024-token cap on the decode
   reservation); a request that outgrows it is re-queued (recompute).
