@@ -107,6 +107,14 @@ class Preset:
         return replace(base, **changes)
 
 
+def _kernels(value: Any, where: str) -> str | None:
+    """A set-up's kernel era (:func:`kvlab.costmodel.measured.check_kernels`), ``ValueError`` naming the file and key."""
+    try:
+        return check_kernels(value)
+    except ValueError as exc:
+        raise ValueError(f"{PRESET_FILE}: {where}: {exc}") from None
+
+
 @lru_cache(maxsize=1)
 def _raw() -> dict[str, Any]:
     """``data/presets.yaml``, read once."""
@@ -127,7 +135,7 @@ def _load() -> dict[str, Preset]:
                            stage_link=str(p.get("stage_link", "in-node")),
                            max_model_len=raw.get("max_model_len"),
                            baseline_not_stated=str(p.get("baseline_not_stated", "")),
-                           kernels=check_kernels(raw.get("kernels")))
+                           kernels=_kernels(raw.get("kernels"), "kernels"))
     return out
 
 
@@ -425,7 +433,7 @@ def _load_setups() -> dict[str, SourceSetup]:
                                 max_model_len=int(s["max_model_len"]), block_size=int(s["block_size"]),
                                 workload=str(s["workload"]), metric=str(s["metric"]),
                                 slo=str(s.get("slo", "")), stated=dict(s.get("stated", {})),
-                                missing=str(s.get("missing", "")), kernels=check_kernels(s.get("kernels")))
+                                missing=str(s.get("missing", "")), kernels=_kernels(s.get("kernels"), f"setups.{name}.kernels"))
     return out
 
 

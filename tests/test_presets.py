@@ -172,3 +172,5 @@ def test_published_set_ups_run_on_the_kernels_of_their_time():
     assert simulate(w, "vllm", max_new_tokens=64, cost_model=today, **s.simulate_kw()).params["cost_model"] == today.label
     with pytest.raises(ValueError, match="kernels must be None"):
         simulate(w, "vllm", model=s.model, gpu=s.gpu, kernels="2019")
+    with pytest.raises(ValueError, match=r"presets\.yaml: setups\.x\.kernels: kernels must be None"):
+        P._kernels("2019", "setups.x.kernels")
