@@ -403,3 +403,39 @@ def test_calibrate_takes_the_runs_scheduling_and_refuses_a_mix(runs):
         C.fit([*runs[:2], as_v1(runs[2], "0.15.1")], name="x")
     assert not C.runs_overlap([as_v1(r, "0.13.0") for r in runs[:2]]) and not C.runs_overlap(runs[:2])
     assert C.runs_overlap([as_v1(r, v) for r, v in zip(runs[:2], ("0.14.0", "0.19.1"))])
+
+
+def test_runs_of_other_servers_replay_with_their_own_rules(tmp_path, runs):
+    """A run of SGLang or TensorRT-LLM replays with its server profile's policy, default scheduler, overlap
+    scheduler and attention (kvlab.recommend.servers), exactly as simulating those rules directly does; a set-up
+    naming the server takes its flags' defaults from the profile; an unknown engine is refused."""
+    from dataclasses import replace as _replace
+
+    from kvlab.recommend.servers import Context, resolve
+    from kvlab.specs import model as spec_model
+
+    w = runs[1].requests
+    for engine, policy, params, scheduler, split in (
+            ("sglang", "sglang", {"init_ratio": 0.7}, "prefill_first_chunked", False),
+            ("tensorrt-llm", "reserve_max", {}, "mixed_whole", True)):
+        s = SetUp(name=f"{engine}-run", dataset="hand-made", engine=engine, model=MODEL, gpu=GPU, max_num_seqs=64)
+        assert (s.scheduler, s.schedules_async, s.profile.split_attention) == (scheduler, True, split)
+        assert (s.profile.policy, dict(s.profile.policy_params)) == (policy, params)
+        rep = replay(RunRecord(s, w))
+        direct = kvlab.simulate(w[["arrival_s", "prompt_tokens", "output_tokens"]], policy, **params, model=MODEL,
+                                gpu=GPU, scheduler=scheduler, max_num_seqs=64, max_num_batched_tokens=2048,
+                                gpu_memory_utilization=0.9, max_new_tokens=int(w["output_tokens"].max()),
+                                async_scheduling=True, cost_model=cost_model(MODEL, GPU, split_attention=split))
+        assert np.allclose(rep.predicted["e2e_s"].to_numpy(), direct.requests["e2e_s"].to_numpy(), rtol=1e-12)
+        assert ("attention split by phase" in rep.cost_model) is split
+        assert _replace(s, scheduler="chunked").scheduler == "chunked"  # a stated scheduler is kept
+    (tmp_path / "s.yaml").write_text(f"name: sg\nserver: SGLang\nmodel: {MODEL}\ngpu: H100-SXM\n")
+    data = {"input_lens": [100, 200], "output_lens": [3, 4], "ttfts": [0.1, 0.1], "itls": [[0.02] * 2, [0.02] * 3],
+            "start_times": [0.0, 0.5], "errors": ["", ""]}
+    (tmp_path / "r.json").write_text(json.dumps(data))
+    (got,) = read_bench_results(tmp_path / "r.json", tmp_path / "s.yaml")
+    base = resolve("sglang").settings(Context(model=spec_model(MODEL), gpu_name="H100-SXM"))[0]
+    assert (got.setup.engine, got.setup.scheduler, got.setup.max_num_seqs, got.setup.max_num_batched_tokens) == \
+        ("sglang", "prefill_first_chunked", base.max_num_seqs, base.max_num_batched_tokens)
+    with pytest.raises(ValueError, match="engine must be one of vllm-v1, vllm-v0, sglang"):
+        SetUp(name="x", dataset="d", engine="vllm_v1", model=MODEL, gpu=GPU)

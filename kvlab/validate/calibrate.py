@@ -267,7 +267,7 @@ def _replay_with(record: RunRecord, terms: StackTerms) -> Replay:
 
     s = record.setup
     cost = apply(cost_model(s.model, s.gpu_spec, tp=s.tp, source=terms.base, ep=s.expert_parallel,
-                            kernels=terms.kernels), terms)
+                            kernels=terms.kernels, split_attention=s.profile.split_attention), terms)
     return replay(record, cost_model=cost, front_end=terms.overhead_s_per_request if s.client_clock else 0.0)
 
 

@@ -23,7 +23,7 @@ import yaml
 
 from .._paths import SHARED_DATA_DIR
 from .._validate import read_text_file
-from .records import CLIENT_QUEUE, RunRecord, SetUp
+from .records import CLIENT_QUEUE, ENGINE_SYSTEMS, RunRecord, SetUp
 
 #: Where the shared serving runs live (``../shared/data/serving`` from the project root).
 SHARED_SERVING = SHARED_DATA_DIR / "serving"
@@ -264,6 +264,10 @@ def with_server_defaults(setup_map: dict, assumptions: list[str]) -> dict:
     ctx = Context(model=_model(out["model"]), gpu_name=out["gpu"], tp=int(out.get("tp", 1)),
                   max_model_len=int(out.get("max_model_len") or 0))
     d = prof.defaults(ctx)
+    if prof.system != "vllm":  # another server's flags have their own names: its default setting's values
+        base = prof.settings(ctx)[0]
+        d = {"max_num_seqs": base.max_num_seqs, "max_num_batched_tokens": base.max_num_batched_tokens,
+             "gpu_memory_utilization": base.gpu_memory_utilization, "enable_prefix_caching": base.prefix_caching}
     taken = []
     for src, dst in _DEFAULTED.items():
         if dst not in out and d.get(src) is not None:
@@ -272,9 +276,10 @@ def with_server_defaults(setup_map: dict, assumptions: list[str]) -> dict:
     if "scheduler" not in out and "enable_chunked_prefill" in d:
         out["scheduler"] = "chunked" if d["enable_chunked_prefill"] else "prefill_first"
         taken.append(f"scheduler={out['scheduler']}")
-    if "engine" not in out and prof.stack in ("vllm-v0", "vllm-v1"):
-        out["engine"] = prof.stack
-        taken.append(f"engine={prof.stack}")
+    engine = prof.stack if prof.stack in ("vllm-v0", "vllm-v1") else prof.system if prof.system in ENGINE_SYSTEMS else None
+    if "engine" not in out and engine:
+        out["engine"] = engine
+        taken.append(f"engine={engine}")
     if taken:
         assumptions.append(f"not in the record, taken as {prof.family}'s defaults (kvlab.recommend.servers "
                            f"{prof.key}, for {ctx.gpu_name}): {', '.join(taken)}")

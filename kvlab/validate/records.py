@@ -36,6 +36,10 @@ CLIENT_QUEUE = "client_queue_s"
 SCHEDULERS = tuple(k.value for k in SchedulerKind)
 #: The kernel era of an engine whose servers ran other kernels than today's (:attr:`SetUp.kernels`).
 KERNELS_OF_ENGINE = {"vllm-v0": "2024"}
+#: The engines a run may name, and the server profile (:mod:`kvlab.recommend.servers`) whose default policy,
+#: scheduler, asynchronous scheduling and attention a replay takes (:attr:`SetUp.profile`).
+ENGINE_SYSTEMS = {"vllm-v1": "vllm", "vllm-v0": "vllm==0.10", "sglang": "sglang", "tensorrt-llm": "tensorrt-llm",
+                  "tgi": "tgi"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,8 +54,10 @@ class SetUp:
         The group of runs it belongs to (one error table per dataset).
     server, server_version : str
         E.g. ``"vLLM"``, ``"0.19.0"`` (``""`` when not recorded).
-    engine : {"vllm-v0", "vllm-v1", ...}
-        The serving stack (named stacks of :mod:`kvlab.costmodel.stacks` carry its CPU overheads).
+    engine : {"vllm-v1", "vllm-v0", "sglang", "tensorrt-llm", "tgi"}
+        The serving engine (:data:`ENGINE_SYSTEMS`): the replay runs its profile's policy, default scheduler,
+        asynchronous scheduling and attention; named stacks of :mod:`kvlab.costmodel.stacks` carry its CPU
+        overheads.
     model, gpu : str
         Catalogue names (:mod:`kvlab.specs`).
     tp, dp : int
@@ -65,7 +71,8 @@ class SetUp:
         (:attr:`kvlab.specs.GPUSpec.p2p`, :mod:`kvlab.costmodel.host_collectives`).
     scheduler : {"chunked", "prefill_first", "prefill_first_chunked", "mixed_whole"}
         V1 chunked prefill, V0 whole prefills, SGLang's unmixed chunks, or TensorRT-LLM's whole prefills beside
-        the decodes (:func:`kvlab.simulate`'s ``scheduler``).
+        the decodes (:func:`kvlab.simulate`'s ``scheduler``); None (not stated): ``chunked`` for vLLM, else the
+        engine's profile's default.
     max_num_seqs, max_num_batched_tokens, max_model_len, block_size : int
         Engine flags (``max_model_len`` None: the model's own context).
     pool_pages : int or None
@@ -108,7 +115,7 @@ class SetUp:
     dp: int = 1
     expert_parallel: int = 1
     p2p: bool = True
-    scheduler: str = "chunked"
+    scheduler: str | None = None
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 2048
     max_model_len: int | None = None
@@ -127,6 +134,10 @@ class SetUp:
     source: str = ""
 
     def __post_init__(self) -> None:
+        if self.engine not in ENGINE_SYSTEMS:
+            raise ValueError(f"run {self.name}: engine must be one of {', '.join(ENGINE_SYSTEMS)}, got {self.engine!r}")
+        if self.scheduler is None:  # not stated: the engine's default schedule
+            object.__setattr__(self, "scheduler", "chunked" if self.engine.startswith("vllm") else self.profile.scheduler)
         if self.scheduler not in SCHEDULERS:
             raise ValueError(f"run {self.name}: scheduler must be one of {', '.join(SCHEDULERS)}, "
                              f"got {self.scheduler!r}")
@@ -178,15 +189,24 @@ class SetUp:
     def schedules_async(self) -> bool:
         """Whether the replay schedules asynchronously: ``async_scheduling`` when given, else vLLM V1's
         default, on from :data:`kvlab.recommend.servers.vllm.ASYNC_DEFAULT_SINCE` (v0.14.0, PR #27614)
-        and so for a V1 run of unrecorded version; never for V0."""
+        and so for a V1 run of unrecorded version; never for V0; another engine's profile's default (SGLang's and
+        TensorRT-LLM's overlap schedulers)."""
         from ..recommend.servers.vllm import ASYNC_DEFAULT_SINCE  # here: recommend imports validate
 
         if self.async_scheduling is not None:
             return bool(self.async_scheduling)
         if self.engine != "vllm-v1":
-            return False
+            return bool(self.profile.async_scheduling) and not self.engine.startswith("vllm")
         parts = [int(x) for x in re.findall(r"\d+", self.server_version)[:2]]
         return len(parts) < 2 or tuple(parts) >= ASYNC_DEFAULT_SINCE
+
+    @property
+    def profile(self) -> Any:
+        """The server profile of the run's engine (:data:`ENGINE_SYSTEMS`): its simulator policy and parameters,
+        default scheduler, asynchronous scheduling and attention (``split_attention``)."""
+        from ..recommend.servers import resolve  # here: recommend imports validate
+
+        return resolve(ENGINE_SYSTEMS[self.engine])
 
     @property
     def kernels(self) -> str | None:

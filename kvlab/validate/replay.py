@@ -97,20 +97,22 @@ def client_send_times(arrival_s: np.ndarray, finish_s: np.ndarray, cap: int | No
 
 def run_cost(record: RunRecord, cost_model: Any, stack: str | None) -> tuple[Any, str] | None:
     """The cost-model object and stack name of a run that ``simulate``'s ``cost_model`` and ``stack``
-    arguments cannot describe: an expert-parallel one (the EP degree), or one whose engine ran another
-    kernel era (:attr:`.records.SetUp.kernels`; a named cost-model file prices on its own era instead).
+    arguments cannot describe: an expert-parallel one (the EP degree), one whose engine ran another
+    kernel era (:attr:`.records.SetUp.kernels`; a named cost-model file prices on its own era instead), or one
+    whose engine splits a mixed step's attention by phase (its profile's ``split_attention``).
     None for any other run, or where ``cost_model`` is an object."""
     from ..costmodel import cost_model as build
     from ..costmodel.stacks import is_cost_model_file
 
     s = record.setup
-    if (s.expert_parallel == 1 and s.kernels is None) or not (cost_model is None or isinstance(cost_model, str)):
+    split = bool(s.profile.split_attention)
+    if (s.expert_parallel == 1 and s.kernels is None and not split) or not (cost_model is None or isinstance(cost_model, str)):
         return None
     named = cost_model if isinstance(cost_model, str) and is_cost_model_file(cost_model) else stack
     source = None if cost_model is None or named is cost_model else cost_model
     file = named is not None and is_cost_model_file(named)
     cost = build(s.model, s.gpu_spec, tp=s.tp, source=source, stack=named or "none", ep=s.expert_parallel,
-                 kernels=None if file else s.kernels)
+                 kernels=None if file else s.kernels, split_attention=split)
     return cost, named or "none"
 
 
@@ -152,7 +154,8 @@ def replay(record: RunRecord, *, cost_model: Any = None, stack: str | None = Non
     seqs = s.max_num_seqs if cap is None else min(s.max_num_seqs, -(-cap // s.dp))  # a rank's share of the cap
     prefix = PrefixModel(system_prompt_tokens=s.shared_prefix_tokens, system_prompt_share=s.shared_prefix_share) \
         if s.shared_prefix_tokens else None
-    res = simulate(work, "vllm_v1" if s.engine == "vllm-v1" else "vllm", model=model, gpu=s.gpu_spec, tp=s.tp,
+    prof = s.profile
+    res = simulate(work, prof.policy, **dict(prof.policy_params), model=model, gpu=s.gpu_spec, tp=s.tp,
                    scheduler=s.scheduler, max_num_seqs=seqs, max_num_batched_tokens=s.max_num_batched_tokens,
                    max_model_len=s.max_model_len, block_size=s.block_size, pool_pages=s.pool_pages,
                    gpu_memory_utilization=s.gpu_memory_utilization, max_new_tokens=max(max_out, 1),

@@ -241,6 +241,9 @@ class ServerProfile:
     split_attention : bool
         The server runs a mixed batch's prefill and decode attention as separate kernels
         (:func:`kvlab.costmodel.cost_model`): no part of vLLM's FA2 varlen mixed-batch cost.
+    policy, policy_params, scheduler : str, mapping, str
+        How the simulator runs the server by default (:mod:`kvlab.policies`, :func:`kvlab.simulate`'s
+        ``scheduler``): its default setting's, and a replay's of its measured runs (:mod:`kvlab.validate`).
     """
 
     system: str = ""
@@ -262,6 +265,9 @@ class ServerProfile:
     kv_flag: str = ""
     stack: str = "none"
     split_attention: bool = False
+    policy: str = ""
+    policy_params: Mapping[str, Any] = {}
+    scheduler: str = "chunked"
 
     # --------------------------------------------------------------- what subclasses write
     def defaults(self, ctx: Context) -> dict[str, Any]:
@@ -300,7 +306,8 @@ class ServerProfile:
         """The default :class:`Setting` of this family with ``fields``."""
         return Setting(**{"system": self.system, "family": self.key, "version": self.family, "label": "default",
                           "knob": "default", "prefix_caching": self.prefix_caching,
-                          "async_scheduling": self.async_scheduling, **fields})
+                          "async_scheduling": self.async_scheduling, "policy": self.policy,
+                          "policy_params": dict(self.policy_params), "scheduler": self.scheduler, **fields})
 
     def check_block_size(self, block_size: int) -> int:
         """``block_size`` if this release accepts it as ``--block-size``, else ``ValueError``."""

@@ -22,12 +22,13 @@ class Reservation(ServerProfile):
     overflow = "recompute, swap (4 GiB CPU pool) or reject, one setting each"
     kv_knobs = ("reserve",)
     prefix_cache = "none"
+    policy = "reserve_max"
 
     def defaults(self, ctx: Context) -> dict:
         return {"reserve": "max_new_tokens", "overflow": "recompute"}
 
     def settings(self, ctx: Context) -> list[Setting]:
-        base = self.base(label="reserve max_new_tokens", policy="reserve_max", flags={"reserve": "max_new_tokens"})
+        base = self.base(label="reserve max_new_tokens", flags={"reserve": "max_new_tokens"})
         out = [base]
         cap = ctx.max_new_tokens
         for name, tokens in ctx.percentiles.items():

@@ -84,6 +84,8 @@ class SGLang(ServerProfile):
                     "(SGLang matches tokens, page_size 1)")
     prefix_caching = True
     async_scheduling = True  # the overlap scheduler (disable_overlap_schedule False)
+    policy, policy_params = "sglang", {"init_ratio": INIT_RATIO}
+    scheduler = "prefill_first_chunked"  # enable_mixed_chunk False: prefill chunks run without decodes
     host_offload = ("--enable-hierarchical-cache --hicache-ratio R (host pool R x the device pool; priced as a swap "
                     "over the host link)")
     kv_knobs = ("mem_fraction_static", "kv_cache_dtype", "hierarchical_cache", "schedule_conservativeness")
@@ -102,8 +104,7 @@ class SGLang(ServerProfile):
     def settings(self, ctx: Context) -> list[Setting]:
         d = self.defaults(ctx)
         chunk, frac, running = d["chunked_prefill_size"], d["mem_fraction_static"], d["max_running_requests"]
-        base = self.base(policy="sglang", policy_params={"init_ratio": INIT_RATIO}, max_num_seqs=running,
-                         scheduler="prefill_first_chunked", max_num_batched_tokens=chunk, gpu_memory_utilization=frac,
+        base = self.base(max_num_seqs=running, max_num_batched_tokens=chunk, gpu_memory_utilization=frac,
                          kv_cache_dtype=ctx.model.kv_cache_dtype,
                          flags={"--mem-fraction-static": frac, "--max-running-requests": running,
                                 "--chunked-prefill-size": chunk, "--schedule-conservativeness": 1.0})

@@ -82,6 +82,7 @@ class TGI(ServerProfile):
     prefix_cache = ("on by default with flashinfer / flashdecoding attention; simulated (kvlab.prefix_cache) "
                     "when the trace carries block ids (hash_ids)")
     prefix_caching = True
+    policy, policy_params = "tgi", {"cap_tokens": 1024}  # the decode reservation capped at 1,024 tokens
     host_offload = ""
     kv_knobs = ("kv_cache_dtype",)
     kv_cache_dtypes = {"auto": "auto", "fp8": "fp8_e4m3fn"}
@@ -97,7 +98,7 @@ class TGI(ServerProfile):
         d = self.defaults(ctx)
         tokens = d["max_batch_prefill_tokens"]
         # with chunking TGI has no running-request cap (max_batch_size is ignored): the pool bounds it
-        base = self.base(policy="tgi", policy_params={"cap_tokens": 1024}, max_num_seqs=4096,
+        base = self.base(max_num_seqs=4096,
                          max_num_batched_tokens=tokens, gpu_memory_utilization=1.0 * WIGGLE_ROOM,
                          kv_cache_dtype=ctx.model.kv_cache_dtype,
                          flags={"--max-batch-prefill-tokens": tokens, "--cuda-memory-fraction": 1.0})

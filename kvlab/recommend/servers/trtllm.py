@@ -66,6 +66,7 @@ class TensorRTLLM(ServerProfile):
     family = "TensorRT-LLM 1.x (trtllm-serve, PyTorch backend)"
     versions = ((1,), (1, 99))
     split_attention = True  # context and generation attention are separate kernels (docs/source/advanced/gpt-attention.md)
+    policy, scheduler = "reserve_max", "mixed_whole"  # GUARANTEED_NO_EVICT; no chunked prefill
     sources = ("NVIDIA/TensorRT-LLM tensorrt_llm/commands/serve.py (CLI, get_llm_args)",
                "NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py (KvCacheConfig, SchedulerConfig, "
                "disable_overlap_scheduler)",
@@ -90,7 +91,7 @@ class TensorRTLLM(ServerProfile):
 
     def settings(self, ctx: Context) -> list[Setting]:
         d = self.defaults(ctx)
-        base = self.base(policy="reserve_max", scheduler="mixed_whole", max_num_seqs=2048,
+        base = self.base(max_num_seqs=2048,
                          max_num_batched_tokens=8192, gpu_memory_utilization=utilization(ctx, 0.9),
                          kv_cache_dtype=ctx.model.kv_cache_dtype,
                          flags={"--max_batch_size": d["max_batch_size"], "--max_num_tokens": d["max_num_tokens"],

@@ -77,6 +77,7 @@ class VLLM(ServerProfile):
     kv_cache_dtypes = {"auto": "auto", "fp8": "fp8"}
     tp_flag, kv_flag, fp8_weights_args = "--tensor-parallel-size", "--kv-cache-dtype", ("--quantization", "fp8")
     stack = "vllm-v1"  # fitted to vLLM 0.19 runs (data/costmodels/vllm-v1.json)
+    policy = "vllm_v1"
 
     def defaults(self, ctx: Context) -> dict:
         g = ctx.gpu
@@ -92,7 +93,7 @@ class VLLM(ServerProfile):
     def settings(self, ctx: Context) -> list[Setting]:
         d = self.defaults(ctx)
         seqs, tokens, util = d["max_num_seqs"], d["max_num_batched_tokens"], d["gpu_memory_utilization"]
-        base = self.base(policy="vllm_v1", max_num_seqs=seqs,
+        base = self.base(max_num_seqs=seqs,
                          max_num_batched_tokens=tokens, gpu_memory_utilization=util,
                          kv_cache_dtype=ctx.model.kv_cache_dtype,
                          flags={"--max-num-seqs": seqs, "--max-num-batched-tokens": tokens,

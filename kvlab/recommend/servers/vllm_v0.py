@@ -51,6 +51,7 @@ class VLLMV0(VLLM):
     kv_knobs = ("gpu_memory_utilization", "kv_cache_dtype", "preemption_mode")
     kv_cache_dtypes = {"auto": "auto", "fp8": "fp8"}
     stack = "vllm-v0"  # fitted to DistServe's V0-era runs (data/costmodels/vllm-v0.json)
+    policy, policy_params = "vllm", {"watermark_frac": 0.01}
     async_scheduling = False  # V0 schedules in step (the V1 profile it extends schedules asynchronously)
 
     def defaults(self, ctx: Context) -> dict:
@@ -64,8 +65,7 @@ class VLLMV0(VLLM):
     def settings(self, ctx: Context) -> list[Setting]:
         d = self.defaults(ctx)
         tokens = d["max_num_batched_tokens"]
-        base = self.base(policy="vllm", policy_params={"watermark_frac": 0.01},
-                         scheduler="chunked" if d["enable_chunked_prefill"] else "prefill_first",
+        base = self.base(scheduler="chunked" if d["enable_chunked_prefill"] else "prefill_first",
                          max_num_seqs=256, max_num_batched_tokens=tokens, gpu_memory_utilization=0.9,
                          kv_cache_dtype=ctx.model.kv_cache_dtype,
                          flags={"--max-num-seqs": 256, "--max-num-batched-tokens": tokens,
