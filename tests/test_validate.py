@@ -437,5 +437,5 @@ def test_runs_of_other_servers_replay_with_their_own_rules(tmp_path, runs):
     base = resolve("sglang").settings(Context(model=spec_model(MODEL), gpu_name="H100-SXM"))[0]
     assert (got.setup.engine, got.setup.scheduler, got.setup.max_num_seqs, got.setup.max_num_batched_tokens) == \
         ("sglang", "prefill_first_chunked", base.max_num_seqs, base.max_num_batched_tokens)
-    with pytest.raises(ValueError, match="engine must be one of vllm-v1, vllm-v0, sglang"):
+    with pytest.raises(ValueError, match="run x: engine must be one of sglang, tensorrt-llm, tgi, vllm-v0, vllm-v1"):
         SetUp(name="x", dataset="d", engine="vllm_v1", model=MODEL, gpu=GPU)

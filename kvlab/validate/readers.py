@@ -23,7 +23,7 @@ import yaml
 
 from .._paths import SHARED_DATA_DIR
 from .._validate import read_text_file
-from .records import CLIENT_QUEUE, ENGINE_SYSTEMS, RunRecord, SetUp
+from .records import CLIENT_QUEUE, RunRecord, SetUp
 
 #: Where the shared serving runs live (``../shared/data/serving`` from the project root).
 SHARED_SERVING = SHARED_DATA_DIR / "serving"
@@ -276,10 +276,9 @@ def with_server_defaults(setup_map: dict, assumptions: list[str]) -> dict:
     if "scheduler" not in out and "enable_chunked_prefill" in d:
         out["scheduler"] = "chunked" if d["enable_chunked_prefill"] else "prefill_first"
         taken.append(f"scheduler={out['scheduler']}")
-    engine = prof.stack if prof.stack in ("vllm-v0", "vllm-v1") else prof.system if prof.system in ENGINE_SYSTEMS else None
-    if "engine" not in out and engine:
-        out["engine"] = engine
-        taken.append(f"engine={engine}")
+    if "engine" not in out and prof.engine:
+        out["engine"] = prof.engine
+        taken.append(f"engine={prof.engine}")
     if taken:
         assumptions.append(f"not in the record, taken as {prof.family}'s defaults (kvlab.recommend.servers "
                            f"{prof.key}, for {ctx.gpu_name}): {', '.join(taken)}")

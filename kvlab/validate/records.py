@@ -34,12 +34,6 @@ CLIENT_QUEUE = "client_queue_s"
 
 #: Engine schedulers kvlab replays: V1's chunked prefill, V0's whole prefills that stall decodes.
 SCHEDULERS = tuple(k.value for k in SchedulerKind)
-#: The kernel era of an engine whose servers ran other kernels than today's (:attr:`SetUp.kernels`).
-KERNELS_OF_ENGINE = {"vllm-v0": "2024"}
-#: The engines a run may name, and the server profile (:mod:`kvlab.recommend.servers`) whose default policy,
-#: scheduler, asynchronous scheduling and attention a replay takes (:attr:`SetUp.profile`).
-ENGINE_SYSTEMS = {"vllm-v1": "vllm", "vllm-v0": "vllm==0.10", "sglang": "sglang", "tensorrt-llm": "tensorrt-llm",
-                  "tgi": "tgi"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,7 +49,7 @@ class SetUp:
     server, server_version : str
         E.g. ``"vLLM"``, ``"0.19.0"`` (``""`` when not recorded).
     engine : {"vllm-v1", "vllm-v0", "sglang", "tensorrt-llm", "tgi"}
-        The serving engine (:data:`ENGINE_SYSTEMS`): the replay runs its profile's policy, default scheduler,
+        The serving engine (:func:`kvlab.recommend.servers.engines`): the replay runs its profile's policy, default scheduler,
         asynchronous scheduling and attention; named stacks of :mod:`kvlab.costmodel.stacks` carry its CPU
         overheads.
     model, gpu : str
@@ -134,10 +128,12 @@ class SetUp:
     source: str = ""
 
     def __post_init__(self) -> None:
-        if self.engine not in ENGINE_SYSTEMS:
-            raise ValueError(f"run {self.name}: engine must be one of {', '.join(ENGINE_SYSTEMS)}, got {self.engine!r}")
+        try:
+            prof = self.profile
+        except ValueError as exc:
+            raise ValueError(f"run {self.name}: {exc}") from None
         if self.scheduler is None:  # not stated: the engine's default schedule
-            object.__setattr__(self, "scheduler", "chunked" if self.engine.startswith("vllm") else self.profile.scheduler)
+            object.__setattr__(self, "scheduler", prof.scheduler)
         if self.scheduler not in SCHEDULERS:
             raise ValueError(f"run {self.name}: scheduler must be one of {', '.join(SCHEDULERS)}, "
                              f"got {self.scheduler!r}")
@@ -196,24 +192,23 @@ class SetUp:
         if self.async_scheduling is not None:
             return bool(self.async_scheduling)
         if self.engine != "vllm-v1":
-            return bool(self.profile.async_scheduling) and not self.engine.startswith("vllm")
+            return bool(self.profile.async_scheduling)
         parts = [int(x) for x in re.findall(r"\d+", self.server_version)[:2]]
         return len(parts) < 2 or tuple(parts) >= ASYNC_DEFAULT_SINCE
 
     @property
     def profile(self) -> Any:
-        """The server profile of the run's engine (:data:`ENGINE_SYSTEMS`): its simulator policy and parameters,
-        default scheduler, asynchronous scheduling and attention (``split_attention``)."""
-        from ..recommend.servers import resolve  # here: recommend imports validate
+        """The server profile of the run's engine (:func:`kvlab.recommend.servers.by_engine`): its simulator policy
+        and parameters, default scheduler, asynchronous scheduling, attention (``split_attention``) and kernels."""
+        from ..recommend.servers import by_engine  # here: recommend imports validate
 
-        return resolve(ENGINE_SYSTEMS[self.engine])
+        return by_engine(self.engine)
 
     @property
     def kernels(self) -> str | None:
-        """The kernel era the measured model prices the run on (:data:`kvlab.costmodel.measured.KERNEL_ERAS`):
-        ``"2024"`` for vLLM V0 (its servers ran the kernels Vidur profiled in 2024), None (today's engines'
-        measured kernels) for the others."""
-        return KERNELS_OF_ENGINE.get(self.engine)
+        """The kernel era the measured model prices the run on: its engine's profile's
+        (:attr:`kvlab.recommend.servers.ServerProfile.kernels`: ``"2024"`` for vLLM V0, None for today's)."""
+        return self.profile.kernels
 
     @property
     def gpu_spec(self) -> GPUSpec:

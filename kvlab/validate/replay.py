@@ -96,23 +96,21 @@ def client_send_times(arrival_s: np.ndarray, finish_s: np.ndarray, cap: int | No
 
 
 def run_cost(record: RunRecord, cost_model: Any, stack: str | None) -> tuple[Any, str] | None:
-    """The cost-model object and stack name of a run that ``simulate``'s ``cost_model`` and ``stack``
-    arguments cannot describe: an expert-parallel one (the EP degree), one whose engine ran another
-    kernel era (:attr:`.records.SetUp.kernels`; a named cost-model file prices on its own era instead), or one
-    whose engine splits a mixed step's attention by phase (its profile's ``split_attention``).
-    None for any other run, or where ``cost_model`` is an object."""
+    """The cost-model object and stack name a named ``cost_model`` / ``stack`` pair prices ``record`` with, in
+    what ``simulate``'s arguments cannot carry: the EP degree, the engine's kernel era (:attr:`.records.SetUp.kernels`;
+    a named cost-model file prices on its own era instead) and its attention split (its profile's
+    ``split_attention``). None where ``cost_model`` is an object (used as is)."""
     from ..costmodel import cost_model as build
     from ..costmodel.stacks import is_cost_model_file
 
     s = record.setup
-    split = bool(s.profile.split_attention)
-    if (s.expert_parallel == 1 and s.kernels is None and not split) or not (cost_model is None or isinstance(cost_model, str)):
+    if not (cost_model is None or isinstance(cost_model, str)):
         return None
     named = cost_model if isinstance(cost_model, str) and is_cost_model_file(cost_model) else stack
     source = None if cost_model is None or named is cost_model else cost_model
     file = named is not None and is_cost_model_file(named)
     cost = build(s.model, s.gpu_spec, tp=s.tp, source=source, stack=named or "none", ep=s.expert_parallel,
-                 kernels=None if file else s.kernels, split_attention=split)
+                 kernels=None if file else s.kernels, split_attention=s.profile.split_attention)
     return cost, named or "none"
 
 

@@ -36,6 +36,19 @@ def profiles() -> dict[str, ServerProfile]:
     return found
 
 
+def engines() -> dict[str, ServerProfile]:
+    """The profile of each engine a measured run may name (:attr:`ServerProfile.engine`: ``"vllm-v1"``, ...)."""
+    return {p.engine: p for p in sorted(profiles().values(), key=lambda p: p.key) if p.engine}
+
+
+def by_engine(engine: str) -> ServerProfile:
+    """The profile of the engine a measured run names; ``ValueError`` naming the known engines."""
+    known = engines()
+    if engine not in known:
+        raise ValueError(f"engine must be one of {', '.join(sorted(known))}, got {engine!r}")
+    return known[engine]
+
+
 def systems() -> tuple[str, ...]:
     """The shipping systems the profiles cover, in the order a comparison prints them."""
     order = ("vllm", "sglang", "tgi", "tensorrt-llm")
@@ -91,4 +104,4 @@ def resolve(system: str) -> ServerProfile:
 
 
 __all__ = ["ALIASES", "Context", "Launch", "LaunchContext", "OVERFLOW_MODES", "ServerProfile", "Setting", "change",
-           "flag_args", "preemption_modes", "profiles", "resolve", "systems"]
+           "by_engine", "engines", "flag_args", "preemption_modes", "profiles", "resolve", "systems"]

@@ -244,6 +244,11 @@ class ServerProfile:
     policy, policy_params, scheduler : str, mapping, str
         How the simulator runs the server by default (:mod:`kvlab.policies`, :func:`kvlab.simulate`'s
         ``scheduler``): its default setting's, and a replay's of its measured runs (:mod:`kvlab.validate`).
+    engine : str
+        The name a measured run of this family gives as its ``engine`` (:class:`kvlab.validate.SetUp`); "" for
+        a profile no run names.
+    kernels : str or None
+        The kernel era its servers ran (:func:`kvlab.costmodel.cost_model`): None for today's, ``"2024"``.
     """
 
     system: str = ""
@@ -268,6 +273,8 @@ class ServerProfile:
     policy: str = ""
     policy_params: Mapping[str, Any] = {}
     scheduler: str = "chunked"
+    engine: str = ""
+    kernels: str | None = None
 
     # --------------------------------------------------------------- what subclasses write
     def defaults(self, ctx: Context) -> dict[str, Any]:

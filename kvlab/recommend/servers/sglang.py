@@ -84,7 +84,7 @@ class SGLang(ServerProfile):
                     "(SGLang matches tokens, page_size 1)")
     prefix_caching = True
     async_scheduling = True  # the overlap scheduler (disable_overlap_schedule False)
-    policy, policy_params = "sglang", {"init_ratio": INIT_RATIO}
+    policy, policy_params, engine = "sglang", {"init_ratio": INIT_RATIO}, "sglang"
     scheduler = "prefill_first_chunked"  # enable_mixed_chunk False: prefill chunks run without decodes
     host_offload = ("--enable-hierarchical-cache --hicache-ratio R (host pool R x the device pool; priced as a swap "
                     "over the host link)")

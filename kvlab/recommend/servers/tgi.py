@@ -83,6 +83,7 @@ class TGI(ServerProfile):
                     "when the trace carries block ids (hash_ids)")
     prefix_caching = True
     policy, policy_params = "tgi", {"cap_tokens": 1024}  # the decode reservation capped at 1,024 tokens
+    engine = "tgi"
     host_offload = ""
     kv_knobs = ("kv_cache_dtype",)
     kv_cache_dtypes = {"auto": "auto", "fp8": "fp8_e4m3fn"}

@@ -67,6 +67,7 @@ class TensorRTLLM(ServerProfile):
     versions = ((1,), (1, 99))
     split_attention = True  # context and generation attention are separate kernels (docs/source/advanced/gpt-attention.md)
     policy, scheduler = "reserve_max", "mixed_whole"  # GUARANTEED_NO_EVICT; no chunked prefill
+    engine = "tensorrt-llm"
     sources = ("NVIDIA/TensorRT-LLM tensorrt_llm/commands/serve.py (CLI, get_llm_args)",
                "NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py (KvCacheConfig, SchedulerConfig, "
                "disable_overlap_scheduler)",

@@ -77,7 +77,7 @@ class VLLM(ServerProfile):
     kv_cache_dtypes = {"auto": "auto", "fp8": "fp8"}
     tp_flag, kv_flag, fp8_weights_args = "--tensor-parallel-size", "--kv-cache-dtype", ("--quantization", "fp8")
     stack = "vllm-v1"  # fitted to vLLM 0.19 runs (data/costmodels/vllm-v1.json)
-    policy = "vllm_v1"
+    policy, engine = "vllm_v1", "vllm-v1"
 
     def defaults(self, ctx: Context) -> dict:
         g = ctx.gpu

@@ -51,7 +51,8 @@ class VLLMV0(VLLM):
     kv_knobs = ("gpu_memory_utilization", "kv_cache_dtype", "preemption_mode")
     kv_cache_dtypes = {"auto": "auto", "fp8": "fp8"}
     stack = "vllm-v0"  # fitted to DistServe's V0-era runs (data/costmodels/vllm-v0.json)
-    policy, policy_params = "vllm", {"watermark_frac": 0.01}
+    policy, policy_params, engine = "vllm", {"watermark_frac": 0.01}, "vllm-v0"
+    kernels = "2024"  # its servers ran the kernels Vidur profiled in 2024 (the vllm-v0 stack is fitted on them)
     async_scheduling = False  # V0 schedules in step (the V1 profile it extends schedules asynchronously)
 
     def defaults(self, ctx: Context) -> dict:
