@@ -175,6 +175,28 @@ def test_fp8_kv_set_up_doubles_the_replayed_pool():
     assert replay(w8).pool_pages - auto == pytest.approx(saved / page, abs=1)
 
 
+def test_fp8_weights_are_priced_at_one_byte_a_weight_in_the_replay_and_the_calibration():
+    # The replay and calibration had built their cost model from the model's name (BF16 weights) while the
+    # pool took the FP8 weights: an FP8 run replayed 1.7x slower at decode. Independent route: the same
+    # requests served with a cost model built by hand from the FP8 model.
+    from kvlab.costmodel import cost_model
+    from kvlab.validate.calibrate import _replay_with
+    from kvlab.costmodel.stacks import StackTerms
+
+    rec = _server_record(n=40, cap=None, rate=4.0)
+    w8 = RunRecord(SetUp(name="w", dataset="d", model=MODEL, gpu="H100-SXM", max_num_seqs=64, weight_dtype="fp8"),
+                   rec.requests)
+    by_hand = cost_model(specs.with_precision(specs.model(MODEL), weights="fp8"), "H100-SXM")
+    expect = replay(w8, cost_model=by_hand).predicted
+    got = replay(w8).predicted
+    assert np.allclose(got["tpot_s"], expect["tpot_s"], rtol=1e-12)
+    assert "FP8 weights" in replay(w8).cost_model
+    bf16 = replay(w8.with_setup(weight_dtype="bf16")).predicted
+    assert float(got["tpot_s"].mean()) < 0.7 * float(bf16["tpot_s"].mean())  # decode reads half the weight bytes
+    none = StackTerms(name="none", overhead_s=0.0, overhead_s_per_seq=0.0)
+    assert np.allclose(_replay_with(w8, none).predicted["tpot_s"], expect["tpot_s"], rtol=1e-12)
+
+
 def test_overlapped_cpu_terms_hidden_behind_the_gpu_are_reported_not_identified(tmp_path):
     from kvlab.costmodel.stacks import StackTerms, save
     from kvlab.validate import calibrate as C

@@ -48,7 +48,7 @@ from scipy.optimize import least_squares, lsq_linear
 
 from ..costmodel.stacks import StackTerms
 from .records import RunRecord
-from .replay import Replay, compare, replay
+from .replay import Replay, compare, replay, run_model
 
 #: The three run-level targets, as (column of the record's requests, name).
 TARGETS = (("ttft_s", "ttft"), ("e2e_s", "e2e"), ("tpot_s", "tpot"))
@@ -266,7 +266,7 @@ def _replay_with(record: RunRecord, terms: StackTerms) -> Replay:
     from ..costmodel.stacks import apply
 
     s = record.setup
-    cost = apply(cost_model(s.model, s.gpu_spec, tp=s.tp, source=terms.base, ep=s.expert_parallel,
+    cost = apply(cost_model(run_model(record), s.gpu_spec, tp=s.tp, source=terms.base, ep=s.expert_parallel,
                             kernels=terms.kernels, split_attention=s.profile.split_attention), terms)
     return replay(record, cost_model=cost, front_end=terms.overhead_s_per_request if s.client_clock else 0.0)
 

@@ -95,6 +95,14 @@ def client_send_times(arrival_s: np.ndarray, finish_s: np.ndarray, cap: int | No
     return sent
 
 
+def run_model(record: RunRecord) -> Any:
+    """The run's model at the run's KV and weight precision (:func:`kvlab.specs.with_precision`)."""
+    s = record.setup
+    m = _model(s.model)
+    same = (s.kv_cache_dtype, s.weight_dtype) == (m.kv_cache_dtype, m.weight_dtype)
+    return m if same else with_precision(m, kv_cache_dtype=s.kv_cache_dtype, weights=s.weight_dtype)
+
+
 def run_cost(record: RunRecord, cost_model: Any, stack: str | None) -> tuple[Any, str] | None:
     """The cost-model object and stack name a named ``cost_model`` / ``stack`` pair prices ``record`` with, in
     what ``simulate``'s arguments cannot carry: the EP degree, the engine's kernel era (:attr:`.records.SetUp.kernels`;
@@ -109,7 +117,7 @@ def run_cost(record: RunRecord, cost_model: Any, stack: str | None) -> tuple[Any
     named = cost_model if isinstance(cost_model, str) and is_cost_model_file(cost_model) else stack
     source = None if cost_model is None or named is cost_model else cost_model
     file = named is not None and is_cost_model_file(named)
-    cost = build(s.model, s.gpu_spec, tp=s.tp, source=source, stack=named or "none", ep=s.expert_parallel,
+    cost = build(run_model(record), s.gpu_spec, tp=s.tp, source=source, stack=named or "none", ep=s.expert_parallel,
                  kernels=None if file else s.kernels, split_attention=s.profile.split_attention)
     return cost, named or "none"
 
@@ -145,9 +153,7 @@ def replay(record: RunRecord, *, cost_model: Any = None, stack: str | None = Non
         cost_model, stack = built[0], None
     work = record.workload()
     max_out = int(work["output_tokens"].max())
-    m = _model(s.model)
-    same = (s.kv_cache_dtype, s.weight_dtype) == (m.kv_cache_dtype, m.weight_dtype)
-    model = m if same else with_precision(m, kv_cache_dtype=s.kv_cache_dtype, weights=s.weight_dtype)
+    model = run_model(record)
     cap = s.max_concurrency
     seqs = s.max_num_seqs if cap is None else min(s.max_num_seqs, -(-cap // s.dp))  # a rank's share of the cap
     prefix = PrefixModel(system_prompt_tokens=s.shared_prefix_tokens, system_prompt_share=s.shared_prefix_share) \
