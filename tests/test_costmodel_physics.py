@@ -156,8 +156,9 @@ def perturbed(cost, name: str):
             i = int(rest)
             return replace(cost, **{head: tuple(x * 1.37 if j == i else x for j, x in enumerate(val))})
         return replace(cost, **{head: perturbed(val, rest)})
-    if isinstance(val, tuple):
-        return replace(cost, **{head: tuple(tuple(x * 1.37 for x in pair) for pair in val)})
+    if isinstance(val, tuple):  # shapes (pairs) or a flat tuple (the GEMM table's grid and correction)
+        return replace(cost, **{head: tuple(tuple(x * 1.37 for x in v) if isinstance(v, tuple) else v * 1.37
+                                            for v in val)})
     new = val + 1 if isinstance(val, int) else (val * 1.37 if val else 1e-6)
     return replace(cost, **{head: new})
 
@@ -165,7 +166,7 @@ def perturbed(cost, name: str):
 def described(cost) -> list[str]:
     if type(cost) is cm.CostModel:
         return list(compiled.ROOFLINE_FIELDS)
-    return [*compiled.MEASURED_FIELDS, *compiled.MEASURED_SHAPES]
+    return [*compiled.MEASURED_FIELDS, *compiled.MEASURED_SHAPES, *compiled.MEASURED_TABLE]
 
 
 @pytest.mark.parametrize("cost", MODELS, ids=lambda c: f"{type(c).__name__}-{c.model_name}-{c.gpu_name}")

@@ -107,3 +107,55 @@ def test_leave_one_gpu_out_on_todays_stack():
     rel = curve.time_s(*(h200[x].to_numpy(float) for x in ("m", "n", "k"))) / h200["time_s"].to_numpy() - 1
     row = t[(t["target"] == "H200") & (t["from"] == "H100-SXM")].iloc[0]
     assert row["nearest"] and row["mape"] == pytest.approx(np.mean(np.abs(rel)), rel=1e-9) and row["mape"] < 0.15
+
+
+#: A model whose every dense GEMM is a weight shape the tables measured (6,144 x 4,096, 4,096 x 4,096,
+#: 16,384 x 4,096, 4,096 x 8,192).
+ON_GRID = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+           "num_hidden_layers": 2, "intermediate_size": 8192, "vocab_size": 32000, "max_position_embeddings": 8192}
+
+
+def _split_bounded(t: pd.DataFrame) -> np.ndarray:
+    """A shape's measured times in token order, each at most the one before it scaled by the token ratio."""
+    t = t.sort_values("m")
+    m, s = t["m"].to_numpy(float), t["time_s"].to_numpy(float).copy()
+    for i in range(1, len(s)):
+        s[i] = min(s[i], s[i - 1] * m[i] / m[i - 1])
+    return s
+
+
+@pytest.mark.parametrize("gpu", ["H100-SXM", "B200", "A100-80GB-SXM"])
+def test_a_layer_on_the_tables_grid_costs_what_the_table_measured(gpu):
+    """Independent route: from the shipped rows, the layer's dense GEMMs at each measured token count are the
+    sum of its shapes' measured times (split-bounded), non-decreasing; kvlab's dense term equals it there
+    (the table's ratios are stored to 4 digits)."""
+    from kvlab.specs import model_from_config
+
+    m = model_from_config(ON_GRID, name="on-grid")
+    c = measured(m, gpu)
+    assert c.gemm_shapes == ((6144, 4096), (4096, 4096), (16384, 4096), (4096, 8192))
+    r = E.rows()
+    r = r[r["gpu"] == gpu]
+    want = np.maximum.accumulate(sum(_split_bounded(r[(r["n"] == n) & (r["k"] == k)]) for n, k in c.gemm_shapes))
+    tokens = np.sort(r["m"].unique()).astype(float)
+    got = np.array([c.layer_linear_s(float(x)) for x in tokens])
+    assert got == pytest.approx(want, rel=2e-4)
+    # between the grid's counts: linear in tokens; beyond the last: the curve, continuous at the last
+    mid = 0.5 * (tokens[-2] + tokens[-1])
+    assert c.layer_linear_s(mid) == pytest.approx(0.5 * (got[-2] + got[-1]), rel=1e-9)
+    assert c.layer_linear_s(tokens[-1] * (1 + 1e-9)) == pytest.approx(got[-1], rel=1e-6)
+
+
+def test_the_tables_correct_the_curves_bias_on_wide_layers():
+    """Llama-2-70B at TP4 on an H100 (weights up to 14,336 x 8,192): the fitted curve alone runs the
+    widest GEMMs over the measured table at 1,024 tokens (the curve is fitted over 1k-16k weights
+    and tilts toward the small ones); with the table the layer costs at least 3% less."""
+    c = measured("Llama-2-70B", "H100-SXM", tp=4)
+    curve_only = sum(c.gemm.time_s(1024.0, n, k) for n, k in c.gemm_shapes)
+    r = E.rows()
+    r = r[(r["gpu"] == "H100-SXM") & (r["m"] == 1024)]
+    # the nearest measured shapes bracket the model's: 12,288 and 16,384 x 8,192 (the gate-up's 14,336 x 8,192)
+    lo, hi = (float(r[(r["n"] == n) & (r["k"] == 8192)]["time_s"].iloc[0]) for n in (12288, 16384))
+    gate_up = c.gemm.time_s(1024.0, 14336, 8192)
+    assert gate_up > 1.05 * (lo + hi) / 2  # the curve's bias on the widest GEMM
+    assert c.layer_linear_s(1024.0) < 0.97 * curve_only

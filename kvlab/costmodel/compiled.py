@@ -17,8 +17,8 @@ from __future__ import annotations
 from .._numba_cache import njit
 import numpy as np
 
-from .flat import (GEMM_FIELDS, MEASURED_FIELDS, MEASURED_SHAPES, PIPELINE, PIPELINE_FIELDS, ROOFLINE, ROOFLINE_FIELDS,
-                   STACKED, STACKED_FIELDS, constants, field_value, layout)
+from .flat import (GEMM_FIELDS, MEASURED_FIELDS, MEASURED_SHAPES, MEASURED_TABLE, PIPELINE, PIPELINE_FIELDS, ROOFLINE,
+                   ROOFLINE_FIELDS, STACKED, STACKED_FIELDS, constants, field_value, layout)
 
 R, M, S, P, G = (layout(f) for f in (ROOFLINE_FIELDS, MEASURED_FIELDS, STACKED_FIELDS, PIPELINE_FIELDS, GEMM_FIELDS))
 
@@ -35,6 +35,13 @@ def _roofline_s(c, o, t, pairs, kv):  # pragma: no cover (compiled)
 
 
 @njit(nogil=True, inline="always")
+def _gemm_floor_s(c, g, m, n, k):  # pragma: no cover (compiled)
+    """:meth:`kvlab.costmodel.measured.GemmCurve.floor_s` with the curve's constants at ``c[g:]``."""
+    moved = c[g + G.dtype_bytes] * m * (k + n) + c[g + G.weight_bytes] * k * n
+    return max(moved / c[g + G.peak_bytes_per_s], 2.0 * n * k * m / c[g + G.peak_flops_per_s])
+
+
+@njit(nogil=True, inline="always")
 def _gemm_s(c, g, m, n, k, launches):  # pragma: no cover (compiled)
     """:meth:`kvlab.costmodel.measured.GemmCurve.time_s` with the curve's constants at ``c[g:]``."""
     moved = c[g + G.dtype_bytes] * m * (k + n) + c[g + G.weight_bytes] * k * n
@@ -42,8 +49,7 @@ def _gemm_s(c, g, m, n, k, launches):  # pragma: no cover (compiled)
     comp = 2.0 * n * k * (m + c[g + G.half_tokens]) / c[g + G.flops_per_s]
     p = c[g + G.sharpness]
     curve = launches * c[g + G.launch_s] + (mem ** p + comp ** p) ** (1.0 / p)
-    floor = max(moved / c[g + G.peak_bytes_per_s], 2.0 * n * k * m / c[g + G.peak_flops_per_s])
-    return max(curve, floor)
+    return max(curve, _gemm_floor_s(c, g, m, n, k))
 
 
 @njit(nogil=True, inline="always")
@@ -65,8 +71,20 @@ def _measured_s(c, o, t, pairs, kv, s):  # pragma: no cover (compiled)
     linear = 0.0
     for i in range(num_dense):
         linear += _gemm_s(c, lin, t, c[at + 1 + 2 * i], c[at + 2 + 2 * i], 1.0)
+    dense_at = at
     at += 1 + 2 * num_dense
     num_expert = int(c[at])
+    table = at + 1 + 2 * num_expert
+    num_grid = int(c[table])
+    if num_grid > 0:
+        if t <= c[table + num_grid]:
+            linear = np.interp(t, c[table + 1:table + 1 + num_grid], c[table + 1 + num_grid:table + 1 + 2 * num_grid])
+        else:
+            linear = linear * c[o + M.linear_tail_scale]
+        floor = 0.0
+        for i in range(num_dense):
+            floor += _gemm_floor_s(c, lin, t, c[dense_at + 1 + 2 * i], c[dense_at + 2 + 2 * i])
+        linear = max(linear, floor)
     if c[o + M.num_experts] > 0:
         e, k_tok, ep = c[o + M.num_experts], c[o + M.experts_per_token], c[o + M.expert_parallel]
         ranks = max(ep / c[o + M.tp], 1.0)
@@ -146,5 +164,5 @@ def iteration_s(kind, c, num_tokens, attention_pairs, kv_tokens, num_seqs):  # p
     return c[P.pp] * (own * c[at + 1 + n + i] + c[at + 2 + 2 * n + i])
 
 
-__all__ = ["GEMM_FIELDS", "MEASURED_FIELDS", "MEASURED_SHAPES", "PIPELINE_FIELDS", "ROOFLINE_FIELDS", "STACKED_FIELDS",
+__all__ = ["GEMM_FIELDS", "MEASURED_FIELDS", "MEASURED_SHAPES", "MEASURED_TABLE", "PIPELINE_FIELDS", "ROOFLINE_FIELDS", "STACKED_FIELDS",
            "constants", "field_value", "iteration_s", "layout"]

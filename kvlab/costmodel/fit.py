@@ -31,7 +31,8 @@ measurements keep Vidur's GPUs as their references.
 
 Where a serving engine's own GEMM times are measured on a GPU (:mod:`.engine_gemms`: NVIDIA
 aiconfigurator's vLLM tables of the A100-80GB-SXM, H100-SXM, H200, B200 and L40S), that GPU's GEMM curve is
-fitted to them instead (:func:`engine_families`): the kernels a server runs today, which on the
+fitted to them instead (:func:`engine_families`), and the table itself over the curve (:func:`gemm_table_ratio`)
+prices a layer's GEMMs at the token counts it measured (:func:`.measured.table_correction`): the kernels a server runs today, which on the
 H100 are 20-30% faster than Vidur's 2024 profiles at 65-1,024 tokens; so are its attention terms,
 to the same release's measured attention kernels (:mod:`.engine_attention`). Their pointwise terms are
 vLLM's own operators' (LLMServingSim's profile of the nearest RTX GPU, carried by HBM bandwidth), their
@@ -444,6 +445,32 @@ def _with_engine_family(fam: str, entry: Mapping[str, Any], gpus: Mapping[str, A
     return out
 
 
+def gemm_table_ratio(rows: pd.DataFrame, curve: GemmCurve) -> dict[str, Any]:
+    """A GEMM table over its fitted curve on the table's grid: ``tokens``, ``n``, ``k`` and ``ratio``
+    (measured / curve, ``[tokens][n][k]``, 1 where the grid has no row), what prices a layer's GEMMs
+    between the grid's points (:func:`.measured.table_correction`).
+
+    Each weight shape's times are first held to the split bound: ``m`` tokens cost at most ``m / m'``
+    times the ``m' < m`` before them (a GEMM can run in pieces), which removes the tables' rare spikes
+    (the H100's 12,288 x 8,192 weights at 2,048 tokens: 2.15 ms, 4.5x the 1,024 tokens' 0.24 ms)."""
+    toks, ns, ks = (sorted(float(x) for x in set(rows[c])) for c in ("m", "n", "k"))
+    ratio = np.ones((len(toks), len(ns), len(ks)))
+    for (n, k), g in rows.groupby(["n", "k"]):
+        g = g.sort_values("m")
+        m, t = g["m"].to_numpy(dtype=np.float64), g["time_s"].to_numpy(dtype=np.float64).copy()
+        for i in range(1, len(t)):
+            t[i] = min(t[i], t[i - 1] * m[i] / m[i - 1])
+        ratio[[toks.index(x) for x in m], ns.index(float(n)), ks.index(float(k))] = t / curve.time_s(m, n, k)
+    return {"tokens": toks, "n": ns, "k": ks, "ratio": np.round(ratio, 4).tolist()}
+
+
+def _gemm_entries(table: pd.DataFrame) -> dict[str, Any]:
+    """A family's GEMM curve fitted to an engine table's rows, and the table over it (:func:`gemm_table_ratio`)."""
+    rows = engine_gemm_rows(table)
+    curve = fit_gemm(rows)
+    return {"gemm": _gemm_dict(curve), "gemm_table": gemm_table_ratio(rows, curve)}
+
+
 def engine_gemm_rows(table: pd.DataFrame) -> pd.DataFrame:
     """:mod:`.engine_gemms`' rows in :func:`gemm_rows`' columns (each GEMM its own ``layer``)."""
     return pd.DataFrame({"gpu": table["gpu"], "model": "", "tp": 1, "op": "gemm", "layer": range(len(table)),
@@ -452,7 +479,8 @@ def engine_gemm_rows(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def engine_families(table: pd.DataFrame, operators: Mapping[str, Any], attention: pd.DataFrame) -> dict[str, Any]:
-    """A family per (GPU, engine release) of :mod:`.engine_gemms`: its GEMM curve, its attention terms
+    """A family per (GPU, engine release) of :mod:`.engine_gemms`: its GEMM curve and the table over it
+    (:func:`gemm_table_ratio`), its attention terms
     fitted to the same release's measured attention (:mod:`.engine_attention`, ``attention``) where that
     was measured, and the pointwise terms of a serving engine's own operators (``operators``:
     :func:`profile_families`, LLMServingSim's vLLM 0.19.0 profiles; the one whose GPU is nearest by spec), their
@@ -471,7 +499,7 @@ def engine_families(table: pd.DataFrame, operators: Mapping[str, Any], attention
         out[f"{str(gpu).lower()}_{framework}"] = {
             "label": f"{gpu} (NVIDIA aiconfigurator's {framework} {version} {tables}; pointwise: "
                      f"vLLM's own operators, LLMServingSim's {operators[near]['gpu']} profile carried by HBM bandwidth)",
-            "gpu": str(gpu), "gemm": _gemm_dict(fit_gemm(engine_gemm_rows(g))), "pointwise": pw,
+            "gpu": str(gpu), **_gemm_entries(g), "pointwise": pw,
             **({"attention": {**fit_attention(_engine_attention.profile(att)), "gpu": str(gpu)}} if len(att) else {})}
     return out
 

@@ -47,8 +47,10 @@ MEASURED_FIELDS = (
     "attention_flops_per_pair_layer", "attention_decode_flops_per_pair_layer", "allreduces_per_layer",
     "activation_bytes_per_token", "allreduce_latency_s", "allreduce_s_per_byte", "custom_allreduce_max_bytes",
     "custom_allreduce_latency_s", "custom_allreduce_s_per_byte", "p2p_latency_s", "p2p_s_per_byte", "ring_factor",
-    "interconnect_bytes_per_s", "gpu_time_scale", "overhead_s", "overhead_s_per_seq")
+    "interconnect_bytes_per_s", "gpu_time_scale", "overhead_s", "overhead_s_per_seq", "linear_tail_scale")
 MEASURED_SHAPES = ("gemm_shapes", "expert_shapes")
+#: Then the dense GEMMs' measured table: a count ``g`` (0: none), ``g`` token counts, ``g`` times (seconds).
+MEASURED_TABLE = ("linear_grid_tokens", "linear_grid_s")
 #: A stack over any compiled model (:class:`~kvlab.costmodel.stacks.StackedCostModel`); the base's
 #: kind and vector follow.
 STACKED_FIELDS = ("terms.gpu_time_scale", "terms.overhead_s", "terms.overhead_s_per_seq", "terms.overlap")
@@ -86,6 +88,7 @@ def _flat(cost: Any) -> list[float] | None:
         for name in MEASURED_SHAPES:
             shapes = getattr(cost, name)
             out += [len(shapes), *(float(x) for shape in shapes for x in shape)]
+        out += [len(cost.linear_grid_tokens), *cost.linear_grid_tokens, *cost.linear_grid_s]
         return out
     if type(cost) is StackedCostModel:
         base = _flat(cost.base)
@@ -110,5 +113,5 @@ def constants(cost: Any) -> tuple[int, np.ndarray] | None:
     return int(flat[0]), np.array(flat[1:], dtype=np.float64)
 
 
-__all__ = ["GEMM_FIELDS", "MEASURED_FIELDS", "MEASURED_SHAPES", "PIPELINE", "MEASURED", "PIPELINE_FIELDS", "ROOFLINE",
+__all__ = ["GEMM_FIELDS", "MEASURED_FIELDS", "MEASURED_SHAPES", "MEASURED_TABLE", "PIPELINE", "MEASURED", "PIPELINE_FIELDS", "ROOFLINE",
            "ROOFLINE_FIELDS", "STACKED", "STACKED_FIELDS", "constants", "field_value", "layout"]

@@ -21,7 +21,11 @@ collective curves instead, as the servers of that time ran.
   Fitted per GPU to Vidur's per-operation profiles of several models and TP degrees, so any
   model shape gets a prediction from its GEMM sizes; never under the bytes over the spec HBM
   bandwidth or the FLOPs over the dense peak. A GPU without profiles is priced from the
-  nearest profiled one by spec ratios (:func:`build`);
+  nearest profiled one by spec ratios (:func:`build`). Where the GPU's family is an engine's
+  measured GEMM table (:mod:`.engine_gemms`, BF16 weights), the table prices the layer's GEMMs
+  at its token counts and weight shapes, interpolated between them (:func:`table_correction`):
+  the one curve runs the widest layers' GEMMs up to 13% slow on the H100 and the A100 at a few
+  hundred to a few thousand tokens;
 * **pointwise(T)**: norms, rotary embedding, activation, residual add: a launch time plus
   seconds per element of the hidden state (every TP rank works on all of it) and per element TP
   splits (rotary on q and k, the activation), at least their bytes over HBM; fitted to Vidur's
@@ -69,7 +73,10 @@ collective curves instead, as the servers of that time ran.
   of DeepSeek (every layer is priced as a mixture-of-experts layer);
 * **weight precision**: GEMMs read ``weight_bytes`` per weight element (FP8: 1, INT4: 4 bits plus
   a BF16 scale per 128), activations in BF16; FP8 weights run on the BF16 curve scaled by the
-  GPU's FP8/BF16 dense-peak ratio (1 where it has no FP8 tensor cores), floored at the FP8 peak;
+  GPU's FP8/BF16 dense-peak ratio (1 where it has no FP8 tensor cores), floored at the FP8 peak
+  (aiconfigurator's FP8 tables of vLLM's FP8 linear layer are not used: at decode sizes they run
+  0.8x the BF16 layer on the B200, yet the server decodes Llama-3.1-70B in FP8 on one B200 faster
+  than its BF16 weights' bytes allow; see :mod:`kvlab.validate.points`);
   the vocabulary projection stays BF16 (quantized checkpoints keep it so);
 * **lm_head(S)**: the vocabulary GEMM over one token per sequence, on the same GEMM curve (BF16);
 * **overheads**: per iteration and per sequence (CPU scheduling, input preparation, sampling),
@@ -172,8 +179,12 @@ class GemmCurve:
         comp = 2.0 * n * k * (m + self.half_tokens) / self.flops_per_s
         p = self.sharpness
         curve = launches * self.launch_s + (mem ** p + comp ** p) ** (1.0 / p)
-        floor = _maximum(moved / self.peak_bytes_per_s, 2.0 * n * k * m / self.peak_flops_per_s)
-        return _maximum(curve, floor)
+        return _maximum(curve, self.floor_s(m, n, k))
+
+    def floor_s(self, m: Any, n: float, k: float) -> Any:
+        """The physical floor of the GEMM (seconds): its bytes over the peak bandwidth, its FLOPs over the peak."""
+        moved = self.dtype_bytes * m * (k + n) + self.weight_bytes * k * n
+        return _maximum(moved / self.peak_bytes_per_s, 2.0 * n * k * m / self.peak_flops_per_s)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,6 +214,13 @@ class MeasuredCostModel:
         ``expert_parallel / tp`` data-parallel ranks (0 without them): the dispatch (all-gather of
         the ranks' hidden states) and the combine (reduce-scatter of the experts' outputs) of
         each layer cost one all-reduce of the gathered hidden states (:meth:`layer_linear_s`).
+    linear_grid_tokens, linear_grid_s, linear_tail_scale : tuple of float, tuple of float, float
+        Where the GPU's family measured its engine's GEMMs over a grid of token counts and weight
+        shapes (:mod:`.engine_gemms`): the grid's token counts and the layer's dense GEMMs' time at
+        each (seconds, :func:`table_correction`). Up to the grid's last count the dense GEMMs cost
+        that time interpolated linearly in tokens; beyond it the curve's times ``linear_tail_scale``
+        (the grid's last time over the curve's there); never under their floors. Empty: the curve
+        alone (routed experts and the vocabulary projection always).
     lm_head_shape : tuple of (n, k)
         The vocabulary projection per GPU, on ``head_gemm`` (BF16 weights: quantized checkpoints
         keep the LM head in BF16; ``gemm`` otherwise).
@@ -258,6 +276,9 @@ class MeasuredCostModel:
     ep_comm_latency_s: float = 0.0
     ep_comm_s_per_byte: float = 0.0
     lm_head_shape: tuple[float, float]
+    linear_grid_tokens: tuple[float, ...] = ()
+    linear_grid_s: tuple[float, ...] = ()
+    linear_tail_scale: float = 1.0
     peak_bytes_per_s: float
     peak_flops_per_s: float
     pointwise_s: float
@@ -316,6 +337,13 @@ class MeasuredCostModel:
         ids and weights (8 bytes per token and expert, under 2% of the hidden state) are left out.
         """
         t = sum(self.gemm.time_s(num_tokens, n, k) for n, k in self.gemm_shapes)
+        if self.linear_grid_s:
+            xp = array_namespace(num_tokens)
+            grid = xp.interp(num_tokens, xp.asarray(self.linear_grid_tokens), xp.asarray(self.linear_grid_s))
+            inside = num_tokens <= self.linear_grid_tokens[-1]
+            t = xp.where(inside, grid, t * self.linear_tail_scale) if not isinstance(num_tokens, (int, float)) \
+                else (float(grid) if inside else t * self.linear_tail_scale)
+            t = _maximum(t, sum(self.gemm.floor_s(num_tokens, n, k) for n, k in self.gemm_shapes))
         if self.num_experts:
             e, k_tok, ep = float(self.num_experts), float(self.experts_per_token), float(self.expert_parallel)
             ranks = max(ep / self.tp, 1.0)  # data-parallel ranks whose tokens the experts see
@@ -428,6 +456,36 @@ def constants() -> dict[str, Any]:
         return {}
     with open(CONSTANTS_PATH, encoding="utf-8") as f:
         return json.load(f)
+
+
+def table_correction(table: Mapping[str, Any], curve: GemmCurve,
+                     shapes: tuple[tuple[float, float], ...]) -> tuple[tuple[float, ...], tuple[float, ...], float]:
+    """``(tokens, seconds, tail scale)`` of a layer's dense GEMMs on a measured table
+    (:attr:`MeasuredCostModel.linear_grid_s`).
+
+    ``table`` is a family's ``gemm_table`` (:func:`.fit.gemm_table_ratio`): its token counts, weight shapes
+    and, at each, the measured time over the family's fitted curve. Each shape's ratio is interpolated
+    linearly in ``(log tokens, log n, log k)`` (``scipy.interpolate.RegularGridInterpolator``), held at the
+    table's edges (a shape wider than its widest weights takes the widest's ratio), and times ``curve`` (the
+    GPU's own, carried by spec from the family's); the layer's time at each token count is their sum, held
+    non-decreasing in tokens (a GEMM over fewer tokens can run padded to more). The tail scale is the last
+    time over the curve's sum there.
+    """
+    import numpy as np
+    from scipy.interpolate import RegularGridInterpolator
+
+    toks = np.asarray(table["tokens"], dtype=np.float64)
+    lt, ln, lk = np.log(toks), np.log(np.asarray(table["n"], float)), np.log(np.asarray(table["k"], float))
+    ratio = RegularGridInterpolator((lt, ln, lk), np.asarray(table["ratio"], dtype=np.float64))
+    measured, curve_sum = np.zeros(len(toks)), np.zeros(len(toks))
+    for n, k in shapes:
+        at = np.column_stack([lt, np.full(len(lt), np.clip(np.log(n), ln[0], ln[-1])),
+                              np.full(len(lt), np.clip(np.log(k), lk[0], lk[-1]))])
+        c = curve.time_s(toks, float(n), float(k))
+        measured, curve_sum = measured + c * ratio(at), curve_sum + c
+    measured = np.maximum.accumulate(measured)
+    return (tuple(float(x) for x in toks), tuple(float(x) for x in measured),
+            float(measured[-1] / curve_sum[-1]))
 
 
 def measured_gpus(consts: Mapping[str, Any] | None = None) -> list[str]:
@@ -702,6 +760,8 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
     weights = g.gemm_flops_per_s(m.weight_dtype) / peak_flops  # FP8 weights: the FP8/BF16 dense-peak ratio
     layer_gemm = replace(head, flops_per_s=head.flops_per_s * weights, weight_bytes=WEIGHT_DTYPES[m.weight_dtype],
                          peak_flops_per_s=g.gemm_flops_per_s(m.weight_dtype))
+    table = fam.get("gemm_table") if m.weight_dtype == "bf16" else None  # the table measured BF16 weights
+    grid_tokens, grid_s, tail = table_correction(table, layer_gemm, dense) if table else ((), (), 1.0)
     notes = [*([f"{asked} kernels: {fam['label']}"] if era and ref != g.name else []),
              *(["MLA: latent cache, absorbed decode"] if m.is_mla else []), *_precision_notes(m, weights),
              *([f"FA2 mixed batches: decodes beside a prefill chunk read KV x{1 + fa2['ratio']:.2f} (the RTX cards' "
@@ -713,7 +773,8 @@ def build(model: str | ModelSpec, gpu: str | GPUSpec, *, tp: int = 1, pp: int = 
         model_name=m.name, gpu_name=g.name, tp=tp, pp=pp,
         label=f"measured ({'; '.join([where, *notes])}{'' if stack == 'none' else ' + ' + over['label']})",
         num_layers=layers, hidden_size=h, gemm=layer_gemm, head_gemm=head,
-        gemm_shapes=dense, expert_shapes=experts, num_experts=m.num_experts if m.is_moe else 0,
+        gemm_shapes=dense, expert_shapes=experts, linear_grid_tokens=grid_tokens, linear_grid_s=grid_s,
+        linear_tail_scale=tail, num_experts=m.num_experts if m.is_moe else 0,
         experts_per_token=m.experts_per_token if m.is_moe else 0, expert_parallel=ep,
         ep_comm_latency_s=ep_latency, ep_comm_s_per_byte=ep_per_byte / ic,
         lm_head_shape=(m.vocab_size / tp, h), peak_bytes_per_s=peak_bytes, peak_flops_per_s=peak_flops,
