@@ -159,3 +159,21 @@ def test_the_tables_correct_the_curves_bias_on_wide_layers():
     gate_up = c.gemm.time_s(1024.0, 14336, 8192)
     assert gate_up > 1.05 * (lo + hi) / 2  # the curve's bias on the widest GEMM
     assert c.layer_linear_s(1024.0) < 0.97 * curve_only
+
+
+def test_the_tables_bilinear_interpolation_is_scipys():
+    """The hand-written interpolation (SciPy stays out of a cost model's build) against
+    ``scipy.interpolate.RegularGridInterpolator`` at random points, edges held."""
+    from scipy.interpolate import RegularGridInterpolator
+
+    from kvlab.costmodel.measured import _bilinear
+
+    rng = np.random.default_rng(3)
+    xs, ys = np.log([1024.0, 2048, 4096, 8192]), np.log([1024.0, 3072, 16384])
+    values = rng.uniform(0.5, 1.5, (5, len(xs), len(ys)))
+    ref = RegularGridInterpolator((np.arange(5.0), xs, ys), values)
+    for _ in range(50):
+        x, y = rng.uniform(6.0, 10.5), rng.uniform(6.0, 10.5)  # some beyond the grid on either side
+        cx, cy = np.clip(x, xs[0], xs[-1]), np.clip(y, ys[0], ys[-1])
+        want = ref(np.column_stack([np.arange(5.0), np.full(5, cx), np.full(5, cy)]))
+        assert _bilinear(xs, ys, values, x, y) == pytest.approx(want, rel=1e-12)

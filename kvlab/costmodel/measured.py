@@ -458,31 +458,44 @@ def constants() -> dict[str, Any]:
         return json.load(f)
 
 
+def _bilinear(xs: Any, ys: Any, values: Any, x: float, y: float) -> Any:
+    """``values[..., i, j]`` on the grid ``xs x ys`` interpolated linearly in both at ``(x, y)``, held at the edges.
+
+    Written out (not ``scipy.interpolate``): building a cost model must not import SciPy, which the
+    ahead-of-time compiled simulator keeps out of a run's start-up."""
+    import numpy as np
+
+    def cell(grid: Any, v: float) -> tuple[int, float]:
+        v = min(max(v, float(grid[0])), float(grid[-1]))
+        i = int(min(max(np.searchsorted(grid, v, side="right") - 1, 0), len(grid) - 2))
+        return i, (v - float(grid[i])) / (float(grid[i + 1]) - float(grid[i]))
+
+    (i, u), (j, w) = cell(xs, x), cell(ys, y)
+    return ((1 - u) * (1 - w) * values[..., i, j] + u * (1 - w) * values[..., i + 1, j]
+            + (1 - u) * w * values[..., i, j + 1] + u * w * values[..., i + 1, j + 1])
+
+
 def table_correction(table: Mapping[str, Any], curve: GemmCurve,
                      shapes: tuple[tuple[float, float], ...]) -> tuple[tuple[float, ...], tuple[float, ...], float]:
     """``(tokens, seconds, tail scale)`` of a layer's dense GEMMs on a measured table
     (:attr:`MeasuredCostModel.linear_grid_s`).
 
     ``table`` is a family's ``gemm_table`` (:func:`.fit.gemm_table_ratio`): its token counts, weight shapes
-    and, at each, the measured time over the family's fitted curve. Each shape's ratio is interpolated
-    linearly in ``(log tokens, log n, log k)`` (``scipy.interpolate.RegularGridInterpolator``), held at the
-    table's edges (a shape wider than its widest weights takes the widest's ratio), and times ``curve`` (the
-    GPU's own, carried by spec from the family's); the layer's time at each token count is their sum, held
-    non-decreasing in tokens (a GEMM over fewer tokens can run padded to more). The tail scale is the last
-    time over the curve's sum there.
+    and, at each, the measured time over the family's fitted curve. At each token count each shape's ratio is
+    interpolated linearly in ``(log n, log k)`` (:func:`_bilinear`), held at the table's edges (a shape wider than
+    its widest weights takes the widest's ratio), and times ``curve`` (the GPU's own, carried by spec from the
+    family's); the layer's time at each token count is their sum, held non-decreasing in tokens (a GEMM over
+    fewer tokens can run padded to more). The tail scale is the last time over the curve's sum there.
     """
     import numpy as np
-    from scipy.interpolate import RegularGridInterpolator
 
     toks = np.asarray(table["tokens"], dtype=np.float64)
-    lt, ln, lk = np.log(toks), np.log(np.asarray(table["n"], float)), np.log(np.asarray(table["k"], float))
-    ratio = RegularGridInterpolator((lt, ln, lk), np.asarray(table["ratio"], dtype=np.float64))
+    ln, lk = np.log(np.asarray(table["n"], float)), np.log(np.asarray(table["k"], float))
+    ratio = np.asarray(table["ratio"], dtype=np.float64)  # [tokens][n][k]
     measured, curve_sum = np.zeros(len(toks)), np.zeros(len(toks))
     for n, k in shapes:
-        at = np.column_stack([lt, np.full(len(lt), np.clip(np.log(n), ln[0], ln[-1])),
-                              np.full(len(lt), np.clip(np.log(k), lk[0], lk[-1]))])
         c = curve.time_s(toks, float(n), float(k))
-        measured, curve_sum = measured + c * ratio(at), curve_sum + c
+        measured, curve_sum = measured + c * _bilinear(ln, lk, ratio, float(np.log(n)), float(np.log(k))), curve_sum + c
     measured = np.maximum.accumulate(measured)
     return (tuple(float(x) for x in toks), tuple(float(x) for x in measured),
             float(measured[-1] / curve_sum[-1]))
