@@ -10,7 +10,10 @@ from kvlab.validate.readers import SHARED_SERVING
 def test_notebook_09_without_data(run_notebook, tmp_path):
     res = run_notebook("09_real_servers", {"quick": True, "serving_dir": str(tmp_path / "none")})
     assert res["have_data"] is False
-    assert "no numbers" in res["answer"] and "tables" not in res and res["figures"] == []
+    assert "no numbers" in res["answer"] and "tables" not in res
+    # section 6 runs on built-in data: the points' scatter is the one figure
+    assert len(res["figures"]) == 1 and "points" in res["figures"][0]
+    _check_points(res)
 
 
 @pytest.mark.notebook
@@ -29,7 +32,8 @@ def test_notebook_09_quick(run_notebook):
         rows = res["held_out_runs"] if t["cost model"] == "stack held out" else res["default_runs"]
         errs = [abs(r["tpot_mean_err"]) for r in rows if r["dataset"] == t["dataset"]]
         assert t["tpot_mean_abs_err"] == pytest.approx(statistics.median(errs))
-    assert len(res["figures"]) == 2
+    assert len(res["figures"]) == 3
+    _check_points(res)
     assert all(m["why"] for m in res["misses"])
     # section 2b: each multi-GPU PCIe run both ways, the set-up's choice (no peer-to-peer) marked once and equal
     # to the default table's row; the expert-parallel run's gathers run on NCCL, slower through host memory
@@ -43,3 +47,24 @@ def test_notebook_09_quick(run_notebook):
         assert off["tpot_mean_err"] == pytest.approx(default[run]["tpot_mean_err"])
         if "A3B" in run:
             assert off["tpot_mean_err"] > on["tpot_mean_err"]
+
+
+def _check_points(res):
+    """Section 6: each server's row is the median of its points' |errors| (computed here again), and the findings
+    state their numbers."""
+    import statistics
+    table = res["points_table"]
+    assert {t["dataset"] for t in table} == {"aiconfigurator-vllm", "aiconfigurator-sglang", "aiconfigurator-tensorrt-llm"}
+    for t in table:
+        rows = [r for r in res["points"] if r["dataset"] == t["dataset"]]
+        assert t["points"] == len(rows) > 0
+        for m in ("ttft", "e2e", "tpot"):
+            assert t[f"{m}_mean_abs_err"] == pytest.approx(statistics.median(abs(r[f"{m}_mean_err"]) for r in rows))
+    assert res["points_findings"] and all(any(ch.isdigit() for ch in f) for f in res["points_findings"])
+    # 6c: held out by GPU (SGLang by TP), each server's table the median of its held-out points' |errors|
+    held = res["points_held_out"]
+    assert {h["held_out"].split()[0] for h in held if h["dataset"] == "aiconfigurator-sglang"} <= {"tp"}
+    assert {h["held_out"].split()[0] for h in held if h["dataset"] != "aiconfigurator-sglang"} <= {"gpu"}
+    for t in res["points_held_out_table"]:
+        rows = [h for h in held if h["dataset"] == t["dataset"]]
+        assert t["tpot_mean_abs_err"] == pytest.approx(statistics.median(abs(r["tpot_mean_err"]) for r in rows))

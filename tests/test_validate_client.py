@@ -180,7 +180,7 @@ def test_fp8_weights_are_priced_at_one_byte_a_weight_in_the_replay_and_the_calib
     # pool took the FP8 weights: an FP8 run replayed 1.7x slower at decode. Independent route: the same
     # requests served with a cost model built by hand from the FP8 model.
     from kvlab.costmodel import cost_model
-    from kvlab.validate.calibrate import _replay_with
+    from kvlab.validate.calibrate import replay_with
     from kvlab.costmodel.stacks import StackTerms
 
     rec = _server_record(n=40, cap=None, rate=4.0)
@@ -194,7 +194,7 @@ def test_fp8_weights_are_priced_at_one_byte_a_weight_in_the_replay_and_the_calib
     bf16 = replay(w8.with_setup(weight_dtype="bf16")).predicted
     assert float(got["tpot_s"].mean()) < 0.7 * float(bf16["tpot_s"].mean())  # decode reads half the weight bytes
     none = StackTerms(name="none", overhead_s=0.0, overhead_s_per_seq=0.0)
-    assert np.allclose(_replay_with(w8, none).predicted["tpot_s"], expect["tpot_s"], rtol=1e-12)
+    assert np.allclose(replay_with(w8, none).predicted["tpot_s"], expect["tpot_s"], rtol=1e-12)
 
 
 def test_overlapped_cpu_terms_hidden_behind_the_gpu_are_reported_not_identified(tmp_path):
@@ -207,7 +207,7 @@ def test_overlapped_cpu_terms_hidden_behind_the_gpu_are_reported_not_identified(
     assert terms.overlap and terms.overhead_s == 0 and terms.overhead_s_per_seq == 0
     # independently: the 10th percentile of the iteration times of the runs replayed with those terms
     zero = StackTerms(name="z", overlap=True, gpu_time_scale=terms.gpu_time_scale)
-    dur = np.concatenate([it["duration_s"].to_numpy() for r in runs for it in C._replay_with(r, zero).iterations])
+    dur = np.concatenate([it["duration_s"].to_numpy() for r in runs for it in C.replay_with(r, zero).iterations])
     assert terms.meta["cpu_not_identified_below_s"] == pytest.approx(np.percentile(dur[dur > 0], 10))
     path = save(terms, tmp_path / "gpu-only.json")
     line = T.trust(str(path), gpu="H100-SXM")

@@ -207,7 +207,9 @@ def fit(runs: Sequence[RunRecord], *, name: str = "calibrated", fit_scale: bool 
         CPU terms would have no gradient) and finds CPU terms that bind there (a CPU time well
         above the GPU's); CPU work hidden under the GPU in every iteration leaves them at 0. (A
         start with more CPU can fit 3 runs better by standing in for GPU-time errors of other
-        models: on the LLMServingSim runs it does, and predicts the run left out 2-3x too slow.) None: the
+        models: on the LLMServingSim runs it does, and predicts the run left out 2-3x too slow.) So a CPU time that
+        binds only a little beyond the GPU's, where the additive fit's extra time stays under the GPU's iteration
+        (about twice the GPU time or less), can be missed: no iteration binds at the start. None: the
         runs' own scheduling (:attr:`.records.SetUp.schedules_async`: vLLM V1 from v0.14.0 or with
         ``--async-scheduling``; V0 runs the scheduler, the model and the output processing one after
         another), which must be the same for all of them.
@@ -229,7 +231,7 @@ def fit(runs: Sequence[RunRecord], *, name: str = "calibrated", fit_scale: bool 
     residual, use_scale, step = float("nan"), fit_scale is True, 0
     for step in range(1, max_steps + 1):
         replayed_with = terms
-        reps = [_replay_with(r, terms) for r in runs]  # the first step: terms of 0 (or the start's)
+        reps = [replay_with(r, terms) for r in runs]  # the first step: terms of 0 (or the start's)
         a_rows = _rows(reps, terms)
         if fit_scale == "auto":
             x1, r1 = _solve(a_rows, False, fit_front)
@@ -260,7 +262,7 @@ def _cpu_binds(rep: Replay, *terms: StackTerms) -> bool:
     return False
 
 
-def _replay_with(record: RunRecord, terms: StackTerms) -> Replay:
+def replay_with(record: RunRecord, terms: StackTerms) -> Replay:
     """``record`` replayed on the base model with ``terms`` (through a temporary cost-model object)."""
     from ..costmodel import cost_model
     from ..costmodel.stacks import apply
@@ -278,7 +280,7 @@ def errors_with(record: RunRecord, terms: StackTerms) -> dict[str, Any]:
 
 def held_out_replay(record: RunRecord, terms: StackTerms) -> tuple[dict[str, Any], Replay]:
     """``record`` replayed with ``terms``: its :func:`compare` row (stack named) and the replay."""
-    rep = _replay_with(record, terms)
+    rep = replay_with(record, terms)
     row = compare(rep)
     row["stack"] = terms.name
     return row, rep
@@ -324,7 +326,7 @@ def hidden_cpu_bound_s(runs: Sequence[RunRecord], terms: StackTerms) -> float | 
     if not terms.overlap or terms.overhead_s > 0 or terms.overhead_s_per_seq > 0:
         return None
     dur = np.concatenate([it["duration_s"].to_numpy(dtype=np.float64) for r in runs
-                          for it in _replay_with(r, terms).iterations])
+                          for it in replay_with(r, terms).iterations])
     return float(np.percentile(dur[dur > 0], HIDDEN_PERCENTILE))
 
 

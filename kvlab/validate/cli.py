@@ -82,12 +82,12 @@ def engine_stack(engine: str) -> str:
     return engine if engine in named_stacks() else "none"
 
 
-def _print_setups(runs: list) -> None:
+def _print_setups(setups: list) -> None:
     """Each distinct set-up the runs were replayed in, with what had to be assumed (once per set-up)."""
     seen: dict[str, list[str]] = {}
-    for r in runs:
-        key = r.setup.describe() + "\n" + "\n".join(r.setup.assumptions)
-        seen.setdefault(key, []).append(r.name)
+    for s in setups:
+        key = s.describe() + "\n" + "\n".join(s.assumptions)
+        seen.setdefault(key, []).append(s.name)
     for key, names in seen.items():
         desc, *assumed = key.split("\n")
         print(f"set-up of {', '.join(names) if len(names) <= 3 else f'{len(names)} runs ({names[0]}, ...)'}: {desc}")
@@ -95,10 +95,35 @@ def _print_setups(runs: list) -> None:
             print(f"  assumed: {a}")
 
 
+def _validate_points(args: argparse.Namespace) -> int:
+    """``kvlab validate --points [FILE]``: fixed-concurrency points (:mod:`.points`) replayed and compared."""
+    from . import points as P
+
+    if args.results:
+        raise ValueError("kvlab validate: give result files or --points, not both")
+    path = args.points or P.PATH
+    if args.csv:
+        output_file(args.csv, inputs=[str(path)], force=args.force, flag="--csv")
+    pts = P.read_points(path)
+    df = pd.DataFrame([P.replay_point(p, cost_model=args.cost_model, stack=args.stack)[0] for p in pts])
+    print(f"cost model: {'; '.join(sorted(set(df['cost_model'])))}")
+    _print_setups([p.setup for p in pts])
+    print(_fmt_table(df[["dataset", "point", "concurrency", "prompt_tokens", "output_tokens", "ttft_mean_err",
+                         "e2e_mean_err", "tpot_mean_err"]]))
+    print()
+    print(_fmt_table(P.point_table(df)))
+    if args.csv:
+        write_text_atomically(args.csv, df.to_csv(index=False))
+        print(f"per-point table written to {args.csv}")
+    return 0
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from ..costmodel.stacks import is_cost_model_file
     from .replay import compare, error_table, replay
 
+    if args.points is not None:
+        return _validate_points(args)
     if args.csv:
         output_file(args.csv, inputs=[*args.results, *(args.set_up or [])], force=args.force, flag="--csv")
     runs = load_runs(args.results or ["shared"], args.set_up)
@@ -114,7 +139,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             "fitted_to_it"]
     print(f"cost model: {'; '.join(sorted(set(df['cost_model'])))}")
     print(f"stack: {'; '.join(sorted(set(df['stack'])))}")
-    _print_setups(runs)
+    _print_setups([r.setup for r in runs])
     print(_fmt_table(df[cols]))
     if df["fitted_to_it"].any():
         print(f"note: {int(df['fitted_to_it'].sum())} run(s) were in the stack's own fit (fitted_to_it): their error "
@@ -168,6 +193,9 @@ def add_commands(sub) -> None:
     val.add_argument("--stack", help="serving stack added to the cost model (none, sarathi-serve, vllm-v0, vllm-v1; "
                                      "default with no --cost-model either: each run's engine's shipped stack, "
                                      "vllm-v0 or vllm-v1, else none)")
+    val.add_argument("--points", nargs="?", const="", metavar="CSV",
+                     help="replay fixed-concurrency benchmark points instead (mean TTFT and TPOT per point; "
+                          "default: NVIDIA aiconfigurator's measured vLLM, SGLang and TensorRT-LLM points)")
     val.add_argument("--csv", help="write the per-run comparison table here (never an input)")
     val.add_argument("--force", action="store_true", help="let --csv overwrite an existing file")
     val.set_defaults(func=cmd_validate)

@@ -250,7 +250,7 @@ def with_server_defaults(setup_map: dict, assumptions: list[str]) -> dict:
     import re
 
     from ..recommend.servers import Context, profiles, resolve
-    from ..specs import gpu as _gpu, model as _model
+    from ..specs import KV_CACHE_DTYPES, WEIGHT_DTYPES, gpu as _gpu, model as _model, with_precision
 
     out = dict(setup_map)
     if "model" not in out or "gpu" not in out:
@@ -261,7 +261,11 @@ def with_server_defaults(setup_map: dict, assumptions: list[str]) -> dict:
         return out
     version = re.match(r"\d+(\.\d+){0,2}", str(out.get("server_version") or ""))
     prof = resolve(f"{system}=={version.group(0)}" if version else system)
-    ctx = Context(model=_model(out["model"]), gpu_name=out["gpu"], tp=int(out.get("tp", 1)),
+    m = _model(out["model"])
+    kv, weights = str(out.get("kv_cache_dtype", m.kv_cache_dtype)), str(out.get("weight_dtype", m.weight_dtype))
+    if (kv, weights) != (m.kv_cache_dtype, m.weight_dtype) and kv in KV_CACHE_DTYPES and weights in WEIGHT_DTYPES:
+        m = with_precision(m, kv_cache_dtype=kv, weights=weights)  # the defaults depend on the memory left
+    ctx = Context(model=m, gpu_name=out["gpu"], tp=int(out.get("tp", 1)),
                   max_model_len=int(out.get("max_model_len") or 0))
     d = prof.defaults(ctx)
     if prof.system != "vllm":  # another server's flags have their own names: its default setting's values
