@@ -308,6 +308,10 @@ def test_each_system_is_priced_with_its_familys_stack_and_says_so(tmp_path, caps
         assert setup["stack"] == stack and setup["server"]["stack"] == stack
         assert f"stack {stack}" in setup["trust"]
         assert (f"+ stack {stack}:" in setup["cost_model"]) == (stack != "none")
+        # NVIDIA's measured points of this server on this GPU family, where there are some (kvlab.validate.points)
+        from kvlab.validate.trust_figures import point_trust
+        line = point_trust([system.split("==")[0]], GPU)
+        assert (line in setup["trust"]) if line else "NVIDIA's measured points" not in setup["trust"]
 
 
 def test_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path, capsys):

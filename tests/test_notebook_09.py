@@ -61,6 +61,8 @@ def _check_points(res):
         for m in ("ttft", "e2e", "tpot"):
             assert t[f"{m}_mean_abs_err"] == pytest.approx(statistics.median(abs(r[f"{m}_mean_err"]) for r in rows))
     assert res["points_findings"] and all(any(ch.isdigit() for ch in f) for f in res["points_findings"])
+    # 6b: the vLLM points both ways, every row a model and an output share with points
+    assert res["points_vllm_both_ways"] and all(r["points"] > 0 for r in res["points_vllm_both_ways"])
     # 6c: held out by GPU (SGLang by TP), each server's table the median of its held-out points' |errors|
     held = res["points_held_out"]
     assert {h["held_out"].split()[0] for h in held if h["dataset"] == "aiconfigurator-sglang"} <= {"tp"}

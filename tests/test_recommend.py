@@ -363,7 +363,9 @@ def test_quantized_weights_shrink_memory_and_say_what_the_measured_model_cannot_
     rec = recommend(trace, model=fp8, gpu="H100-SXM", candidates=settings("vllm", model=fp8, gpu="H100-SXM")[:1],
                     num_windows=1, window_requests=100, rel_tol=0.3)
     assert rec.setup["model"] == "Llama-3-8B" and rec.setup["weights"] == "fp8"
-    assert any("fitted on BF16 GEMMs" in w for w in rec.warnings)
+    assert any("priced, not measured: one byte a weight at the GPU's FP8/BF16 dense-peak ratio" in w
+               for w in rec.warnings)
+    assert "FP8 weights: BF16 curve scaled by peak ratio" in rec.setup["cost_model"]  # as the warning says
     assert "--quantization fp8" in rec.flags["command"].iloc[0]
     plain = kvlab.pool_pages("Llama-3-8B", "H100-SXM", gpu_memory_utilization=0.92)
     assert rec.table["pool_pages"].iloc[0] > plain  # 7 GB fewer weight bytes hold more pages

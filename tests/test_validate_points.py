@@ -97,7 +97,7 @@ def test_the_shipped_points_run_with_the_benchmark_generators_flags(tmp_path):
     # a bad table names the file and the row
     bad = tmp_path / "points.csv"
     pd.read_csv(P.PATH).head(3).drop(columns="tp").to_csv(bad, index=False)
-    with pytest.raises(ValueError, match=f"{bad}: lacks column"):
+    with pytest.raises(ValueError, match=f"points table {bad} lacks the column"):
         P.read_points(bad)
     t = pd.read_csv(P.PATH).head(3)
     t.loc[1, "model"] = "Llama-9-1T"
@@ -156,9 +156,68 @@ def test_cli_validates_a_points_file(tmp_path, capsys):
     out = tmp_path / "errors.csv"
     assert main(["validate", "--points", str(small), "--csv", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "aiconfigurator-vllm" in text and "assumed: engine flags not recorded" in text
+    assert "aiconfigurator-vllm" in text and "2 fixed-concurrency points" in text
     rows = pd.read_csv(out)
+    assert rows["assumptions"].str.contains("engine flags not in the table").all()
     want = [P.replay_point(p)[0]["tpot_mean_err"] for p in P.read_points(small)]
     assert rows["tpot_mean_err"].to_numpy() == pytest.approx(want, rel=1e-9)
     assert main(["validate", "run.json", "--points", str(small)]) == 2
     assert "not both" in capsys.readouterr().err
+
+
+def test_a_reused_prompt_pool_is_served_from_the_prefix_cache():
+    """One client, prefix cache on. A pool of one prompt: after the first request each finds its whole prompt
+    cached but the last partial block, so its TTFT is an iteration of under one block (16 tokens), not the
+    prompt's; a pool larger than the requests shares nothing and replays exactly as unique prompts."""
+    from dataclasses import replace
+
+    s = _setup(prefix_caching=True, max_num_batched_tokens=4096)
+    unique = P.ConcurrencyPoint(s, prompt_tokens=1000, output_tokens=10, ttft_mean_s=0.1, tpot_mean_s=0.01)
+    rec = replace(unique, prompt_pool=1).record(rounds=5)
+    assert len(rec.workload()["hash_ids"].iloc[0]) == 2  # 1,000 tokens: two 512-token hash blocks
+    base, _ = P.replay_point(unique, rounds=5)
+    same, _ = P.replay_point(replace(unique, prompt_pool=1), rounds=5)
+    many, _ = P.replay_point(replace(unique, prompt_pool=10 ** 6), rounds=5)
+    assert many["ttft_mean_pred"] == base["ttft_mean_pred"] and many["tpot_mean_pred"] == base["tpot_mean_pred"]
+    cm = cost_model("Llama-3.1-8B", "H100-SXM")
+    tail = 1000 - 1000 // 16 * 16  # the last partial block, recomputed
+    hit = cm.iteration_s(tail, 1000 * 1001 // 2 - 992 * 993 // 2, 1000, 1)
+    assert same["ttft_mean_pred"] == pytest.approx((base["ttft_mean_pred"] + 4 * hit) / 5, rel=1e-6)
+    with pytest.raises(ValueError, match="prompt_pool must be a positive integer"):
+        replace(unique, prompt_pool=0)
+
+
+def test_point_trust_reads_the_committed_point_errors_and_they_are_current():
+    """The trust line's figures are the medians of the committed point errors, per server and GPU family; a
+    server or GPU without points gives no line; a sample of the committed errors is what the points replay to
+    now (``python -m kvlab.validate`` rewrites them when the physics changes)."""
+    from kvlab.validate import trust_figures as T
+
+    df = pd.read_csv(T.POINT_ERRORS_PATH)
+    rows = df[(df["server"] == "vLLM") & (df["gpu"] == "H100-SXM")]
+    line = T.point_trust(["vllm", "tensorrt-llm"], "H100-SXM")
+    assert f"vLLM on H100: {len(rows)} points" in line and "TensorRT-LLM on H100" in line
+    assert f"TPOT {rows['tpot_mean_err'].abs().median():.1%}" in line
+    assert T.point_trust(["vllm"], "A100-80GB-SXM") == "" and T.point_trust(["tgi"], "H100-SXM") == ""
+    pts = {p.setup.name: p for p in P.read_points()}
+    assert len(df) == len(pts)
+    for _, r in df.sample(4, random_state=0).iterrows():
+        got = P.replay_point(pts[r["point"]])[0]
+        assert got["tpot_mean_err"] == pytest.approx(r["tpot_mean_err"], rel=1e-3, abs=1e-5)
+        assert got["ttft_mean_err"] == pytest.approx(r["ttft_mean_err"], rel=1e-3, abs=1e-5)
+
+
+def test_a_points_table_may_state_its_own_flags(tmp_path):
+    """A user's points file with a max_num_batched_tokens and a kv_cache_dtype column: those flags hold for its
+    rows (and no assumption claims them), the rest stay the benchmark generator's."""
+    t = pd.read_csv(P.PATH)
+    t = t[t["server"] == "vLLM"].head(2).copy()
+    t["max_num_batched_tokens"] = [4096, np.nan]
+    t["kv_cache_dtype"] = "fp8"
+    path = tmp_path / "mine.csv"
+    t.to_csv(path, index=False)
+    a, b = P.read_points(path)
+    assert a.setup.max_num_batched_tokens == 4096 and a.setup.kv_cache_dtype == "fp8"
+    assert b.setup.max_num_batched_tokens == b.concurrency + b.prompt_tokens + 1500  # left empty: the generator's
+    assert not any("max_num_batched_tokens" in x for x in a.setup.assumptions)
+    assert not any("KV cache dtype" in x for x in a.setup.assumptions) and a.setup.source.startswith("mine.csv")

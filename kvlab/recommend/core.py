@@ -51,7 +51,7 @@ import pandas as pd
 from .. import _validate as v
 from .._workers import worker_pool
 from ..arrivals import PROCESSES, gap_cv
-from ..validate.trust_figures import stack_of as _stack_of, trust as _trust
+from ..validate.trust_figures import point_trust as _point_trust, stack_of as _stack_of, trust as _trust
 from ..capacity import SLO, ServingConfig, capacity, serve, slo_verdict
 from ..costmodel import measured_gpus as _measured_gpus
 from ..lengths import recommend_max_new_tokens
@@ -748,9 +748,11 @@ def recommend(trace: pd.DataFrame, *, model: Any, gpu: Any, system: str | None =
                         f"identities (hash_ids): no prefix hit is simulated, so where prompts share prefixes the "
                         f"prefill work and KV use are overstated")
     if model_spec.weight_dtype != "bf16" and configs[0].cost_label().startswith("measured"):
-        warnings.append(f"{model_spec.weight_dtype} weights: the measured cost model was fitted on BF16 GEMMs, so "
-                        f"here the precision changes the weight and KV memory, not the GEMM time (--cost-model "
-                        f"roofline prices FP8 GEMMs at the GPU's FP8 peak)")
+        how = ("one byte a weight at the GPU's FP8/BF16 dense-peak ratio" if model_spec.weight_dtype == "fp8" else
+               "their bytes a weight at BF16 throughput")
+        warnings.append(f"{model_spec.weight_dtype} weights: kvlab's measured GEMMs are BF16 ones, so these GEMMs are "
+                        f"priced, not measured: {how}; the trust line's NVIDIA FP8 points (notebook 09, section 6) "
+                        f"show how far that holds where they were measured")
     cap_kw = {"rel_tol": rel_tol, "qps_start": grid_start(rate)}
 
     def searches(c: ServingConfig, kind: str) -> list[tuple[Callable, Any]]:
@@ -932,7 +934,9 @@ def _trust_lines(candidates: Sequence[Setting], priced: Sequence[Any], gpu: Any)
         fam = profile_of(s).family
         if fam not in fams:
             fams.append(fam)
-    return "; ".join(_trust(cm, gpu=gpu, family=", ".join(fams)) for cm, fams in by_stack.values())
+    lines = [_trust(cm, gpu=gpu, family=", ".join(fams)) for cm, fams in by_stack.values()]
+    points = _point_trust([s.system for s in candidates], gpu.name if hasattr(gpu, "name") else str(gpu))
+    return "; ".join(lines + ([points] if points else []))
 
 
 def render_text(rec: Recommendation) -> str:

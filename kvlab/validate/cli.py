@@ -106,10 +106,15 @@ def _validate_points(args: argparse.Namespace) -> int:
         output_file(args.csv, inputs=[str(path)], force=args.force, flag="--csv")
     pts = P.read_points(path)
     df = pd.DataFrame([P.replay_point(p, cost_model=args.cost_model, stack=args.stack)[0] for p in pts])
-    print(f"cost model: {'; '.join(sorted(set(df['cost_model'])))}")
-    _print_setups([p.setup for p in pts])
-    print(_fmt_table(df[["dataset", "point", "concurrency", "prompt_tokens", "output_tokens", "ttft_mean_err",
-                         "e2e_mean_err", "tpot_mean_err"]]))
+    df["set_up"] = [p.setup.describe() for p in pts]
+    df["assumptions"] = [" | ".join(p.setup.assumptions) for p in pts]
+    print(f"{len(pts)} fixed-concurrency points from {path} (mean TTFT and TPOT each), replayed in their set-ups; "
+          "each point's set-up, what it assumed and its cost model: --csv")
+    print(f"cost model: {args.cost_model or 'default'} per GPU{f', stack {args.stack}' if args.stack else ''}; "
+          "assumed for every point: " + pts[0].setup.assumptions[0].split(":")[0] + ", the server's flags as "
+          "the benchmark's generator sets them")
+    print(_fmt_table(df[["dataset", "gpu", "model", "tp", "concurrency", "prompt_tokens", "output_tokens",
+                         "ttft_mean_err", "e2e_mean_err", "tpot_mean_err"]]))
     print()
     print(_fmt_table(P.point_table(df)))
     if args.csv:

@@ -34,9 +34,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .. import _validate as v
 from .._paths import DATA_DIR
+from ..prefix_blocks import HASH_IDS, MOONCAKE_HASH_BLOCK_TOKENS
 from ..costmodel.data import write_csv_atomically
-from .readers import _read_csv, with_server_defaults
+from .readers import _SUMMARY_KEYS, _cell, _read_csv, with_server_defaults
 from ..costmodel.stacks import StackTerms
 from .calibrate import fit, replay_with
 from .records import RunRecord, SetUp
@@ -48,6 +50,8 @@ COLUMNS = ("point", "server", "server_version", "model", "gpu", "tp", "weight_dt
            "prompt_tokens", "output_tokens", "ttft_mean_s", "tpot_mean_s", "measured", "source_id")
 #: Requests per client in the measured phase (aiconfigurator's ``BENCH_MULTI_ROUND``).
 ROUNDS = 20
+#: aiperf's ``--random-seed`` in aiconfigurator's benchmark script.
+AIPERF_SEED = 100
 #: aiconfigurator's names -> kvlab's: servers (and dataset suffix), GPUs, models (same architecture).
 _SERVERS = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 _GPUS = {"h100_sxm": "H100-SXM", "h200_sxm": "H200", "b200_sxm": "B200"}
@@ -59,13 +63,20 @@ DATASET_PREFIX = "aiconfigurator-"
 
 @dataclass(frozen=True)
 class ConcurrencyPoint:
-    """One measured point: the set-up (its ``max_concurrency`` is the point's ``C``), the lengths and the means."""
+    """One measured point: the set-up (its ``max_concurrency`` is the point's ``C``), the lengths and the means.
+
+    ``prompt_pool``: how many distinct prompts the client drew its requests from (aiperf reuses
+    ``--num-dataset-entries`` synthetic prompts, 100 by default in its releases of 2025); None: every request its
+    own. Drawn uniformly with aiperf's seed of aiconfigurator's script (100), a repeated prompt is served from the
+    prefix cache where the set-up runs one.
+    """
 
     setup: SetUp
     prompt_tokens: int
     output_tokens: int
     ttft_mean_s: float
     tpot_mean_s: float
+    prompt_pool: int | None = None
 
     def __post_init__(self) -> None:
         where = f"point {self.setup.name}"
@@ -75,6 +86,9 @@ class ConcurrencyPoint:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise ValueError(f"{where}: {f} must be a positive integer, got {v!r}")
+        if self.prompt_pool is not None and (isinstance(self.prompt_pool, bool) or not isinstance(
+                self.prompt_pool, (int, np.integer)) or self.prompt_pool < 1):
+            raise ValueError(f"{where}: prompt_pool must be a positive integer or None, got {self.prompt_pool!r}")
         for f in ("ttft_mean_s", "tpot_mean_s"):
             v = getattr(self, f)
             if not (isinstance(v, (int, float, np.floating)) and np.isfinite(v) and v > 0):
@@ -100,10 +114,14 @@ class ConcurrencyPoint:
         rows = pd.DataFrame({"arrival_s": np.zeros(n), "prompt_tokens": self.prompt_tokens,
                              "output_tokens": self.output_tokens, "ttft_s": self.ttft_mean_s,
                              "tpot_s": self.tpot_mean_s, "e2e_s": self.e2e_mean_s})
+        if self.prompt_pool:
+            blocks = -(-self.prompt_tokens // MOONCAKE_HASH_BLOCK_TOKENS)  # the prompt's 512-token hash blocks
+            drawn = np.random.default_rng(AIPERF_SEED).integers(0, self.prompt_pool, n)
+            rows[HASH_IDS] = [list(range(int(d) * blocks, (int(d) + 1) * blocks)) for d in drawn]
         return RunRecord(self.setup, rows)
 
 
-def _setup(row: pd.Series, where: str) -> SetUp:
+def _setup(row: pd.Series, where: str, path: Path) -> SetUp:
     server = str(row["server"])
     version = "" if pd.isna(row["server_version"]) else str(row["server_version"])
     assumptions = [f"aiperf closed loop: {ROUNDS} requests per client measured after a drained warm-up, all of "
@@ -112,18 +130,25 @@ def _setup(row: pd.Series, where: str) -> SetUp:
                              "server_version": version, "model": str(row["model"]), "gpu": str(row["gpu"]),
                              "tp": int(row["tp"]), "weight_dtype": str(row["weight_dtype"]),
                              "max_concurrency": int(row["concurrency"]), "clock_start": "client issue",
-                             "source": f"ai-dynamo/aiconfigurator 095f58a silicon_sample.csv {row['source_id']}"}
+                             "source": f"{path.name} {row['source_id']}"}
     if server == "vLLM" and not version:
         # the async scheduler is vLLM's default from 0.14.0 (January 2026); a run measured before 2026 ran without it
         measured = str(row["measured"])
         if measured and measured < "2026":
             setup["async_scheduling"] = False
             assumptions.append(f"vLLM version not recorded; measured {measured}, before 0.14.0: no async scheduling")
+    stated = {key: _cell(row[col], key, where) for key, cols in _SUMMARY_KEYS.items()
+              if key not in ("server", "server_version", "tp", "max_concurrency")
+              for col in cols[:1] if col in row.index and not pd.isna(row[col]) and str(row[col]).strip()}
     chunk = int(with_server_defaults(dict(setup), []).get("max_num_batched_tokens", 8192))  # the server's default
-    flags = _benchmark_flags(server, int(row["concurrency"]), int(row["prompt_tokens"]), int(row["output_tokens"]), chunk)
-    assumptions.append("engine flags not recorded: as aiconfigurator's benchmark generator sets them "
-                       f"({', '.join(f'{k}={v}' for k, v in flags.items())}); KV cache in the model's dtype (BF16)")
-    setup = with_server_defaults({**setup, **flags}, assumptions)
+    flags = {k: v for k, v in _benchmark_flags(server, int(row["concurrency"]), int(row["prompt_tokens"]),
+                                                int(row["output_tokens"]), chunk).items() if k not in stated}
+    if flags:
+        assumptions.append("engine flags not in the table: as aiconfigurator's benchmark generator sets them "
+                           f"({', '.join(f'{k}={v}' for k, v in flags.items())})")
+    if "kv_cache_dtype" not in stated:
+        assumptions.append("KV cache dtype not in the table: the model's (BF16)")
+    setup = with_server_defaults({**setup, **flags, **stated}, assumptions)
     setup["assumptions"] = tuple(assumptions)
     return SetUp.from_mapping(setup, where)
 
@@ -149,17 +174,20 @@ def _benchmark_flags(server: str, concurrency: int, prompt: int, output: int, ch
 
 
 def read_points(path: str | Path = PATH) -> list[ConcurrencyPoint]:
-    """The points of a table in :data:`COLUMNS`' layout (default: the built-in aiconfigurator points)."""
+    """The points of a table in :data:`COLUMNS`' layout (default: the built-in aiconfigurator points).
+
+    A column named as a set-up key a summary may give (:data:`kvlab.validate.readers._SUMMARY_KEYS`:
+    ``max_num_seqs``, ``max_num_batched_tokens``, ``kv_cache_dtype``, ``scheduler``, ``async_scheduling``,
+    ``prefix_caching``, ...) states that flag for its rows: a user's own benchmark's flags. Where a row leaves
+    one empty, the aiconfigurator benchmark's (:func:`_benchmark_flags`), then the server's default."""
     path = Path(path)
     table = _read_csv(path)
-    missing = [c for c in COLUMNS if c not in table.columns]
-    if missing:
-        raise ValueError(f"{path}: lacks column(s) {', '.join(missing)}")
+    v.require_columns(table, COLUMNS, f"points table {path}")
     out = []
     for i, row in table.iterrows():
         where = f"{path} row {i + 2}"
         try:
-            out.append(ConcurrencyPoint(_setup(row, where), int(row["prompt_tokens"]), int(row["output_tokens"]),
+            out.append(ConcurrencyPoint(_setup(row, where, path), int(row["prompt_tokens"]), int(row["output_tokens"]),
                                         float(row["ttft_mean_s"]), float(row["tpot_mean_s"])))
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{where}: {exc}") from None

@@ -3,7 +3,8 @@
 A :class:`RunRecord` is what :mod:`kvlab.validate` replays and compares: the server's set-up
 (:class:`SetUp`: server and version, engine flags, model, GPU, parallelism, where the clock
 starts, and what had to be assumed) and one row per request (``arrival_s``, ``prompt_tokens``,
-``output_tokens`` and the measured ``ttft_s``, ``tpot_s``, ``e2e_s``; optionally ``client_queue_s``). Readers for the shared
+``output_tokens`` and the measured ``ttft_s``, ``tpot_s``, ``e2e_s``; optionally ``client_queue_s``, and ``hash_ids``,
+the prompt's block hashes, 512 tokens each, as in Mooncake's traces, which the prefix cache shares). Readers for the shared
 datasets, for ``vllm bench serve`` result files and for a user's set-up YAML are in
 :mod:`kvlab.validate.readers`.
 
@@ -24,6 +25,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from ..prefix_blocks import HASH_IDS
 from ..sim.config import SchedulerKind
 from ..specs import NO_P2P, GPUSpec, gpu as _gpu
 
@@ -259,7 +261,7 @@ class RunRecord:
         missing = [c for c in REQUEST_COLUMNS if c not in self.requests.columns]
         if missing:
             raise ValueError(f"{where}: request table lacks column(s) {', '.join(missing)}")
-        cols = list(REQUEST_COLUMNS) + ([CLIENT_QUEUE] if CLIENT_QUEUE in self.requests.columns else [])
+        cols = list(REQUEST_COLUMNS) + [c for c in (CLIENT_QUEUE, HASH_IDS) if c in self.requests.columns]
         req = self.requests.loc[:, cols].reset_index(drop=True)
         if CLIENT_QUEUE not in req.columns:
             req[CLIENT_QUEUE] = 0.0
@@ -287,8 +289,10 @@ class RunRecord:
         return self.setup.name
 
     def workload(self) -> pd.DataFrame:
-        """The requests as kvlab serves them: ``arrival_s``, ``prompt_tokens``, ``output_tokens``."""
-        return self.requests[["arrival_s", "prompt_tokens", "output_tokens"]].copy()
+        """The requests as kvlab serves them: ``arrival_s``, ``prompt_tokens``, ``output_tokens`` (and ``hash_ids``
+        where the record has them)."""
+        cols = ["arrival_s", "prompt_tokens", "output_tokens"] + ([HASH_IDS] if HASH_IDS in self.requests.columns else [])
+        return self.requests[cols].copy()
 
     def with_setup(self, **changes: Any) -> RunRecord:
         """The same requests under a changed set-up."""

@@ -19,6 +19,9 @@ from .._paths import DATA_DIR
 from ..specs import NO_P2P
 
 ERRORS_PATH = DATA_DIR / "costmodels" / "real_server_errors.csv"
+#: One row per fixed-concurrency point of :mod:`.points` replayed on the default model (``python -m kvlab.validate``).
+POINT_ERRORS_PATH = DATA_DIR / "costmodels" / "point_errors.csv"
+POINT_COLUMNS = ("dataset", "point", "server", "gpu", "model", "tp", "ttft_mean_err", "e2e_mean_err", "tpot_mean_err")
 COLUMNS = ("dataset", "run", "gpu", "model", "stack", "kernels", "held_out", "ttft_mean_err", "e2e_mean_err",
            "tpot_mean_err", "overload_right", "cost_model")
 
@@ -119,6 +122,36 @@ def _validated(cost_model: Any, gpu: str, stack: str | None, family: str) -> str
             "host with it a TP or expert-parallel run's collectives are checked less") if no_p2p else ""
     return (f"{who}: median |error| on {runs} on {fam} ({how}{host}): {_medians(rows)}; overload called right on "
             f"{int(rows['overload_right'].sum())} of {len(rows)}")
+
+
+def point_trust(systems: list[str], gpu: str) -> str:
+    """One line: the default model's validated error on NVIDIA's measured fixed-concurrency points of each of
+    ``systems`` (server profiles' ``system``: ``vllm``, ``sglang``, ``tensorrt-llm``) on ``gpu``'s family, read from
+    :data:`POINT_ERRORS_PATH`; ``""`` where none was measured there."""
+    from ..specs import gpu as _gpu
+
+    if not POINT_ERRORS_PATH.exists() or not gpu:
+        return ""
+    df = pd.read_csv(POINT_ERRORS_PATH)
+    fam = gpu_family(_gpu(gpu).name)
+    parts = []
+    for system in dict.fromkeys(systems):
+        rows = df[(df["server"].str.lower() == system) & (df["gpu"].map(gpu_family) == fam)]
+        if len(rows):
+            parts.append(f"{rows['server'].iloc[0]} on {fam}: {len(rows)} points, median |error| {_medians(rows)}")
+    if not parts:
+        return ""
+    return ("NVIDIA's measured points at fixed concurrency (aiconfigurator's silicon sample; FP8 weights, closed "
+            "loop; GPU time only, nothing fitted to them): " + "; ".join(parts))
+
+
+def regenerate_points(path=POINT_ERRORS_PATH) -> pd.DataFrame:
+    """Remake :data:`POINT_ERRORS_PATH`: every built-in point (:mod:`.points`) replayed on the default model."""
+    from .points import read_points, replay_point
+
+    df = pd.DataFrame([replay_point(p)[0] for p in read_points()])[list(POINT_COLUMNS)]
+    df.to_csv(path, index=False, float_format="%.5g")
+    return df
 
 
 def regenerate(path=ERRORS_PATH) -> pd.DataFrame:
