@@ -199,6 +199,10 @@ def test_point_trust_reads_the_committed_point_errors_and_they_are_current():
     assert f"vLLM on H100: {len(rows)} points" in line and "TensorRT-LLM on H100" in line
     assert f"TPOT {rows['tpot_mean_err'].abs().median():.1%}" in line
     assert T.point_trust(["vllm"], "A100-80GB-SXM") == "" and T.point_trust(["tgi"], "H100-SXM") == ""
+    from dataclasses import replace as _replace
+    from kvlab.specs import gpu as _gpu
+    assert T.point_trust(["vllm"], _gpu("H100-SXM")) == T.point_trust(["vllm"], "H100-SXM")  # a spec object
+    assert T.point_trust(["vllm"], _replace(_gpu("A100-80GB-SXM"), name="my-a100")) == ""  # one's own GPU: none
     pts = {p.setup.name: p for p in P.read_points()}
     assert len(df) == len(pts)
     for _, r in df.sample(4, random_state=0).iterrows():

@@ -935,7 +935,7 @@ def _trust_lines(candidates: Sequence[Setting], priced: Sequence[Any], gpu: Any)
         if fam not in fams:
             fams.append(fam)
     lines = [_trust(cm, gpu=gpu, family=", ".join(fams)) for cm, fams in by_stack.values()]
-    points = _point_trust([s.system for s in candidates], gpu.name if hasattr(gpu, "name") else str(gpu))
+    points = _point_trust([s.system for s in candidates], gpu)
     return "; ".join(lines + ([points] if points else []))
 
 

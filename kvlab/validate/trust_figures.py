@@ -124,16 +124,17 @@ def _validated(cost_model: Any, gpu: str, stack: str | None, family: str) -> str
             f"{int(rows['overload_right'].sum())} of {len(rows)}")
 
 
-def point_trust(systems: list[str], gpu: str) -> str:
+def point_trust(systems: list[str], gpu: Any) -> str:
     """One line: the default model's validated error on NVIDIA's measured fixed-concurrency points of each of
-    ``systems`` (server profiles' ``system``: ``vllm``, ``sglang``, ``tensorrt-llm``) on ``gpu``'s family, read from
+    ``systems`` (server profiles' ``system``: ``vllm``, ``sglang``, ``tensorrt-llm``) on ``gpu``'s family (a catalogue
+    name or a :class:`~kvlab.specs.GPUSpec`), read from
     :data:`POINT_ERRORS_PATH`; ``""`` where none was measured there."""
     from ..specs import gpu as _gpu
 
     if not POINT_ERRORS_PATH.exists() or not gpu:
         return ""
     df = pd.read_csv(POINT_ERRORS_PATH)
-    fam = gpu_family(_gpu(gpu).name)
+    fam = gpu_family(gpu.name if hasattr(gpu, "name") else _gpu(gpu).name)  # a user's own GPU spec: its own name
     parts = []
     for system in dict.fromkeys(systems):
         rows = df[(df["server"].str.lower() == system) & (df["gpu"].map(gpu_family) == fam)]
