@@ -74,9 +74,9 @@ collective curves instead, as the servers of that time ran.
 * **weight precision**: GEMMs read ``weight_bytes`` per weight element (FP8: 1, INT4: 4 bits plus
   a BF16 scale per 128), activations in BF16; FP8 weights run on the BF16 curve scaled by the
   GPU's FP8/BF16 dense-peak ratio (1 where it has no FP8 tensor cores), floored at the FP8 peak
-  (aiconfigurator's FP8 tables of vLLM's FP8 linear layer are not used: at decode sizes they run
-  0.8x the BF16 layer on the B200, yet the server decodes Llama-3.1-70B in FP8 on one B200 faster
-  than its BF16 weights' bytes allow; see :mod:`kvlab.validate.points`);
+  (aiconfigurator's FP8 tables of vLLM's FP8 linear layer are not used: at decode sizes they time
+  the B200's widest FP8 GEMMs at 0.65-0.9x the BF16 ones, yet the server decodes Llama-3.1-70B in
+  FP8 on one B200 faster than its BF16 weights' bytes allow; see :mod:`kvlab.validate.points`);
   the vocabulary projection stays BF16 (quantized checkpoints keep it so);
 * **lm_head(S)**: the vocabulary GEMM over one token per sequence, on the same GEMM curve (BF16);
 * **overheads**: per iteration and per sequence (CPU scheduling, input preparation, sampling),

@@ -25,7 +25,6 @@ writes for a benchmark (:func:`_benchmark_flags`), the rest its server's default
 from __future__ import annotations
 
 import os
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +37,7 @@ from .. import _validate as v
 from .._paths import DATA_DIR
 from ..prefix_blocks import HASH_IDS, MOONCAKE_HASH_BLOCK_TOKENS
 from ..costmodel.data import write_csv_atomically
-from .readers import _SUMMARY_KEYS, _cell, _read_csv, with_server_defaults
+from .readers import SUMMARY_KEYS, read_csv, summary_cell, with_server_defaults
 from ..costmodel.stacks import StackTerms
 from .calibrate import fit, replay_with
 from .records import RunRecord, SetUp
@@ -137,7 +136,7 @@ def _setup(row: pd.Series, where: str, path: Path) -> SetUp:
         if measured and measured < "2026":
             setup["async_scheduling"] = False
             assumptions.append(f"vLLM version not recorded; measured {measured}, before 0.14.0: no async scheduling")
-    stated = {key: _cell(row[col], key, where) for key, cols in _SUMMARY_KEYS.items()
+    stated = {key: summary_cell(row[col], key, where) for key, cols in SUMMARY_KEYS.items()
               if key not in ("server", "server_version", "tp", "max_concurrency")
               for col in cols[:1] if col in row.index and not pd.isna(row[col]) and str(row[col]).strip()}
     chunk = int(with_server_defaults(dict(setup), []).get("max_num_batched_tokens", 8192))  # the server's default
@@ -176,12 +175,12 @@ def _benchmark_flags(server: str, concurrency: int, prompt: int, output: int, ch
 def read_points(path: str | Path = PATH) -> list[ConcurrencyPoint]:
     """The points of a table in :data:`COLUMNS`' layout (default: the built-in aiconfigurator points).
 
-    A column named as a set-up key a summary may give (:data:`kvlab.validate.readers._SUMMARY_KEYS`:
+    A column named as a set-up key a summary may give (:data:`kvlab.validate.readers.SUMMARY_KEYS`:
     ``max_num_seqs``, ``max_num_batched_tokens``, ``kv_cache_dtype``, ``scheduler``, ``async_scheduling``,
     ``prefix_caching``, ...) states that flag for its rows: a user's own benchmark's flags. Where a row leaves
     one empty, the aiconfigurator benchmark's (:func:`_benchmark_flags`), then the server's default."""
     path = Path(path)
-    table = _read_csv(path)
+    table = read_csv(path)
     v.require_columns(table, COLUMNS, f"points table {path}")
     out = []
     for i, row in table.iterrows():
@@ -255,9 +254,9 @@ def held_out(points: list[ConcurrencyPoint], *, every: int = 2, fit_rounds: int 
     """Each server's points predicted by a stack fitted to its other points (:func:`kvlab.validate.calibrate.fit`):
     one GPU's points by the stack fitted on the server's other GPUs, or, where it has one GPU, one TP degree's
     by the others'. The fit takes every ``every``-th point of the others, each served ``fit_rounds`` rounds (the
-    loop settles within a few; a group whose others are fewer than 2 points is skipped); a held-out point is replayed
-    in full. Rows are :func:`replay_point`'s, with
-    ``held_out`` (what was left out) and ``stack`` (the fitted terms, described)."""
+    loop settles within a few); a group whose others are fewer than 2 points is skipped; a held-out point is
+    replayed in full. Rows are :func:`replay_point`'s, with ``held_out`` (what was left out) and ``stack`` (the
+    fitted terms, described)."""
     rows = []
     for ds in dict.fromkeys(p.setup.dataset for p in points):
         mine = [p for p in points if p.setup.dataset == ds]
@@ -305,7 +304,7 @@ def write(silicon_csv: str | os.PathLike, path: Path = PATH) -> Path:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    if len(sys.argv) != 2 or not re.search(r"\.csv$", sys.argv[1]):
+    if len(sys.argv) != 2 or not sys.argv[1].endswith(".csv"):
         sys.exit("usage: python -m kvlab.validate.points AICONFIGURATOR/aic-core/src/aiconfigurator_core/systems/"
                  "silicon_sample.csv")
     print(f"written {write(sys.argv[1])}")

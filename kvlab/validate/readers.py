@@ -56,7 +56,7 @@ _LLMSERVINGSIM_NO_P2P = {"RTXPRO6000": "GPU peer-to-peer not recorded: off, as L
                                        "of 2026-04-25); its collectives through host memory"}
 
 
-def _read_csv(path: Path) -> pd.DataFrame:
+def read_csv(path: Path) -> pd.DataFrame:
     try:
         return pd.read_csv(path)
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
@@ -66,8 +66,8 @@ def _read_csv(path: Path) -> pd.DataFrame:
 def read_distserve(folder: str | Path = SHARED_SERVING) -> list[RunRecord]:
     """The eight DistServe vLLM runs (OPT-13B, one A100-80GB, ShareGPT, Poisson 1-4 req/s)."""
     folder = Path(folder)
-    req = _read_csv(folder / "distserve_vllm_opt13b_requests.csv")
-    summ = _read_csv(folder / "distserve_vllm_opt13b_summary.csv")
+    req = read_csv(folder / "distserve_vllm_opt13b_requests.csv")
+    summ = read_csv(folder / "distserve_vllm_opt13b_summary.csv")
     out = []
     for _, row in summ.iterrows():
         name = str(row["run"]) if "run" in summ.columns else Path(str(row["file"])).stem
@@ -87,8 +87,8 @@ def read_distserve(folder: str | Path = SHARED_SERVING) -> list[RunRecord]:
 def read_llmservingsim(folder: str | Path = SHARED_SERVING) -> list[RunRecord]:
     """The four LLMServingSim vLLM 0.19.0 runs (RTX 4090, RTX PRO 6000; 300 ShareGPT requests each)."""
     folder = Path(folder)
-    req = _read_csv(folder / "llmservingsim_vllm_requests.csv").rename(columns={"input_tokens": "prompt_tokens"})
-    summ = _read_csv(folder / "llmservingsim_vllm_summary.csv")
+    req = read_csv(folder / "llmservingsim_vllm_requests.csv").rename(columns={"input_tokens": "prompt_tokens"})
+    summ = read_csv(folder / "llmservingsim_vllm_summary.csv")
     out = []
     for _, row in summ.iterrows():
         name = str(row["run"])
@@ -129,7 +129,7 @@ def read_llmservingsim(folder: str | Path = SHARED_SERVING) -> list[RunRecord]:
 
 
 #: Summary columns a generic dataset may give, by the :class:`SetUp` key they fill (first match wins).
-_SUMMARY_KEYS = {"server_version": ("server_version", "vllm_version"), "server": ("server",),
+SUMMARY_KEYS = {"server_version": ("server_version", "vllm_version"), "server": ("server",),
                  "tp": ("tp",), "dp": ("dp",), "max_num_seqs": ("max_num_seqs",),
                  "max_num_batched_tokens": ("max_num_batched_tokens",), "max_model_len": ("max_model_len",),
                  "block_size": ("block_size",), "pool_pages": ("pool_pages", "num_gpu_blocks"),
@@ -141,7 +141,7 @@ _INT_KEYS = {"tp", "dp", "max_num_seqs", "max_num_batched_tokens", "max_model_le
              "max_concurrency"}
 
 
-def _cell(value, key: str, where: str):
+def summary_cell(value, key: str, where: str):
     """A summary cell as the set-up key wants it (int, bool, float or str)."""
     if key in _INT_KEYS:
         try:
@@ -160,7 +160,7 @@ def read_dataset(summary: str | Path, requests: str | Path) -> list[RunRecord]:
 
     ``summary`` needs ``run``, ``model`` (catalogue name or Hugging Face id) and ``gpu`` (catalogue or
     ``nvidia-smi`` name; a trailing parenthesis is dropped), and may give the set-up's engine flags
-    (:data:`_SUMMARY_KEYS`: ``vllm_version``, ``tp``, ``num_gpu_blocks``, ``enable_prefix_caching``,
+    (:data:`SUMMARY_KEYS`: ``vllm_version``, ``tp``, ``num_gpu_blocks``, ``enable_prefix_caching``,
     ...); what it lacks is the server's default for its version (:func:`with_server_defaults`).
     ``requests`` needs ``run``, ``arrival_s``, ``prompt_tokens`` (or ``input_tokens``),
     ``output_tokens``, ``ttft_s``, ``tpot_s``, ``e2e_s``, and may give ``client_queue_s``. The
@@ -168,8 +168,8 @@ def read_dataset(summary: str | Path, requests: str | Path) -> list[RunRecord]:
     """
     summary, requests = Path(summary), Path(requests)
     dataset = summary.name.removesuffix("_summary.csv").replace("_", "-")
-    summ = _read_csv(summary)
-    req = _read_csv(requests).rename(columns={"input_tokens": "prompt_tokens"})
+    summ = read_csv(summary)
+    req = read_csv(requests).rename(columns={"input_tokens": "prompt_tokens"})
     for path, table, need in ((summary, summ, ("run", "model", "gpu")),
                               (requests, req, ("run", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s",
                                                "tpot_s", "e2e_s"))):
@@ -187,10 +187,10 @@ def read_dataset(summary: str | Path, requests: str | Path) -> list[RunRecord]:
                        "gpu": str(row["gpu"]).split("(")[0].strip(),
                        "source": " ".join(str(row[c]) for c in ("source_repo", "commit", "file")
                                           if c in summ.columns and not pd.isna(row[c])) or str(summary)}
-        for key, cols in _SUMMARY_KEYS.items():
+        for key, cols in SUMMARY_KEYS.items():
             col = next((c for c in cols if c in summ.columns and not pd.isna(row[c]) and str(row[c]).strip()), None)
             if col is not None:
-                setup[key] = _cell(row[col], key, where)
+                setup[key] = summary_cell(row[col], key, where)
         if setup.get("server_version") and "server" not in setup:
             setup["server"] = "vLLM"
         assumptions: list[str] = []
