@@ -452,6 +452,12 @@ def model(name: str | ModelSpec) -> ModelSpec:
     """The :class:`ModelSpec` called ``name`` (a ``ModelSpec`` is passed through)."""
     if isinstance(name, ModelSpec):
         return name
+    return _catalogue_model(str(name))
+
+
+@cache
+def _catalogue_model(name: str) -> ModelSpec:
+    """:func:`model` of a name, once per name (the catalogue is read once; a spec is immutable)."""
     row = _lookup(_model_table(), name, "model")
     kw: dict = {"name": str(row["name"]), "source": str(row["source"]), "gated_mlp": bool(row["gated_mlp"]),
                 "hf_id": "" if pd.isna(row["hf_id"]) else str(row["hf_id"]),
@@ -497,6 +503,12 @@ def gpu(name: str | GPUSpec) -> GPUSpec:
     """The :class:`GPUSpec` called ``name`` (a ``GPUSpec`` is passed through)."""
     if isinstance(name, GPUSpec):
         return name
+    return _catalogue_gpu(str(name))
+
+
+@cache
+def _catalogue_gpu(name: str) -> GPUSpec:
+    """:func:`gpu` of a name, once per name (the catalogue is read once; a spec is immutable)."""
     return _gpu_from_row(_lookup(_gpu_table(), name, "GPU"), "data/gpus.csv")
 
 

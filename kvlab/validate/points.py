@@ -66,8 +66,9 @@ class ConcurrencyPoint:
 
     ``prompt_pool``: how many distinct prompts the client drew its requests from (aiperf reuses
     ``--num-dataset-entries`` synthetic prompts, 100 by default in its releases of 2025); None: every request its
-    own. Drawn uniformly with aiperf's seed of aiconfigurator's script (100), a repeated prompt is served from the
-    prefix cache where the set-up runs one.
+    own. Each request's prompt is drawn uniformly from the pool (seeded with aiconfigurator's aiperf seed, 100;
+    aiperf's own draws are not reproduced); a repeated prompt is served from the prefix cache where the set-up
+    runs one.
     """
 
     setup: SetUp
@@ -113,7 +114,7 @@ class ConcurrencyPoint:
         rows = pd.DataFrame({"arrival_s": np.zeros(n), "prompt_tokens": self.prompt_tokens,
                              "output_tokens": self.output_tokens, "ttft_s": self.ttft_mean_s,
                              "tpot_s": self.tpot_mean_s, "e2e_s": self.e2e_mean_s})
-        if self.prompt_pool:
+        if self.prompt_pool:  # uniform draws (seeded), not aiperf's own sampler: only how often a prompt repeats matters
             blocks = -(-self.prompt_tokens // MOONCAKE_HASH_BLOCK_TOKENS)  # the prompt's 512-token hash blocks
             drawn = np.random.default_rng(AIPERF_SEED).integers(0, self.prompt_pool, n)
             rows[HASH_IDS] = [list(range(int(d) * blocks, (int(d) + 1) * blocks)) for d in drawn]
@@ -139,7 +140,8 @@ def _setup(row: pd.Series, where: str, path: Path) -> SetUp:
     stated = {key: summary_cell(row[col], key, where) for key, cols in SUMMARY_KEYS.items()
               if key not in ("server", "server_version", "tp", "max_concurrency")
               for col in cols[:1] if col in row.index and not pd.isna(row[col]) and str(row[col]).strip()}
-    chunk = int(with_server_defaults(dict(setup), []).get("max_num_batched_tokens", 8192))  # the server's default
+    # SGLang's prefill budget is also capped by its default chunk: learnt from its defaults, the others need none
+    chunk = int(with_server_defaults(dict(setup), [])["max_num_batched_tokens"]) if server == "SGLang" else 0
     flags = {k: v for k, v in _benchmark_flags(server, int(row["concurrency"]), int(row["prompt_tokens"]),
                                                 int(row["output_tokens"]), chunk).items() if k not in stated}
     if flags:

@@ -263,7 +263,7 @@ def with_server_defaults(setup_map: dict, assumptions: list[str]) -> dict:
     prof = resolve(f"{system}=={version.group(0)}" if version else system)
     m = _model(out["model"])
     kv, weights = str(out.get("kv_cache_dtype", m.kv_cache_dtype)), str(out.get("weight_dtype", m.weight_dtype))
-    if (kv, weights) != (m.kv_cache_dtype, m.weight_dtype) and kv in KV_CACHE_DTYPES and weights in WEIGHT_DTYPES:
+    if kv in KV_CACHE_DTYPES and weights in WEIGHT_DTYPES:  # else SetUp names the bad value
         m = with_precision(m, kv_cache_dtype=kv, weights=weights)  # the defaults depend on the memory left
     ctx = Context(model=m, gpu_name=out["gpu"], tp=int(out.get("tp", 1)),
                   max_model_len=int(out.get("max_model_len") or 0))

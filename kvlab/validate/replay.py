@@ -41,7 +41,7 @@ import pandas as pd
 
 from ..capacity import MIN_BACKLOG_REQUESTS, capacity as _capacity
 from ..prefix_blocks import PrefixModel
-from ..specs import model as _model, with_precision
+from ..specs import with_precision
 from .records import CLIENT_QUEUE, RunRecord
 
 #: Share of a run's requests still waiting at the last arrival above which its queue grows
@@ -98,9 +98,7 @@ def client_send_times(arrival_s: np.ndarray, finish_s: np.ndarray, cap: int | No
 def run_model(record: RunRecord) -> Any:
     """The run's model at the run's KV and weight precision (:func:`kvlab.specs.with_precision`)."""
     s = record.setup
-    m = _model(s.model)
-    same = (s.kv_cache_dtype, s.weight_dtype) == (m.kv_cache_dtype, m.weight_dtype)
-    return m if same else with_precision(m, kv_cache_dtype=s.kv_cache_dtype, weights=s.weight_dtype)
+    return with_precision(s.model, kv_cache_dtype=s.kv_cache_dtype, weights=s.weight_dtype)
 
 
 def run_cost(record: RunRecord, cost_model: Any, stack: str | None) -> tuple[Any, str] | None:
