@@ -72,12 +72,30 @@ def test_overlapping_terms_price_the_larger_of_gpu_and_cpu():
 def test_calibrate_recovers_overlapped_cpu_terms():
     """A V1-like 'server' whose CPU work overlaps the GPU (40 ms + 0.05 ms/sequence binds the decode
     batches, about 3-4x their GPU time, not the long prefills): the fit (overlap taken from the
-    engine) finds the CPU terms. (At about 2x the GPU time it can miss them: :func:`kvlab.validate.calibrate.fit`.)"""
+    engine) finds the CPU terms."""
     truth = StackTerms(name="t", overhead_s=0.040, overhead_s_per_seq=5e-5, overlap=True)
     rr = [_measured(truth, rate, seed, n=50) for rate, seed in ((2, 8), (8, 9), (20, 10))]
     f = C.fit(rr, name="fit", fit_scale=False)
     assert f.terms.overlap and f.terms.gpu_time_scale == 1.0
     assert f.terms.overhead_s == pytest.approx(0.040, rel=0.1)
+    for r in rr:
+        assert abs(C.errors_with(r, f.terms)["tpot_mean_err"]) < 0.03
+
+
+@pytest.mark.parametrize("cpu_s", [0.014, 0.020])
+def test_calibrate_finds_overlapped_cpu_that_binds_a_little_above_the_gpu(cpu_s):
+    """CPU work of 1.2-2x the decode iterations' GPU time (a small model on a fast GPU): the additive fit's
+    extra time stays under the GPU's there, so no iteration binds from its start and the CPU terms had no
+    gradient (the fit returned 0 ms and put the time in the front end: TPOT 23-46% short on its own runs);
+    the further starts find them."""
+    truth = StackTerms(name="t", overhead_s=cpu_s, overhead_s_per_seq=5e-5, overlap=True)
+    rr = [_measured(truth, rate, seed, n=50) for rate, seed in ((2, 8), (8, 9), (20, 10))]
+    gpu_only = StackTerms(name="g", overlap=True)
+    dur = np.concatenate([C.replay_with(r, gpu_only).iterations[0]["duration_s"].to_numpy() for r in rr])
+    assert 1.2 < cpu_s / np.median(dur[dur > 0]) < 2.0  # the case the additive start cannot reach
+    f = C.fit(rr, name="fit", fit_scale=False)
+    assert f.terms.overhead_s == pytest.approx(cpu_s, rel=0.1)
+    assert f.terms.overhead_s_per_request < 0.002  # not a front end standing in for it
     for r in rr:
         assert abs(C.errors_with(r, f.terms)["tpot_mean_err"]) < 0.03
 
@@ -389,6 +407,25 @@ def test_why_names_pcie_collectives_of_tp_and_of_expert_parallelism():
     assert "lockstep" in ep2 and "lockstep" not in tp_ep  # DP ranks of an EP MoE pad to the largest rank
     assert "over PCIe" not in reason(model="Llama-2-70B", gpu="H100-SXM", tp=4)
     assert "over PCIe" not in reason(model="Qwen3-32B", gpu="RTXPRO6000")
+
+
+def test_why_names_a_held_out_stacks_cpu_time_that_binds_where_the_run_was_not_cpu_bound():
+    """A run predicted too slow by an overlapped stack whose CPU terms were fitted on the other runs: the reason
+    names those terms; an additive stack's, a fast prediction's and a stack without CPU terms' get none."""
+    from kvlab.validate.study import why
+
+    rec = RunRecord(SetUp(name="r", dataset="d", model="Llama-3.1-8B", gpu="RTXPRO6000"),
+                    pd.DataFrame({"arrival_s": [0.0, 1.0], "prompt_tokens": [100, 100], "output_tokens": [10, 10],
+                                  "ttft_s": [0.1, 0.1], "tpot_s": [0.01, 0.01], "e2e_s": [0.2, 0.2]}))
+    row = {"ttft_growth_meas": 1.0, "overload_meas": False, "ttft_mean_err": 0.8, "tpot_mean_err": 0.35,
+           "backlog_meas": 0, "pool_pages": 1000, "preemptions_pred": 0, "ttft_mean_meas": 0.1, "ttft_mean_pred": 0.18,
+           "held_out_overhead_s": 0.019, "held_out_overhead_s_per_seq": 1.66e-4,
+           "cost_model": "measured (...) + stack vllm-v1: max(GPU time, CPU 19 ms/iteration + 0.166 ms/sequence) "
+                         "(CPU overlapped)"}
+    assert "CPU-bound at 19 ms + 0.166 ms per sequence" in why(row, rec)
+    assert "CPU-bound" not in why({**row, "cost_model": "measured (...) + stack vllm-v0: 7 ms/iteration"}, rec)
+    assert "CPU-bound" not in why({**row, "tpot_mean_err": -0.35}, rec)
+    assert "CPU-bound" not in why({**row, "held_out_overhead_s": 0.0, "held_out_overhead_s_per_seq": 0.0}, rec)
 
 
 def test_calibrate_takes_the_runs_scheduling_and_refuses_a_mix(runs):

@@ -112,6 +112,13 @@ def why(row: pd.Series | dict, record: RunRecord) -> str:
                        + (f", and each EP{s.expert_parallel} GPU's experts priced at {s.dp} x its rank's tokens "
                           "(the gathered tokens when the ranks are padded; above the CUDA-graph size the longest "
                           "rank's count)" if s.expert_parallel > s.tp else ""))
+    cpu_s, per_seq_s = (float(row.get(f"held_out_overhead_s{k}") or 0.0) for k in ("", "_per_seq"))
+    if "CPU overlapped" in str(row.get("cost_model", "")) and (cpu_s > 0 or per_seq_s > 0) \
+            and row["tpot_mean_err"] > TARGET_ABS_ERR:
+        reasons.append(f"the stack fitted to the other runs has the server CPU-bound at {cpu_s * 1e3:.3g} ms + "
+                       f"{per_seq_s * 1e3:.3g} ms per sequence an iteration, above this run's GPU time: a CPU time the "
+                       "other runs' hosts showed (or that stands for their GPU-time errors) does not carry to this "
+                       "host; calibrate on the server's own runs")
     meas_growth = float(row["ttft_growth_meas"])
     if 1.5 < meas_growth and not row["overload_meas"]:
         reasons.append(f"near saturation (measured late/early median TTFT {meas_growth:.2g}x, "
