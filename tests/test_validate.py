@@ -295,6 +295,14 @@ def test_trust_reads_the_committed_figures(tmp_path, monkeypatch):
     assert "no measured run validates it" in today
     assert T.kernels_of(None, "sarathi-serve") == T.kernels_of("vllm-v0") == "2024" and T.kernels_of(None) == "today"
     assert T.kernels_of(cost_model(MODEL, GPU, kernels="2024")) == "2024"
+    # a stack's fixed-concurrency points make no overload call: counted as points, and no overload clause
+    df.assign(overload_right=[None, None, None]).to_csv(path, index=False)
+    pts = T.trust(gpu="A100-80GB-SXM", stack="vllm-v0")
+    assert "2 measured vLLM points at fixed concurrency on A100" in pts and "overload" not in pts
+    df.assign(overload_right=[True, None, None]).to_csv(path, index=False)
+    both = T.trust(gpu="A100-80GB-SXM", stack="vllm-v0")
+    assert "1 measured vLLM run and 1 measured vLLM point at fixed concurrency on A100" in both
+    assert both.endswith("overload called right on 1 of 1")
 
 
 def test_shipped_trust_line_says_which_rtx_pro_6000_runs_ran_without_p2p():
@@ -378,6 +386,8 @@ def test_cli_validate_defaults_to_each_runs_engine_stack(tmp_path, runs, capsys)
     for col in ("ttft_mean_err", "e2e_mean_err", "tpot_mean_err"):
         assert got[col] == pytest.approx(by_hand[col], rel=1e-9)
     assert engine_stack("vllm-v1") == "vllm-v1" and engine_stack("sglang-0.5") == "none"
+    assert engine_stack("vllm-v1", schedules_async=False) == "vllm-v1-sync"  # V1 before 0.14.0 schedules in step
+    assert engine_stack("vllm-v0", schedules_async=False) == "vllm-v0"
 
 
 def test_why_names_pcie_collectives_of_tp_and_of_expert_parallelism():

@@ -4,6 +4,7 @@ import pandas as pd
 import pytest
 
 from kvlab.costmodel import cost_model
+from kvlab.costmodel.stacks import StackTerms
 from kvlab.validate import SetUp
 from kvlab.validate import points as P
 
@@ -225,3 +226,34 @@ def test_a_points_table_may_state_its_own_flags(tmp_path):
     assert b.setup.max_num_batched_tokens == b.concurrency + b.prompt_tokens + 1500  # left empty: the generator's
     assert not any("max_num_batched_tokens" in x for x in a.setup.assumptions)
     assert not any("KV cache dtype" in x for x in a.setup.assumptions) and a.setup.source.startswith("mine.csv")
+
+
+def test_the_shipped_in_step_vllm_stack_is_the_fit_of_its_points_and_its_held_out_errors_are_current():
+    """``vllm-v1-sync`` (``python -m kvlab.validate``): its terms are the fit of the points it states (refitted
+    here), and its leave-one-GPU-out errors are those of each point replayed with its fold's terms (three
+    recomputed, one per GPU); ``kvlab validate`` replays a vLLM V1 run of a release before 0.14.0 with it."""
+    from kvlab.costmodel.stacks import load
+    from kvlab.validate.calibrate import fit
+    from kvlab.validate.cli import engine_stack
+
+    shipped = load("vllm-v1-sync")
+    by_name = {p.setup.name: p for p in P.read_points()}
+    used = [by_name[f["run"]] for f in shipped.meta["fitted_to"]]
+    assert {p.setup.server for p in used} == {"vLLM"} and not any(p.setup.schedules_async for p in used)
+    refit = fit([p.record(6) for p in used], name="vllm-v1-sync").terms
+    for f in ("overhead_s", "overhead_s_per_seq", "overhead_s_per_request", "gpu_time_scale"):
+        assert getattr(refit, f) == pytest.approx(getattr(shipped, f), rel=1e-6, abs=1e-9), f
+    ho = shipped.meta["held_out"]
+    assert len(ho["runs"]) == sum(p.setup.server == "vLLM" for p in by_name.values())
+    assert ho["median_abs_err"]["tpot"] == pytest.approx(np.median(np.abs([r["tpot_mean_err"] for r in ho["runs"]])))
+    for gpu in ("H100-SXM", "H200", "B200"):
+        r = next(r for r in ho["runs"] if r["gpu"] == gpu)
+        assert r["held_out"] == f"gpu {gpu}"  # predicted by the stack fitted to the other GPUs' points
+        fold = StackTerms(name="fold", gpu_time_scale=r["held_out_scale"], overhead_s=r["held_out_overhead_s"],
+                          overhead_s_per_seq=r["held_out_overhead_s_per_seq"],
+                          overhead_s_per_request=r["held_out_overhead_s_per_request"])
+        row, _ = P.replay_point(by_name[r["run"]], terms=fold)
+        for m in ("ttft", "e2e", "tpot"):
+            assert row[f"{m}_mean_err"] == pytest.approx(r[f"{m}_mean_err"], rel=1e-6), (gpu, m)
+    assert engine_stack("vllm-v1", schedules_async=False) == "vllm-v1-sync"
+

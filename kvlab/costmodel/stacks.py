@@ -23,6 +23,8 @@ and ``simulate(cost_model=...)`` accept its path, or the name of a shipped one:
 
 * ``"vllm-v0"``: fitted to DistServe's vLLM (V0 era) OPT-13B runs on A100-80GB;
 * ``"vllm-v1"``: fitted to LLMServingSim's vLLM 0.19.0 runs on RTX 4090 / RTX PRO 6000;
+* ``"vllm-v1-sync"``: vLLM V1 scheduling in step (before 0.14.0, or ``--no-async-scheduling``), fitted to
+  NVIDIA's measured vLLM points on H100, H200 and B200 (:mod:`kvlab.validate.points`);
 * ``"sarathi-serve"``: the overheads of :mod:`kvlab.costmodel.fit` (Sarathi-Serve's batches).
 
 Shipped files live in ``data/costmodels/<name>.json``; ``data/SOURCES.md`` says how to remake them.

@@ -71,15 +71,19 @@ def _held_out_line(stack: str) -> str:
     if not ho:
         return "no held-out figures recorded (fewer than 3 runs)"
     m = ho["median_abs_err"]
-    return (f"median |error| mean TTFT {m['ttft']:.1%}, mean E2E {m['e2e']:.1%}, TPOT {m['tpot']:.1%}; "
-            f"overload right on {ho['overload_right']} of {len(ho['runs'])}")
+    line = f"median |error| mean TTFT {m['ttft']:.1%}, mean E2E {m['e2e']:.1%}, TPOT {m['tpot']:.1%}"
+    if ho.get("overload_right") is None:  # fixed-concurrency points: a closed loop makes no overload call
+        return f"{line} on {len(ho['runs'])} points ({ho['method'].split(':')[0]})"
+    return f"{line}; overload right on {ho['overload_right']} of {len(ho['runs'])}"
 
 
-def engine_stack(engine: str) -> str:
-    """The shipped stack fitted to ``engine``'s real servers (``vllm-v0``, ``vllm-v1``), else ``none``."""
+def engine_stack(engine: str, schedules_async: bool = True) -> str:
+    """The shipped stack fitted to ``engine``'s real servers (``vllm-v0``, ``vllm-v1``; ``vllm-v1-sync`` for a V1
+    engine that schedules in step), else ``none``."""
     from ..costmodel.stacks import named_stacks
 
-    return engine if engine in named_stacks() else "none"
+    name = engine if schedules_async or engine != "vllm-v1" else "vllm-v1-sync"
+    return name if name in named_stacks() else "none"
 
 
 def _print_setups(setups: list) -> None:
@@ -97,6 +101,7 @@ def _print_setups(setups: list) -> None:
 
 def _validate_points(args: argparse.Namespace) -> int:
     """``kvlab validate --points [FILE]``: fixed-concurrency points (:mod:`.points`) replayed and compared."""
+    from ..costmodel.stacks import named_file
     from . import points as P
 
     if args.results:
@@ -117,6 +122,12 @@ def _validate_points(args: argparse.Namespace) -> int:
                          "ttft_mean_err", "e2e_mean_err", "tpot_mean_err"]]))
     print()
     print(_fmt_table(P.point_table(df)))
+    named = named_file(args.cost_model, args.stack)
+    fitted = _fitted_runs(named)
+    df["fitted_to_it"] = [(d, n) in fitted for d, n in zip(df["dataset"], df["point"])]
+    if df["fitted_to_it"].any():
+        print(f"note: {int(df['fitted_to_it'].sum())} point(s) were in {named}'s own fit (fitted_to_it in --csv): "
+              f"their error is in-sample, not a validation; held out: {_held_out_line(named)}")
     if args.csv:
         write_text_atomically(args.csv, df.to_csv(index=False))
         print(f"per-point table written to {args.csv}")
@@ -133,8 +144,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         output_file(args.csv, inputs=[*args.results, *(args.set_up or [])], force=args.force, flag="--csv")
     runs = load_runs(args.results or ["shared"], args.set_up)
     chosen = args.cost_model is not None or args.stack is not None
-    by_engine = {e: engine_stack(e) for e in {r.setup.engine for r in runs}}  # each stack file read once
-    stacks = [args.stack if chosen else by_engine[r.setup.engine] for r in runs]
+    kinds = {(r.setup.engine, r.setup.schedules_async) for r in runs}
+    by_engine = {k: engine_stack(*k) for k in kinds}  # each stack file read once
+    stacks = [args.stack if chosen else by_engine[r.setup.engine, r.setup.schedules_async] for r in runs]
     rows = [compare(replay(r, cost_model=args.cost_model, stack=st)) for r, st in zip(runs, stacks)]
     df = pd.DataFrame(rows)
     named = args.cost_model if is_cost_model_file(args.cost_model or "") else None
@@ -193,11 +205,12 @@ def add_commands(sub) -> None:
     val.add_argument("results", nargs="*", help="vllm bench serve result JSON files (one result or several "
                                                          "appended), or shared[:DATASET]")
     val.add_argument("--set-up", action="append", metavar="YAML", help="set-up of the result files")
-    val.add_argument("--cost-model", help="measured, roofline, a shipped stack (vllm-v0, vllm-v1) or a "
+    val.add_argument("--cost-model", help="measured, roofline, a shipped stack (vllm-v0, vllm-v1, vllm-v1-sync) or a "
                                           "cost-model file (.json, from kvlab calibrate)")
-    val.add_argument("--stack", help="serving stack added to the cost model (none, sarathi-serve, vllm-v0, vllm-v1; "
-                                     "default with no --cost-model either: each run's engine's shipped stack, "
-                                     "vllm-v0 or vllm-v1, else none)")
+    val.add_argument("--stack", help="serving stack added to the cost model (none, sarathi-serve, vllm-v0, vllm-v1, "
+                                     "vllm-v1-sync; default with no --cost-model either: each run's engine's "
+                                     "shipped stack, vllm-v0, vllm-v1 or, for V1 scheduling in step, vllm-v1-sync, "
+                                     "else none)")
     val.add_argument("--points", nargs="?", const="", metavar="CSV",
                      help="replay fixed-concurrency benchmark points instead (mean TTFT and TPOT per point; "
                           "default: NVIDIA aiconfigurator's measured vLLM, SGLang and TensorRT-LLM points)")

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -271,8 +271,45 @@ def held_out(points: list[ConcurrencyPoint], *, every: int = 2, fit_rounds: int 
             terms = fit([p.record(fit_rounds) for p in train], name=f"{ds}-without-{by}-{key}").terms
             for p in (p for p in mine if getattr(p.setup, by) == key):
                 row, _ = replay_point(p, terms=terms)
-                rows.append({**row, "held_out": f"{by} {key}", "stack": terms.describe()})
+                rows.append({**row, "held_out": f"{by} {key}", "stack": terms.describe(),
+                             "held_out_scale": terms.gpu_time_scale, "held_out_overhead_s": terms.overhead_s,
+                             "held_out_overhead_s_per_seq": terms.overhead_s_per_seq,
+                             "held_out_overhead_s_per_request": terms.overhead_s_per_request})
     return pd.DataFrame(rows)
+
+
+def fit_stack(points: list[ConcurrencyPoint], *, name: str, label: str, command: str = "", every: int = 2,
+              fit_rounds: int = 6) -> StackTerms:
+    """A stack fitted to one server's ``points`` (every ``every``-th, served ``fit_rounds`` rounds, as in
+    :func:`held_out`), its record holding the points it was fitted to and :func:`held_out`'s errors, each
+    point predicted by the stack fitted without its GPU (or TP degree): what a shipped cost-model file
+    states (:func:`kvlab.costmodel.stacks.save`; ``overload_right`` None: a closed loop makes no overload call)."""
+    import datetime as dt
+
+    if len({p.setup.dataset for p in points}) != 1:
+        raise ValueError("fit_stack takes one server's points (one dataset)")
+    used = points[::every]
+    f = fit([p.record(fit_rounds) for p in used], name=name)
+    ho = held_out(points, every=every, fit_rounds=fit_rounds)
+    keep = ["point", "dataset", "gpu", "model", "tp", "concurrency", "held_out", "ttft_mean_err", "e2e_mean_err",
+            "tpot_mean_err", "held_out_scale", "held_out_overhead_s", "held_out_overhead_s_per_seq",
+            "held_out_overhead_s_per_request"]
+    rows = [{("run" if k == "point" else k): (x.item() if hasattr(x, "item") else x) for k, x in r.items()}
+            for r in ho[keep].to_dict(orient="records")]
+    by = "GPU" if ho["held_out"].str.startswith("gpu").all() else "TP degree"
+    meta = {"fitted_to": [{"run": p.setup.name, "dataset": p.setup.dataset, "model": p.setup.model,
+                           "gpu": p.setup.gpu, "tp": p.setup.tp, "engine": p.setup.engine,
+                           "server": f"{p.setup.server} {p.setup.server_version}".strip(),
+                           "requests": fit_rounds * p.concurrency} for p in used],
+            "fit": {"steps": f.steps, "residual": f.residual, "scale_fitted": f.scale_fitted,
+                    "points": f"1 in {every} of the {len(points)} points, {fit_rounds} rounds each"},
+            "command": command, "date": dt.date.today().isoformat(),
+            "held_out": {"method": f"leave-one-{by}-out: each point predicted by terms fitted to the points of the "
+                                   f"server's other {by}s",
+                         "runs": [{**r, "overload_right": None} for r in rows],
+                         "median_abs_err": {m: float(ho[f"{m}_mean_err"].abs().median()) for m in ("ttft", "e2e", "tpot")},
+                         "overload_right": None}}
+    return replace(f.terms, label=label, meta=meta)
 
 
 def derive(silicon: pd.DataFrame) -> pd.DataFrame:

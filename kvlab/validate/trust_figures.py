@@ -3,10 +3,11 @@
 :func:`trust` reads committed derived figures, never typed-in ones:
 ``data/costmodels/real_server_errors.csv``, one row per measured run of ``../shared/data/serving``
 and stack: the default cost model (stack "none", nothing fitted to these runs) and each fitted
-stack's *held-out* error (leave-one-run-out, from the stack's cost-model file), with the kernel era
+stack's *held-out* error (from the stack's cost-model file: leave-one-run-out, or for a stack fitted to
+fixed-concurrency points leave-one-GPU-out, those rows with no overload call), with the kernel era
 each was priced on (``kernels``: the run's engine's, or the stack's); an answer counts only the runs
 priced on its own era. ``python -m
-kvlab.validate`` remakes the stacks and this file from the shared runs.
+kvlab.validate`` remakes the stacks and this file from the shared runs and the built-in points.
 """
 from __future__ import annotations
 
@@ -58,6 +59,22 @@ def kernels_of(cost_model: Any, stack: str | None = None) -> str:
     else:
         era = constants().get("stacks", {}).get(stack or "none", {}).get("kernels")
     return era or "today"
+
+
+def _measured(rows: pd.DataFrame) -> str:
+    """What ``rows`` are, counted: measured runs (an overload call each) and fixed-concurrency points (none)."""
+    calls = int(rows["overload_right"].notna().sum())
+    points = len(rows) - calls
+    return " and ".join([*([f"{calls} measured vLLM run{'s' if calls != 1 else ''}"] if calls else []),
+                         *([f"{points} measured vLLM point{'s' if points != 1 else ''} at fixed concurrency"]
+                           if points else [])])
+
+
+def _overload(rows: pd.DataFrame) -> str:
+    """``; overload called right on k of n`` over the rows that make a call (a closed loop's points make none)."""
+    called = rows[rows["overload_right"].notna()]
+    return f"; overload called right on {int(called['overload_right'].astype(bool).sum())} of {len(called)}" \
+        if len(called) else ""
 
 
 def _medians(rows: pd.DataFrame) -> str:
@@ -114,14 +131,12 @@ def _validated(cost_model: Any, gpu: str, stack: str | None, family: str) -> str
         have = ", ".join(sorted(set(mine["gpu"].map(gpu_family))))
         how = "held out" if bool(mine["held_out"].all()) else "nothing fitted to them"
         return (f"{who}: not validated on {fam or 'this GPU'}, so the answer is not checked against a real server "
-                f"there; on {len(mine)} measured vLLM runs on {have} ({how}) its median |error| is {_medians(mine)}")
+                f"there; on {_measured(mine)} on {have} ({how}) its median |error| is {_medians(mine)}")
     how = "held out" if bool(rows["held_out"].all()) else "nothing fitted to them"
-    runs = f"{len(rows)} measured vLLM run{'s' if len(rows) != 1 else ''}"
     no_p2p = int(rows["cost_model"].astype(str).str.contains(NO_P2P, regex=False).sum())
     host = (f"; {no_p2p} of them replayed without GPU peer-to-peer, as their host is taken to have run, so on a "
             "host with it a TP or expert-parallel run's collectives are checked less") if no_p2p else ""
-    return (f"{who}: median |error| on {runs} on {fam} ({how}{host}): {_medians(rows)}; overload called right on "
-            f"{int(rows['overload_right'].sum())} of {len(rows)}")
+    return f"{who}: median |error| on {_measured(rows)} on {fam} ({how}{host}): {_medians(rows)}{_overload(rows)}"
 
 
 def point_trust(systems: list[str], gpu: Any) -> str:

@@ -36,7 +36,12 @@ repository snapshot is larger than the fetch limit, so 0.5.23's tag could not be
   ``event_loop_overlap``: it picks batch N + 1 (``get_next_batch_to_run``) and launches it before
   ``process_batch_result`` of batch N, so requests finishing in N free their pages and slots, and
   arrivals join, one batch late: the rule of ``kvlab.simulate``'s ``async_scheduling``. Its CPU
-  work hides under the GPU's; the profile prices GPU time only (stack "none").
+  work hides under the GPU's only while it is the shorter: NVIDIA's measured points of SGLang 0.5.6 on the
+  H200 (Llama-3.1-8B, 160-512 requests; ``kvlab.validate.points``, notebook 09 section 6b) decode at about the
+  same time per token at every TP degree, above kvlab's GPU time, so the server was CPU-bound there. No stack
+  fitted to them separates that CPU time from the FP8 prefill time kvlab underprices on the same points (a
+  fit to them reaches its front end's bound), so the profile prices GPU time only (stack
+  "none"): at hundreds of requests calibrate on the server's own runs (``kvlab calibrate``).
 """
 from __future__ import annotations
 
