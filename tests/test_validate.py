@@ -335,11 +335,24 @@ def test_cli_calibrate_and_validate(tmp_path, runs, capsys):
     terms = load(out)
     assert terms.gpu_time_scale == pytest.approx(1.3, rel=0.05)
     assert [r["run"] for r in terms.meta["held_out"]["runs"]] == ["run0", "run1", "run2"]
+    for r in terms.meta["held_out"]["runs"]:  # each fold's terms (two runs each: scale and CPU trade off), printed
+        assert f"{r['held_out_overhead_s'] * 1e3:.3g} + {r['held_out_overhead_s_per_seq'] * 1e3:.3g}/seq" in text
+    assert ("do not share one CPU time" in text) == bool(C.folds_disagree(pd.DataFrame(terms.meta["held_out"]["runs"])))
     assert main(["validate", *files, "--set-up", str(setup), "--cost-model", str(out)]) == 0
     text = capsys.readouterr().out
     assert "stack: " + str(out) in text and "3 of 3 right" in text
     assert main(["calibrate", files[0], "-o", str(out.with_name("new.json"))]) == 2  # no set-up: one-line error
     assert "needs --set-up" in capsys.readouterr().err
+
+
+def test_folds_that_fit_cpu_times_far_apart_are_named():
+    """Hand-worked: folds of 0, 19 and 0 ms per iteration disagree (the LLMServingSim runs' folds); 8 and 10 ms, and
+    0 and 0.5 ms (within 1 ms), agree."""
+    def note(*cpu_s):
+        return C.folds_disagree(pd.DataFrame({"held_out_overhead_s": cpu_s}))
+
+    assert "the folds fitted 0-19 ms of CPU time per iteration" in note(0.0, 0.019, 0.0)
+    assert note(0.008, 0.010) == "" and note(0.0, 0.0005) == "" and note(0.004, 0.0081) != ""
 
 
 def test_bad_run_records_name_the_run_and_column(runs):

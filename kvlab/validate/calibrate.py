@@ -340,6 +340,22 @@ def leave_one_out(runs: Sequence[RunRecord], *, replays: list | None = None, **f
     return pd.DataFrame(rows)
 
 
+#: The columns of :func:`leave_one_out` that hold the terms each run was predicted with (its fold's).
+FOLD_TERMS = ("held_out_scale", "held_out_overhead_s", "held_out_overhead_s_per_seq", "held_out_overhead_s_per_request")
+
+
+def folds_disagree(held_out: pd.DataFrame) -> str:
+    """A note when the folds of :func:`leave_one_out` fitted CPU times per iteration far apart (the largest over 2x
+    the smallest and 1 ms above it): the runs do not share one CPU time; ``""`` where they agree."""
+    cpu = held_out["held_out_overhead_s"].to_numpy(dtype=np.float64)
+    lo, hi = float(cpu.min()), float(cpu.max())
+    if hi - lo <= 1e-3 or hi <= 2.0 * lo:
+        return ""
+    return (f"the folds fitted {lo * 1e3:.3g}-{hi * 1e3:.3g} ms of CPU time per iteration: the runs do not share one "
+            "CPU time (runs of different hosts, or one run's GPU-time error standing in for CPU time), so the held-out "
+            "errors above are the spread to expect; calibrate on runs of one host")
+
+
 #: Share of the fitted runs' iterations a CPU time must exceed to show in them (the percentile below).
 HIDDEN_PERCENTILE = 10.0
 
@@ -378,7 +394,7 @@ def calibrate(runs: Sequence[RunRecord], *, name: str, label: str = "", command:
     if holdout and len(runs) >= 3:
         loo = leave_one_out(runs, name=name, fit_scale=fit_scale, base=base, overlap=overlap)
         keep = ["run", "dataset", "gpu", "model", "ttft_mean_err", "e2e_mean_err", "tpot_mean_err",
-                "overload_pred", "overload_meas", "overload_right", "cost_model"]
+                "overload_pred", "overload_meas", "overload_right", "cost_model", *FOLD_TERMS]
         meta["held_out"] = {
             "method": "leave-one-run-out: each run predicted by terms fitted to the others",
             "runs": [{k: (bool(v) if isinstance(v, (np.bool_, bool)) else (float(v) if isinstance(v, (float, np.floating))

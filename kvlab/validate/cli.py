@@ -173,7 +173,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from ..costmodel.stacks import save
-    from .calibrate import calibrate
+    from .calibrate import calibrate, folds_disagree
 
     output_file(args.output, inputs=[*args.results, *(args.set_up or [])], force=args.force)
     runs = load_runs(args.results, args.set_up)
@@ -186,10 +186,17 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     print(f"{terms.describe()} (fitted to {len(runs)} runs; {terms.meta['fit']['steps']} fixed-point steps)")
     ho = terms.meta.get("held_out")
     if ho:
-        print("held-out error (leave-one-run-out: each run predicted by terms fitted to the others):")
-        print(_fmt_table(pd.DataFrame(ho["runs"])[["run", "ttft_mean_err", "e2e_mean_err", "tpot_mean_err",
-                                                     "overload_right"]]))
+        print("held-out error (leave-one-run-out: each run predicted by terms fitted to the others, fold_cpu_ms: "
+              "their CPU time per iteration + per sequence):")
+        folds = pd.DataFrame(ho["runs"])
+        folds["fold_cpu_ms"] = [f"{a * 1e3:.3g} + {b * 1e3:.3g}/seq" for a, b in
+                                zip(folds["held_out_overhead_s"], folds["held_out_overhead_s_per_seq"])]
+        print(_fmt_table(folds[["run", "ttft_mean_err", "e2e_mean_err", "tpot_mean_err", "overload_right",
+                                "fold_cpu_ms"]]))
         print(_held_out_line(path))
+        note = folds_disagree(folds)
+        if note:
+            print(f"note: {note}")
     else:
         print("held-out error: needs at least 3 runs")
     print(f"cost model written to {path} (use it with --cost-model {path})")
