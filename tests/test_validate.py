@@ -257,6 +257,38 @@ def test_bench_result_reader(tmp_path, runs):
         read_bench_results(tmp_path / "r.json", tmp_path / "s2.yaml")
 
 
+def test_sglang_bench_serving_output_reads_as_runs(tmp_path, runs):
+    """``python -m sglang.bench_serving --output-file F --output-details`` appends one object per run, in the keys
+    its ``benchmark`` writes (sgl-project/sglang ``python/sglang/bench_serving.py``): two stages, one at an
+    unlimited rate (``Infinity`` in the JSON), a failed request with output length 0 and an error; the runs replay
+    on SGLang's rules."""
+    rec = runs[1].requests.head(30)
+    n = len(rec)
+
+    def stage(rate):
+        out = rec["output_tokens"].astype(int).tolist()
+        out[3] = 0  # a failed request: SGLang writes output length 0 and its error
+        return {"backend": "sglang", "dataset_name": "random", "request_rate": rate, "max_concurrency": None,
+                "duration": 10.0, "completed": n - 1, "mean_ttft_ms": 1.0,
+                "input_lens": rec["prompt_tokens"].astype(int).tolist(), "output_lens": out,
+                "ttfts": rec["ttft_s"].tolist(),
+                "itls": [[t] * (int(k) - 1) for t, k in zip(rec["tpot_s"], rec["output_tokens"])],
+                "generated_texts": ["x"] * n, "errors": ["" if i != 3 else "Timeout" for i in range(n)]}
+
+    path = tmp_path / "sglang_random.jsonl"
+    path.write_text("\n".join(json.dumps(stage(r)) for r in (4.0, float("inf"))) + "\n")
+    (tmp_path / "s.yaml").write_text(f"model: {MODEL}\ngpu: {GPU}\nserver: SGLang\nserver_version: 0.5.6\n")
+    first, second = read_bench_results(path, tmp_path / "s.yaml")
+    assert (first.name, second.name) == ("sglang_random-1", "sglang_random-2")
+    assert first.setup.engine == "sglang" and len(first.requests) == n - 1
+    keep = np.arange(n) != 3
+    assert np.allclose(first.requests["ttft_s"], rec["ttft_s"].to_numpy()[keep])
+    assert np.allclose(first.requests["e2e_s"], (rec["ttft_s"] + rec["tpot_s"] * (rec["output_tokens"] - 1))[keep])
+    assert any("Poisson at 4 req/s" in a for a in first.setup.assumptions)
+    assert any("request_rate inf" in a for a in second.setup.assumptions) and (second.requests["arrival_s"] == 0).all()
+    assert compare(replay(first))["run"] == "sglang_random-1"
+
+
 def test_error_table_medians(runs):
     rows = [{"dataset": "d", "ttft_mean_err": e, "e2e_mean_err": -e, "tpot_mean_err": 2 * e, "overload_right": ok}
             for e, ok in ((0.1, True), (-0.3, True), (0.2, False))]

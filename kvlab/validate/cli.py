@@ -22,7 +22,7 @@ def load_runs(results: list[str], setups: list[str] | None) -> list:
     files = [r for r in results if not r.startswith("shared")]
     setups = setups or []
     if files and not setups:
-        raise ValueError(f"{files[0]}: a vllm bench serve result needs --set-up YAML (model, gpu, tp, engine flags: "
+        raise ValueError(f"{files[0]}: a benchmark result needs --set-up YAML (model, gpu, tp, engine flags: "
                          "the keys of kvlab.validate.SetUp)")
     if files and len(setups) not in (1, len(files)):
         raise ValueError(f"give one --set-up for all {len(files)} result files, or one per file; got {len(setups)}")
@@ -209,7 +209,7 @@ def add_commands(sub) -> None:
                          description="Replay measured runs (default: every run of ../shared/data/serving) in "
                                      "their own set-up and print predicted vs measured errors per run and the "
                                      "error table per dataset.")
-    val.add_argument("results", nargs="*", help="vllm bench serve result JSON files (one result or several "
+    val.add_argument("results", nargs="*", help="vllm bench serve (or sglang.bench_serving) result files (one result or several "
                                                          "appended), or shared[:DATASET]")
     val.add_argument("--set-up", action="append", metavar="YAML", help="set-up of the result files")
     val.add_argument("--cost-model", help="measured, roofline, a shipped stack (vllm-v0, vllm-v1, vllm-v1-sync) or a "
@@ -228,7 +228,8 @@ def add_commands(sub) -> None:
                          description="Fit per-iteration and per-sequence overheads (and a GPU-time scale where "
                                      "the data support it) to measured runs, print leave-one-run-out held-out "
                                      "error, and write a cost-model file every command accepts (--cost-model).")
-    cal.add_argument("results", nargs="+", help="vllm bench serve result JSON files, or shared[:DATASET]")
+    cal.add_argument("results", nargs="+", help="vllm bench serve (or sglang.bench_serving) result files, or "
+                                                   "shared[:DATASET]")
     cal.add_argument("-o", "--output", required=True, help="cost-model file to write (.json; never an input)")
     cal.add_argument("--force", action="store_true", help="let -o overwrite an existing file")
     cal.add_argument("--set-up", action="append", metavar="YAML", help="set-up of the result files")

@@ -295,7 +295,7 @@ ARRIVALS = ("poisson", "gamma", "constant")
 
 def _json_objects(path: Path) -> list[dict]:
     """The JSON objects of a result file: one, or several one after another (``--append-result``)."""
-    text = read_text_file(path, "vllm bench serve result")
+    text = read_text_file(path, "benchmark result")
     dec, pos, out = json.JSONDecoder(), 0, []
     while True:
         while pos < len(text) and text[pos].isspace():
@@ -305,12 +305,12 @@ def _json_objects(path: Path) -> list[dict]:
         try:
             obj, pos = dec.raw_decode(text, pos)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"vllm bench serve result {path} is not valid JSON: {' '.join(str(exc).split())}") from None
+            raise ValueError(f"benchmark result {path} is not valid JSON: {' '.join(str(exc).split())}") from None
         if not isinstance(obj, dict):
-            raise ValueError(f"vllm bench serve result {path} must hold JSON objects, got {type(obj).__name__}")
+            raise ValueError(f"benchmark result {path} must hold JSON objects, got {type(obj).__name__}")
         out.append(obj)
     if not out:
-        raise ValueError(f"vllm bench serve result {path} is empty")
+        raise ValueError(f"benchmark result {path} is empty")
     return out
 
 
@@ -354,7 +354,7 @@ def _bench_record(data: dict, where: str, setup_map: dict, setup_where: str) -> 
     missing = [k for k in ("input_lens", "output_lens", "ttfts", "itls") if k not in data]
     if missing:
         raise ValueError(f"{where}: lacks {', '.join(missing)} (save it with vllm bench serve --save-result "
-                         "--save-detailed)")
+                         "--save-detailed, or python -m sglang.bench_serving --output-file F --output-details)")
     n = len(data["input_lens"])
     if any(len(data[k]) != n for k in ("output_lens", "ttfts", "itls")):
         raise ValueError(f"{where}: input_lens, output_lens, ttfts and itls differ in length")
@@ -388,7 +388,11 @@ def read_bench_results(path: str | Path, setup: str | Path | dict) -> list[RunRe
     """The runs of a ``vllm bench serve --save-result --save-detailed`` JSON file, with their set-up.
 
     A file holds one result, or several one per line (``--append-result``: stages of one server,
-    named ``<name>-1``, ``<name>-2``, ...). Per request: ``prompt_tokens`` = ``input_lens``,
+    named ``<name>-1``, ``<name>-2``, ...). SGLang's client writes the same per-request lists:
+    ``python -m sglang.bench_serving --output-file F --output-details`` appends one such object per run
+    (``bench_serving.py`` of sgl-project/sglang, commit 0033168f: ``input_lens``, ``output_lens`` with 0 for a
+    failed request, ``ttfts`` and ``itls`` in seconds, ``errors``, ``request_rate``, ``max_concurrency``;
+    Poisson arrivals, no send times), so its files read the same way. Per request: ``prompt_tokens`` = ``input_lens``,
     ``output_tokens`` = ``output_lens``, ``ttft_s`` = ``ttfts``, ``e2e_s`` = TTFT + the sum of its
     ``itls``, ``tpot_s`` = (E2E - TTFT) / (output - 1) (vLLM's own per-request TPOT). Failed
     requests (``errors`` non-empty, or no output) are dropped. The client's cap is the result's
