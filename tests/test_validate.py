@@ -289,6 +289,43 @@ def test_sglang_bench_serving_output_reads_as_runs(tmp_path, runs):
     assert compare(replay(first))["run"] == "sglang_random-1"
 
 
+def test_aiperf_profile_export_reads_as_one_run(tmp_path, runs):
+    """An aiperf ``profile_export.jsonl`` (ai-dynamo/aiperf's record format: metadata with the send time in epoch
+    ns, metrics with values in ms and tokens, ``error``), written in completion order with a failed request: read
+    as one run and replayed with the terms that made it, it reproduces its own times (send times as arrivals)."""
+    rec = runs[1].requests
+    base_ns = 1_759_813_207_532_900_363
+
+    def record(i, r):
+        return {"metadata": {"session_num": i, "request_start_ns": base_ns + int(round(r.arrival_s * 1e9)),
+                             "benchmark_phase": "profiling", "was_cancelled": False},
+                "metrics": {"input_sequence_length": {"value": int(r.prompt_tokens), "unit": "tokens"},
+                            "output_sequence_length": {"value": int(r.output_tokens), "unit": "tokens"},
+                            "time_to_first_token": {"value": r.ttft_s * 1e3, "unit": "ms"},
+                            "request_latency": {"value": (r.ttft_s + r.tpot_s * (r.output_tokens - 1)) * 1e3,
+                                                "unit": "ms"}},
+                "error": None}
+
+    recs = [record(i, r) for i, r in enumerate(rec.itertuples())]
+    order = np.argsort((rec["arrival_s"] + rec["ttft_s"] + rec["tpot_s"] * (rec["output_tokens"] - 1)).to_numpy())
+    failed = {"metadata": {"session_num": len(rec), "request_start_ns": base_ns, "benchmark_phase": "profiling"},
+              "metrics": {"error_isl": {"value": 550, "unit": "tokens"}},
+              "error": {"code": 500, "type": "ServerError", "message": "x"}}
+    path = tmp_path / "profile_export.jsonl"
+    path.write_text("\n".join(json.dumps(o) for o in [failed, *(recs[i] for i in order)]) + "\n")
+    (tmp_path / "s.yaml").write_text(f"name: mine\nmodel: {MODEL}\ngpu: {GPU}\nmax_num_seqs: 64\n"
+                                     "async_scheduling: false\nrequest_rate: 6\n")
+    (got,) = read_bench_results(path, tmp_path / "s.yaml")
+    assert got.name == "mine" and len(got.requests) == len(rec)
+    assert np.allclose(got.requests["arrival_s"], rec["arrival_s"] - rec["arrival_s"].min(), atol=1e-9)
+    row = compare(replay(got, cost_model=apply(cost_model(MODEL, GPU, kernels="2024"), TRUE)))  # what made it
+    assert abs(row["e2e_mean_err"]) < 1e-6 and abs(row["ttft_p99_err"]) < 1e-6 and abs(row["tpot_mean_err"]) < 1e-6
+    recs[0]["metrics"].pop("time_to_first_token")
+    path.write_text("\n".join(json.dumps(o) for o in recs) + "\n")
+    with pytest.raises(ValueError, match=r"profile_export.jsonl record 1: lacks time_to_first_token"):
+        read_bench_results(path, tmp_path / "s.yaml")
+
+
 def test_error_table_medians(runs):
     rows = [{"dataset": "d", "ttft_mean_err": e, "e2e_mean_err": -e, "tpot_mean_err": 2 * e, "overload_right": ok}
             for e, ok in ((0.1, True), (-0.3, True), (0.2, False))]

@@ -1,7 +1,8 @@
 """The ``kvlab validate`` and ``kvlab calibrate`` commands (registered by :mod:`kvlab.cli`).
 
 RESULTS are ``vllm bench serve --save-result`` JSON files (one result each, or stages appended with
-``--append-result``; each file with a ``--set-up`` YAML: one for all, or one per file in order) or
+``--append-result``), ``sglang.bench_serving --output-details`` JSONL files (a run per line) or aiperf's
+``profile_export.jsonl`` (one run), each file with a ``--set-up`` YAML (one for all, or one per file in order), or
 ``shared:<dataset>`` for a dataset of ``../shared/data/serving``
 (``shared:distserve-vllm-opt13b``, ``shared:llmservingsim-vllm-0.19``; ``shared`` alone: both).
 """
@@ -209,8 +210,9 @@ def add_commands(sub) -> None:
                          description="Replay measured runs (default: every run of ../shared/data/serving) in "
                                      "their own set-up and print predicted vs measured errors per run and the "
                                      "error table per dataset.")
-    val.add_argument("results", nargs="*", help="vllm bench serve (or sglang.bench_serving) result files (one result or several "
-                                                         "appended), or shared[:DATASET]")
+    val.add_argument("results", nargs="*", help="vllm bench serve, sglang.bench_serving or aiperf "
+                                                "(profile_export.jsonl) result files (one result or several "
+                                                "appended), or shared[:DATASET]")
     val.add_argument("--set-up", action="append", metavar="YAML", help="set-up of the result files")
     val.add_argument("--cost-model", help="measured, roofline, a shipped stack (vllm-v0, vllm-v1, vllm-v1-sync) or a "
                                           "cost-model file (.json, from kvlab calibrate)")
@@ -228,8 +230,8 @@ def add_commands(sub) -> None:
                          description="Fit per-iteration and per-sequence overheads (and a GPU-time scale where "
                                      "the data support it) to measured runs, print leave-one-run-out held-out "
                                      "error, and write a cost-model file every command accepts (--cost-model).")
-    cal.add_argument("results", nargs="+", help="vllm bench serve (or sglang.bench_serving) result files, or "
-                                                   "shared[:DATASET]")
+    cal.add_argument("results", nargs="+", help="vllm bench serve, sglang.bench_serving or aiperf "
+                                                "(profile_export.jsonl) result files, or shared[:DATASET]")
     cal.add_argument("-o", "--output", required=True, help="cost-model file to write (.json; never an input)")
     cal.add_argument("--force", action="store_true", help="let -o overwrite an existing file")
     cal.add_argument("--set-up", action="append", metavar="YAML", help="set-up of the result files")

@@ -373,15 +373,56 @@ def _bench_record(data: dict, where: str, setup_map: dict, setup_where: str) -> 
     e2e = ttft + np.array([float(np.sum(x)) if x else 0.0 for x in data["itls"]])
     arrival, queue = _arrivals(data, where, n, rate, burst, process, seed, bool(setup_map.get("max_concurrency")),
                                assumptions)
+    return _client_record(pd.DataFrame({"arrival_s": arrival, "prompt_tokens": data["input_lens"], "output_tokens": out,
+                                        "ttft_s": ttft, "e2e_s": e2e, CLIENT_QUEUE: queue})[ok],
+                          setup_map, assumptions, setup_where)
+
+
+def _client_record(req: pd.DataFrame, setup_map: dict, assumptions: list[str], setup_where: str) -> RunRecord:
+    """A benchmark client's requests (arrival, lengths, TTFT, E2E, client queue) as a run under ``setup_map``
+    (the server's defaults for what it leaves out): TPOT per request, (E2E - TTFT) / (output - 1)."""
     setup_map = with_server_defaults(setup_map, assumptions)
     if setup_map.get("prefix_caching") and not setup_map.get("shared_prefix_tokens"):
         assumptions.append(PREFIX_NOTE)
+    out = req["output_tokens"].to_numpy(dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
-        tpot = np.where(out > 1, (e2e - ttft) / (out - 1), 0.0)
-    req = pd.DataFrame({"arrival_s": arrival, "prompt_tokens": data["input_lens"], "output_tokens": out,
-                        "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, CLIENT_QUEUE: queue})[ok]
+        tpot = np.where(out > 1, (req["e2e_s"] - req["ttft_s"]) / (out - 1), 0.0)
     setup_map["assumptions"] = assumptions
-    return RunRecord(SetUp.from_mapping(setup_map, setup_where), req)
+    return RunRecord(SetUp.from_mapping(setup_map, setup_where), req.assign(tpot_s=tpot))
+
+
+#: aiperf's per-request metrics a run needs (``profile_export.jsonl``: tokens, and milliseconds for the times).
+AIPERF_METRICS = ("input_sequence_length", "output_sequence_length", "time_to_first_token", "request_latency")
+
+
+def _aiperf_record(objects: list[dict], where: str, setup_map: dict, setup_where: str) -> RunRecord:
+    """aiperf's ``profile_export.jsonl`` (one object per request; ``where`` names the file) as one run: a request
+    arrives when aiperf sent it (``metadata.request_start_ns``, from the first), with its ``time_to_first_token``
+    and ``request_latency`` (ms) and lengths; failed and cancelled requests, and any outside the profiling phase,
+    are dropped."""
+    rows = []
+    for i, o in enumerate(objects):
+        meta, met = o.get("metadata") or {}, o.get("metrics") or {}
+        if o.get("error") or meta.get("was_cancelled") or meta.get("benchmark_phase", "profiling") != "profiling":
+            continue
+        missing = [k for k in AIPERF_METRICS if not isinstance(met.get(k), dict) or "value" not in met[k]]
+        missing += [] if isinstance(meta.get("request_start_ns"), (int, float)) else ["metadata.request_start_ns"]
+        if missing:
+            raise ValueError(f"{where} record {i + 1}: lacks {', '.join(missing)} (aiperf's profile_export.jsonl)")
+        rows.append([meta["request_start_ns"], *(met[k]["value"] for k in AIPERF_METRICS)])
+    if not rows:
+        raise ValueError(f"{where}: no successful request in the profiling phase")
+    start_ns = np.asarray([r[0] for r in rows], dtype=np.int64)  # epoch ns: exact in integers, not in a double
+    prompt, out, ttft_ms, e2e_ms = (np.asarray(c, dtype=np.float64) for c in zip(*(r[1:] for r in rows)))
+    setup_map = {k: x for k, x in setup_map.items() if k not in ("request_rate", "burstiness", "arrivals", "seed")}
+    assumptions = list(setup_map.pop("assumptions", None) or ())
+    sent = (start_ns - start_ns.min()) / 1e9
+    arrival, queue = _arrivals({"start_times": sent.tolist()}, where, len(sent), None, 1.0, None, 0,
+                               bool(setup_map.get("max_concurrency")), assumptions)
+    return _client_record(pd.DataFrame({"arrival_s": arrival, "prompt_tokens": prompt.astype(np.int64),
+                                        "output_tokens": out, "ttft_s": ttft_ms / 1e3, "e2e_s": e2e_ms / 1e3,
+                                        CLIENT_QUEUE: queue}).sort_values("arrival_s", kind="stable")
+                          .reset_index(drop=True), setup_map, assumptions, setup_where)
 
 
 def read_bench_results(path: str | Path, setup: str | Path | dict) -> list[RunRecord]:
@@ -392,7 +433,10 @@ def read_bench_results(path: str | Path, setup: str | Path | dict) -> list[RunRe
     ``python -m sglang.bench_serving --output-file F --output-details`` appends one such object per run
     (``bench_serving.py`` of sgl-project/sglang, commit 0033168f: ``input_lens``, ``output_lens`` with 0 for a
     failed request, ``ttfts`` and ``itls`` in seconds, ``errors``, ``request_rate``, ``max_concurrency``;
-    Poisson arrivals, no send times), so its files read the same way. Per request: ``prompt_tokens`` = ``input_lens``,
+    Poisson arrivals, no send times), so its files read the same way. An aiperf run's
+    ``profile_export.jsonl`` (a record per request, :func:`_aiperf_record`; ai-dynamo/aiperf
+    ``docs/tutorials/working-with-profile-exports.md``) is one run, its arrivals the send times it records; give
+    ``max_concurrency`` in the set-up for ``--concurrency``. Per request: ``prompt_tokens`` = ``input_lens``,
     ``output_tokens`` = ``output_lens``, ``ttft_s`` = ``ttfts``, ``e2e_s`` = TTFT + the sum of its
     ``itls``, ``tpot_s`` = (E2E - TTFT) / (output - 1) (vLLM's own per-request TPOT). Failed
     requests (``errors`` non-empty, or no output) are dropped. The client's cap is the result's
@@ -408,6 +452,8 @@ def read_bench_results(path: str | Path, setup: str | Path | dict) -> list[RunRe
     setup_where = f"set-up {setup}" if not isinstance(setup, dict) else "set-up"
     name = str(base.pop("name", path.stem))
     base.setdefault("source", str(path))
+    if "metadata" in objects[0] and "metrics" in objects[0]:  # aiperf's profile_export.jsonl: a record per request
+        return [_aiperf_record(objects, str(path), {**base, "name": name}, setup_where)]
     out = []
     for i, data in enumerate(objects):
         one = len(objects) == 1
