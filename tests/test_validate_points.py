@@ -249,9 +249,10 @@ def test_the_shipped_in_step_vllm_stack_is_the_fit_of_its_points_and_its_held_ou
     for gpu in ("H100-SXM", "H200", "B200"):
         r = next(r for r in ho["runs"] if r["gpu"] == gpu)
         assert r["held_out"] == f"gpu {gpu}"  # predicted by the stack fitted to the other GPUs' points
-        fold = StackTerms(name="fold", gpu_time_scale=r["held_out_scale"], overhead_s=r["held_out_overhead_s"],
-                          overhead_s_per_seq=r["held_out_overhead_s_per_seq"],
-                          overhead_s_per_request=r["held_out_overhead_s_per_request"])
+        f = ho["folds"][r["held_out"]]
+        fold = StackTerms(name="fold", gpu_time_scale=f["held_out_scale"], overhead_s=f["held_out_overhead_s"],
+                          overhead_s_per_seq=f["held_out_overhead_s_per_seq"],
+                          overhead_s_per_request=f["held_out_overhead_s_per_request"])
         row, _ = P.replay_point(by_name[r["run"]], terms=fold)
         for m in ("ttft", "e2e", "tpot"):
             assert row[f"{m}_mean_err"] == pytest.approx(r[f"{m}_mean_err"], rel=1e-6), (gpu, m)

@@ -331,17 +331,23 @@ def leave_one_out(runs: Sequence[RunRecord], *, replays: list | None = None, **f
             kw["fit_scale"] = False  # a GPU-time scale fitted on other GPUs' kernels does not carry to this one
         f = fit(others, **kw)
         row, rep = held_out_replay(held, f.terms)
-        row.update(held_out_scale=f.terms.gpu_time_scale, held_out_overhead_s=f.terms.overhead_s,
-                   held_out_overhead_s_per_seq=f.terms.overhead_s_per_seq,
-                   held_out_overhead_s_per_request=f.terms.overhead_s_per_request)
+        row.update(fold_terms(f.terms))
         rows.append(row)
         if replays is not None:
             replays.append(rep)
     return pd.DataFrame(rows)
 
 
-#: The columns of :func:`leave_one_out` that hold the terms each run was predicted with (its fold's).
-FOLD_TERMS = ("held_out_scale", "held_out_overhead_s", "held_out_overhead_s_per_seq", "held_out_overhead_s_per_request")
+def fold_terms(terms: StackTerms) -> dict[str, float]:
+    """A held-out row's record of the terms that predicted it (its fold's): the columns :func:`leave_one_out` and
+    :func:`kvlab.validate.points.held_out` add."""
+    return {"held_out_scale": float(terms.gpu_time_scale), "held_out_overhead_s": float(terms.overhead_s),
+            "held_out_overhead_s_per_seq": float(terms.overhead_s_per_seq),
+            "held_out_overhead_s_per_request": float(terms.overhead_s_per_request)}
+
+
+#: The columns of :func:`fold_terms`.
+FOLD_TERMS = tuple(fold_terms(StackTerms(name="fold")))
 
 
 def folds_disagree(held_out: pd.DataFrame) -> str:

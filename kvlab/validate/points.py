@@ -39,7 +39,7 @@ from ..prefix_blocks import HASH_IDS, MOONCAKE_HASH_BLOCK_TOKENS
 from ..costmodel.data import write_csv_atomically
 from .readers import SUMMARY_KEYS, read_csv, summary_cell, with_server_defaults
 from ..costmodel.stacks import StackTerms
-from .calibrate import fit, replay_with
+from .calibrate import FOLD_TERMS, fit, fold_terms, replay_with
 from .records import RunRecord, SetUp
 from .replay import Replay, replay
 
@@ -271,10 +271,7 @@ def held_out(points: list[ConcurrencyPoint], *, every: int = 2, fit_rounds: int 
             terms = fit([p.record(fit_rounds) for p in train], name=f"{ds}-without-{by}-{key}").terms
             for p in (p for p in mine if getattr(p.setup, by) == key):
                 row, _ = replay_point(p, terms=terms)
-                rows.append({**row, "held_out": f"{by} {key}", "stack": terms.describe(),
-                             "held_out_scale": terms.gpu_time_scale, "held_out_overhead_s": terms.overhead_s,
-                             "held_out_overhead_s_per_seq": terms.overhead_s_per_seq,
-                             "held_out_overhead_s_per_request": terms.overhead_s_per_request})
+                rows.append({**row, "held_out": f"{by} {key}", "stack": terms.describe(), **fold_terms(terms)})
     return pd.DataFrame(rows)
 
 
@@ -282,7 +279,8 @@ def fit_stack(points: list[ConcurrencyPoint], *, name: str, label: str, command:
               fit_rounds: int = 6) -> StackTerms:
     """A stack fitted to one server's ``points`` (every ``every``-th, served ``fit_rounds`` rounds, as in
     :func:`held_out`), its record holding the points it was fitted to and :func:`held_out`'s errors, each
-    point predicted by the stack fitted without its GPU (or TP degree): what a shipped cost-model file
+    point predicted by the stack fitted without its GPU (or TP degree; ``folds``: those stacks' terms by the
+    ``held_out`` key the points carry): what a shipped cost-model file
     states (:func:`kvlab.costmodel.stacks.save`; ``overload_right`` None: a closed loop makes no overload call)."""
     import datetime as dt
 
@@ -292,10 +290,10 @@ def fit_stack(points: list[ConcurrencyPoint], *, name: str, label: str, command:
     f = fit([p.record(fit_rounds) for p in used], name=name)
     ho = held_out(points, every=every, fit_rounds=fit_rounds)
     keep = ["point", "dataset", "gpu", "model", "tp", "concurrency", "held_out", "ttft_mean_err", "e2e_mean_err",
-            "tpot_mean_err", "held_out_scale", "held_out_overhead_s", "held_out_overhead_s_per_seq",
-            "held_out_overhead_s_per_request"]
+            "tpot_mean_err"]
     rows = [{("run" if k == "point" else k): (x.item() if hasattr(x, "item") else x) for k, x in r.items()}
             for r in ho[keep].to_dict(orient="records")]
+    folds = {key: {c: float(g[c].iloc[0]) for c in FOLD_TERMS} for key, g in ho.groupby("held_out", sort=False)}
     by = "GPU" if ho["held_out"].str.startswith("gpu").all() else "TP degree"
     meta = {"fitted_to": [{"run": p.setup.name, "dataset": p.setup.dataset, "model": p.setup.model,
                            "gpu": p.setup.gpu, "tp": p.setup.tp, "engine": p.setup.engine,
@@ -306,6 +304,7 @@ def fit_stack(points: list[ConcurrencyPoint], *, name: str, label: str, command:
             "command": command, "date": dt.date.today().isoformat(),
             "held_out": {"method": f"leave-one-{by}-out: each point predicted by terms fitted to the points of the "
                                    f"server's other {by}s",
+                         "folds": folds,  # each fold's terms (fold_terms), once
                          "runs": [{**r, "overload_right": None} for r in rows],
                          "median_abs_err": {m: float(ho[f"{m}_mean_err"].abs().median()) for m in ("ttft", "e2e", "tpot")},
                          "overload_right": None}}
