@@ -326,6 +326,66 @@ def test_aiperf_profile_export_reads_as_one_run(tmp_path, runs):
         read_bench_results(path, tmp_path / "s.yaml")
 
 
+def _inference_perf_item(r, t0, nested):
+    """One request of inference-perf's per-request report (``reportgen/base.py``): send and end on the client's
+    perf_counter, a time per content chunk, the request body; the flat ``info`` of its releases before 2026-05 or
+    the nested one after, whose client-side output count is off (the reader takes max_tokens / the server's)."""
+    start = t0 + r.arrival_s
+    times = [start + r.ttft_s + j * r.tpot_s for j in range(int(r.output_tokens))]
+    body = json.dumps({"model": "m", "prompt": "x", "max_tokens": int(r.output_tokens), "ignore_eos": True,
+                       "stream": True})
+    if nested:
+        info = {"request_metrics": {"text": {"input_tokens": int(r.prompt_tokens)}}, "input_tokens": int(r.prompt_tokens),
+                "response_metrics": {"output_tokens": int(r.output_tokens) + 3, "output_token_times": times,
+                                     "server_usage": {"prompt_tokens": int(r.prompt_tokens),
+                                                      "completion_tokens": int(r.output_tokens)}}}
+    else:
+        info = {"input_tokens": int(r.prompt_tokens), "output_tokens": int(r.output_tokens) - 2,
+                "output_token_times": times}
+    return {"start_time": start, "end_time": times[-1], "request": body, "response": "", "info": info, "error": None}
+
+
+def test_inference_perf_report_reads_as_a_run_per_stage(tmp_path, runs):
+    """An inference-perf report folder (two constant-rate stages of one server, the second sent after every
+    request of the first ended; per-request records in completion order, one failed; a stage report each):
+    read as two runs, each replayed with the terms that made it reproduces its own times."""
+    first, second = runs[0].requests, runs[2].requests
+    t0 = 81234.5  # perf_counter's origin is arbitrary
+    t1 = t0 + float((first["arrival_s"] + first["ttft_s"] + first["tpot_s"] * (first["output_tokens"] - 1)).max()) + 2
+    items = [_inference_perf_item(r, t0, False) for r in first.itertuples()]
+    items += [_inference_perf_item(r, t1, True) for r in second.itertuples()]
+    items.append({"start_time": t1 + 0.5, "end_time": t1 + 0.6, "request": "{}", "response": "error",
+                  "info": None, "error": {"error_type": "ServerDisconnectedError", "error_msg": "x"}})
+    items.sort(key=lambda o: o["end_time"])
+    folder = tmp_path / "reports-20260211-101500"
+    folder.mkdir()
+    (folder / "per_request_lifecycle_metrics.json").write_text(json.dumps(items))
+    for sid, (n, rate) in enumerate(((len(first), 2.0), (len(second) + 1, 12.0))):
+        (folder / f"stage_{sid}_lifecycle_metrics.json").write_text(
+            json.dumps({"load_summary": {"count": n, "requested_rate": rate}, "successes": {"count": n}}))
+    (tmp_path / "s.yaml").write_text(f"model: {MODEL}\ngpu: {GPU}\nmax_num_seqs: 64\nasync_scheduling: false\n")
+    got = read_bench_results(folder, tmp_path / "s.yaml")
+    assert [g.name for g in got] == ["reports-20260211-101500-stage0", "reports-20260211-101500-stage1"]
+    cost = apply(cost_model(MODEL, GPU, kernels="2024"), TRUE)  # what made them
+    for g, want in zip(got, (first, second)):
+        assert len(g.requests) == len(want)
+        assert np.allclose(g.requests["arrival_s"], want["arrival_s"] - want["arrival_s"].min(), atol=1e-9)
+        assert (g.requests["output_tokens"].to_numpy() == want["output_tokens"].to_numpy()).all()
+        row = compare(replay(g, cost_model=cost))
+        assert abs(row["e2e_mean_err"]) < 1e-6 and abs(row["ttft_p99_err"]) < 1e-6 and abs(row["tpot_mean_err"]) < 1e-6
+    assert any("stage 1 at 12 req/s" in a for a in got[1].setup.assumptions)
+    alone = tmp_path / "alone.json"  # the file without its stage reports: one run of both stages
+    alone.write_text(json.dumps(items))
+    (one,) = read_bench_results(alone, tmp_path / "s.yaml")
+    assert len(one.requests) == len(first) + len(second)
+    (folder / "stage_1_lifecycle_metrics.json").write_text(json.dumps({"load_summary": {"count": 3}}))
+    with pytest.raises(ValueError, match=r"holds 121 requests, but its stage reports count 63"):
+        read_bench_results(folder, tmp_path / "s.yaml")
+    (folder / "per_request_lifecycle_metrics.json").unlink()
+    with pytest.raises(ValueError, match=r"folder without per_request_lifecycle_metrics.json"):
+        read_bench_results(folder, tmp_path / "s.yaml")
+
+
 def test_error_table_medians(runs):
     rows = [{"dataset": "d", "ttft_mean_err": e, "e2e_mean_err": -e, "tpot_mean_err": 2 * e, "overload_right": ok}
             for e, ok in ((0.1, True), (-0.3, True), (0.2, False))]

@@ -9,12 +9,14 @@
 * :func:`read_bench_results`: a ``vllm bench serve --save-result`` JSON file (per-request
   ``input_lens``, ``output_lens``, ``ttfts``, ``itls``; one result or several appended) with a
   set-up YAML (:class:`SetUp`'s keys, plus ``request_rate``, ``burstiness``, ``arrivals`` and
-  ``seed`` where the JSON lacks them).
+  ``seed`` where the JSON lacks them); likewise SGLang's and aiperf's per-request output, and
+  inference-perf's report folder (a run per load stage).
 """
 from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -247,8 +249,6 @@ def with_server_defaults(setup_map: dict, assumptions: list[str]) -> dict:
     ``max_model_len``; the newest family when no version is given. Each value taken is appended to
     ``assumptions``. A server kvlab has no profile for keeps :class:`SetUp`'s defaults.
     """
-    import re
-
     from ..recommend.servers import Context, profiles, resolve
     from ..specs import KV_CACHE_DTYPES, WEIGHT_DTYPES, gpu as _gpu, model as _model, with_precision
 
@@ -293,8 +293,8 @@ def with_server_defaults(setup_map: dict, assumptions: list[str]) -> dict:
 ARRIVALS = ("poisson", "gamma", "constant")
 
 
-def _json_objects(path: Path) -> list[dict]:
-    """The JSON objects of a result file: one, or several one after another (``--append-result``)."""
+def _json_values(path: Path) -> list:
+    """The JSON values of a result file: one, or several one after another (``--append-result``, JSONL)."""
     text = read_text_file(path, "benchmark result")
     dec, pos, out = json.JSONDecoder(), 0, []
     while True:
@@ -306,8 +306,6 @@ def _json_objects(path: Path) -> list[dict]:
             obj, pos = dec.raw_decode(text, pos)
         except json.JSONDecodeError as exc:
             raise ValueError(f"benchmark result {path} is not valid JSON: {' '.join(str(exc).split())}") from None
-        if not isinstance(obj, dict):
-            raise ValueError(f"benchmark result {path} must hold JSON objects, got {type(obj).__name__}")
         out.append(obj)
     if not out:
         raise ValueError(f"benchmark result {path} is empty")
@@ -425,6 +423,98 @@ def _aiperf_record(objects: list[dict], where: str, setup_map: dict, setup_where
                           .reset_index(drop=True), setup_map, assumptions, setup_where)
 
 
+#: inference-perf's per-request report (kubernetes-sigs/inference-perf ``reportgen/base.py``) and its stages' reports.
+INFERENCE_PERF_REQUESTS = "per_request_lifecycle_metrics.json"
+INFERENCE_PERF_STAGE = re.compile(r"stage_(-?\d+)_lifecycle_metrics\.json")
+
+
+def _inference_perf_request(o, where: str) -> tuple[float, float, float, float, float, bool]:
+    """(send, prompt tokens, output tokens, TTFT, E2E, ok) of one inference-perf request record (s, tokens)."""
+    if not isinstance(o, dict) or not isinstance(o.get("start_time"), (int, float)):
+        raise ValueError(f"{where}: expected an object with start_time (inference-perf's per-request report)")
+    info = o.get("info") or {}
+    resp = info.get("response_metrics") or info  # the record's layout from 2026-05 on, or the flat one before it
+    usage = resp.get("server_usage") or {}
+    times = resp.get("output_token_times") or []
+    ok = not o.get("error") and bool(times) and isinstance(o.get("end_time"), (int, float))
+    if not ok:
+        return float(o["start_time"]), 0.0, 0.0, float("nan"), float("nan"), False
+    prompt = usage.get("prompt_tokens", info.get("input_tokens", (info.get("request_metrics") or {})
+                                                 .get("text", {}).get("input_tokens")))
+    out = usage.get("completion_tokens")
+    if out is None:
+        try:
+            body = json.loads(o.get("request") or "{}")
+        except (json.JSONDecodeError, TypeError):
+            body = {}
+        # ignore_eos: the server ran to max_tokens, exact where the client's re-tokenised count is not
+        out = body.get("max_tokens") if body.get("ignore_eos") is True else None
+        out = resp.get("output_tokens") if out is None else out
+    if not isinstance(prompt, (int, float)) or not isinstance(out, (int, float)):
+        raise ValueError(f"{where}: lacks its prompt or output token count")
+    start = float(o["start_time"])
+    return start, float(prompt), float(out), float(times[0]) - start, float(o["end_time"]) - start, out > 0
+
+
+def _inference_perf_stages(folder: Path) -> list[tuple[int, int, float | None]]:
+    """(stage id, requests, requested rate) of each ``stage_<id>_lifecycle_metrics.json`` beside the per-request
+    report, in stage order (empty when there are none)."""
+    found = sorted((int(m.group(1)), f) for f in folder.iterdir() if (m := INFERENCE_PERF_STAGE.fullmatch(f.name)))
+    out = []
+    for sid, f in found:
+        vals = _json_values(f)
+        load = vals[0].get("load_summary") if isinstance(vals[0], dict) else None
+        if not isinstance(load, dict) or not isinstance(load.get("count"), int):
+            raise ValueError(f"{f}: lacks load_summary.count (inference-perf's stage report)")
+        out.append((sid, load["count"], load.get("requested_rate")))
+    return out
+
+
+def _inference_perf_records(items: list, path: Path, setup_map: dict, setup_where: str) -> list[RunRecord]:
+    """inference-perf's ``per_request_lifecycle_metrics.json`` (``items``, read from ``path``) as a run per stage.
+
+    A stage sends its requests and waits for every one to finish before the next stage begins
+    (``loadgen/load_generator.py``, ``run_stage``), so the stages are separate runs of an empty server: the
+    requests in order of sending, the first ``count`` of them stage 0, and so on, by the stage reports beside
+    the file; without them, the file is one run. A request arrives when it was sent (``start_time``, the
+    client's ``perf_counter``); TTFT runs to its first content chunk (``output_token_times``), E2E to
+    ``end_time``. Lengths: the server's ``usage`` where recorded, else ``max_tokens`` for an ``ignore_eos``
+    request, else the client's re-tokenised count. Failed and non-streamed requests are dropped.
+    """
+    rows = np.array([_inference_perf_request(o, f"{path} request {i + 1}") for i, o in enumerate(items)],
+                    dtype=np.float64).reshape(-1, 6)
+    rows = rows[np.argsort(rows[:, 0], kind="stable")]
+    stages = _inference_perf_stages(path.parent)
+    if stages and sum(c for _, c, _ in stages) != len(rows):
+        raise ValueError(f"{path}: holds {len(rows)} requests, but its stage reports count "
+                         f"{sum(c for _, c, _ in stages)} ({', '.join(f'stage {s}: {c}' for s, c, _ in stages)})")
+    base = {k: x for k, x in setup_map.items() if k not in ("request_rate", "burstiness", "arrivals", "seed")}
+    name = str(base.pop("name"))
+    bounds = np.cumsum([0] + [c for _, c, _ in stages]) if stages else np.array([0, len(rows)])
+    out = []
+    for k in range(len(bounds) - 1):
+        part = rows[bounds[k]:bounds[k + 1]]
+        part = part[part[:, 5] > 0]
+        sid, rate = (stages[k][0], stages[k][2]) if stages else (None, None)
+        where = f"{path}" + (f" stage {sid}" if stages else "")
+        if not len(part):
+            raise ValueError(f"{where}: no successful streamed request (inference-perf's api.streaming: true "
+                             "records the first token)")
+        assumptions = list(base.get("assumptions") or ())
+        if stages:
+            assumptions.append(f"inference-perf stage {sid}" + (f" at {rate:g} req/s" if rate else "")
+                               + ": a run of its own (the client waits for a stage's requests before the next)")
+        else:
+            assumptions.append("no inference-perf stage reports beside the file: its stages replayed as one run")
+        out.append(_client_record(pd.DataFrame({"arrival_s": part[:, 0] - part[0, 0],
+                                                "prompt_tokens": part[:, 1].astype(np.int64),
+                                                "output_tokens": part[:, 2], "ttft_s": part[:, 3],
+                                                "e2e_s": part[:, 4], CLIENT_QUEUE: 0.0}),
+                                  {**base, "name": f"{name}-stage{sid}" if stages else name,
+                                   "assumptions": None}, assumptions, setup_where))
+    return out
+
+
 def read_bench_results(path: str | Path, setup: str | Path | dict) -> list[RunRecord]:
     """The runs of a ``vllm bench serve --save-result --save-detailed`` JSON file, with their set-up.
 
@@ -436,7 +526,11 @@ def read_bench_results(path: str | Path, setup: str | Path | dict) -> list[RunRe
     Poisson arrivals, no send times), so its files read the same way. An aiperf run's
     ``profile_export.jsonl`` (a record per request, :func:`_aiperf_record`; ai-dynamo/aiperf
     ``docs/tutorials/working-with-profile-exports.md``) is one run, its arrivals the send times it records; give
-    ``max_concurrency`` in the set-up for ``--concurrency``. Per request: ``prompt_tokens`` = ``input_lens``,
+    ``max_concurrency`` in the set-up for ``--concurrency``. inference-perf's report folder, or its
+    ``per_request_lifecycle_metrics.json`` (:func:`_inference_perf_records`; kubernetes-sigs/inference-perf,
+    ``reportgen/base.py`` and ``apis/base.py``, read at 7de5ef2 and 599d379), is a run per load stage (named
+    ``<name>-stage<id>``) when its ``stage_<id>_lifecycle_metrics.json`` reports lie beside it; its arrivals
+    are the send times it records. Per request: ``prompt_tokens`` = ``input_lens``,
     ``output_tokens`` = ``output_lens``, ``ttft_s`` = ``ttfts``, ``e2e_s`` = TTFT + the sum of its
     ``itls``, ``tpot_s`` = (E2E - TTFT) / (output - 1) (vLLM's own per-request TPOT). Failed
     requests (``errors`` non-empty, or no output) are dropped. The client's cap is the result's
@@ -447,11 +541,21 @@ def read_bench_results(path: str | Path, setup: str | Path | dict) -> list[RunRe
     as the benchmark's, not its draws, and the record's assumptions say so.
     """
     path = Path(path)
-    objects = _json_objects(path)
+    if path.is_dir():  # inference-perf's report folder
+        if not (path / INFERENCE_PERF_REQUESTS).is_file():
+            raise ValueError(f"{path} is a folder without {INFERENCE_PERF_REQUESTS} (inference-perf writes it "
+                             "with report.request_lifecycle.per_request: true)")
+        path = path / INFERENCE_PERF_REQUESTS
+    objects = _json_values(path)
     base = dict(read_setup_yaml(setup) if not isinstance(setup, dict) else setup)
     setup_where = f"set-up {setup}" if not isinstance(setup, dict) else "set-up"
-    name = str(base.pop("name", path.stem))
+    name = str(base.pop("name", path.parent.name if path.name == INFERENCE_PERF_REQUESTS else path.stem))
     base.setdefault("source", str(path))
+    if len(objects) == 1 and isinstance(objects[0], list):  # inference-perf: one array, an object per request
+        return _inference_perf_records(objects[0], path, {**base, "name": name}, setup_where)
+    if not all(isinstance(o, dict) for o in objects):
+        raise ValueError(f"benchmark result {path} must hold JSON objects (or one array of inference-perf's "
+                         "request records)")
     if "metadata" in objects[0] and "metrics" in objects[0]:  # aiperf's profile_export.jsonl: a record per request
         return [_aiperf_record(objects, str(path), {**base, "name": name}, setup_where)]
     out = []
