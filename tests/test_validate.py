@@ -386,6 +386,44 @@ def test_inference_perf_report_reads_as_a_run_per_stage(tmp_path, runs):
         read_bench_results(folder, tmp_path / "s.yaml")
 
 
+def test_guidellm_report_reads_as_a_run_per_benchmark(tmp_path, runs):
+    """A GuideLLM JSON report of two constant-rate benchmarks, the first in its layout before 0.4 (``start_time``,
+    ``args``, ``request_totals``), the second in the later one (``request_start_time``, ``config``), each request
+    with its computed TTFT (ms) and latency (s): each benchmark a run that replays to its own times; a concurrent
+    benchmark's streams are its cap; a sampled benchmark is refused."""
+    def req(r, t0, key):
+        e2e = r.ttft_s + r.tpot_s * (r.output_tokens - 1)
+        return {key: t0 + r.arrival_s, "prompt_tokens": int(r.prompt_tokens), "output_tokens": int(r.output_tokens),
+                "time_to_first_token_ms": r.ttft_s * 1e3, "request_latency": e2e}
+
+    first, second = runs[0].requests, runs[2].requests
+    t0 = 1_770_000_000.25  # epoch seconds
+    b1 = {"args": {"strategy": {"type_": "constant", "rate": 2.0}}, "request_totals": {"successful": len(first)},
+          "requests": {"successful": [req(r, t0, "start_time") for r in first.itertuples()][::-1],
+                       "incomplete": [], "errored": [{"start_time": t0}]}}
+    b2 = {"config": {"strategy": {"type_": "constant", "rate": 12.0, "max_concurrency": None}},
+          "requests": {"successful": [req(r, t0 + 90, "request_start_time") for r in second.itertuples()]}}
+    b3 = {"config": {"strategy": {"type_": "concurrent", "streams": 8}},
+          "requests": {"successful": [req(r, t0 + 200, "request_start_time") for r in second.itertuples()]}}
+    path = tmp_path / "benchmarks.json"
+    path.write_text(json.dumps({"metadata": {"version": 2}, "benchmarks": [b1, b2, b3]}))
+    (tmp_path / "s.yaml").write_text(f"name: g\nmodel: {MODEL}\ngpu: {GPU}\nmax_num_seqs: 64\n"
+                                     "async_scheduling: false\n")
+    got = read_bench_results(path, tmp_path / "s.yaml")
+    assert [g.name for g in got] == ["g-1", "g-2", "g-3"]
+    cost = apply(cost_model(MODEL, GPU, kernels="2024"), TRUE)
+    for g, want in zip(got[:2], (first, second)):
+        assert np.allclose(g.requests["arrival_s"], want["arrival_s"] - want["arrival_s"].min(), atol=1e-6)
+        row = compare(replay(g, cost_model=cost))
+        assert abs(row["e2e_mean_err"]) < 1e-6 and abs(row["ttft_p99_err"]) < 1e-6 and abs(row["tpot_mean_err"]) < 1e-6
+    assert got[0].setup.max_concurrency is None and got[2].setup.max_concurrency == 8
+    assert any("1 incomplete or failed requests are not replayed" in a for a in got[0].setup.assumptions)
+    b1["request_totals"]["successful"] = len(first) + 40
+    path.write_text(json.dumps({"benchmarks": [b1]}))
+    with pytest.raises(ValueError, match=r"benchmark 1 of 1: holds 60 of its 100 successful requests \(sampled"):
+        read_bench_results(path, tmp_path / "s.yaml")
+
+
 def test_error_table_medians(runs):
     rows = [{"dataset": "d", "ttft_mean_err": e, "e2e_mean_err": -e, "tpot_mean_err": 2 * e, "overload_right": ok}
             for e, ok in ((0.1, True), (-0.3, True), (0.2, False))]

@@ -2,8 +2,8 @@
 
 RESULTS are ``vllm bench serve --save-result`` JSON files (one result each, or stages appended with
 ``--append-result``), ``sglang.bench_serving --output-details`` JSONL files (a run per line), aiperf's
-``profile_export.jsonl`` (one run) or inference-perf's report folder (a run per load stage), each with a
-``--set-up`` YAML (one for all, or one per file in order), or
+``profile_export.jsonl`` (one run), inference-perf's report folder (a run per load stage) or GuideLLM's JSON
+report (a run per benchmark), each with a ``--set-up`` YAML (one for all, or one per file in order), or
 ``shared:<dataset>`` for a dataset of ``../shared/data/serving``
 (``shared:distserve-vllm-opt13b``, ``shared:llmservingsim-vllm-0.19``; ``shared`` alone: both).
 """

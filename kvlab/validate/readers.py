@@ -10,7 +10,7 @@
   ``input_lens``, ``output_lens``, ``ttfts``, ``itls``; one result or several appended) with a
   set-up YAML (:class:`SetUp`'s keys, plus ``request_rate``, ``burstiness``, ``arrivals`` and
   ``seed`` where the JSON lacks them); likewise SGLang's and aiperf's per-request output, and
-  inference-perf's report folder (a run per load stage).
+  inference-perf's report folder (a run per load stage) and GuideLLM's report (a run per benchmark).
 """
 from __future__ import annotations
 
@@ -515,6 +515,50 @@ def _inference_perf_records(items: list, path: Path, setup_map: dict, setup_wher
     return out
 
 
+#: GuideLLM's per-request fields a run needs, in both its layouts (``start_time`` before 0.4, ``request_start_time``
+#: from 0.4 on; the rest the same names): the send (epoch s), tokens, TTFT (ms) and latency (s).
+GUIDELLM_FIELDS = ("prompt_tokens", "output_tokens", "time_to_first_token_ms", "request_latency")
+
+
+def _guidellm_record(bench: dict, where: str, setup_map: dict, setup_where: str) -> RunRecord:
+    """One benchmark of a GuideLLM report (``where`` names it) as a run: its successful requests, each arriving
+    when GuideLLM sent it; its strategy's cap (``concurrent`` streams, ``synchronous`` 1, or ``max_concurrency``)
+    unless the set-up gives one."""
+    reqs = bench.get("requests") if isinstance(bench.get("requests"), dict) else {}
+    done = reqs.get("successful")
+    if not isinstance(done, list) or not done:
+        raise ValueError(f"{where}: no successful request recorded (requests.successful)")
+    total = (bench.get("request_totals") or {}).get("successful")
+    if isinstance(total, int) and total > len(done):
+        raise ValueError(f"{where}: holds {len(done)} of its {total} successful requests (sampled: a replay needs "
+                         "every request; run GuideLLM without --output-sampling)")
+    rows = []
+    for i, r in enumerate(done):
+        start = r.get("request_start_time", r.get("start_time")) if isinstance(r, dict) else None
+        vals = [r.get(k) for k in GUIDELLM_FIELDS] if isinstance(r, dict) else [None]
+        if not isinstance(start, (int, float)) or not all(isinstance(v, (int, float)) for v in vals):
+            raise ValueError(f"{where} request {i + 1}: lacks its send time or one of {', '.join(GUIDELLM_FIELDS)} "
+                             "(a streamed request records its first token)")
+        rows.append([start, *vals])
+    a = np.asarray(rows, dtype=np.float64)
+    a = a[np.argsort(a[:, 0], kind="stable")]
+    strategy = (bench.get("config") or bench.get("args") or {}).get("strategy") or {}
+    kind = str(strategy.get("type_", "?"))
+    cap = {"concurrent": strategy.get("streams"), "synchronous": 1}.get(kind, strategy.get("max_concurrency"))
+    setup_map = {k: x for k, x in setup_map.items() if k not in ("request_rate", "burstiness", "arrivals", "seed")}
+    if "max_concurrency" not in setup_map and isinstance(cap, int):
+        setup_map["max_concurrency"] = cap
+    assumptions = list(setup_map.pop("assumptions", None) or ())
+    rate = strategy.get("rate")
+    cut = sum(len(reqs.get(k) or ()) for k in ("incomplete", "errored"))
+    assumptions.append(f"GuideLLM {kind}" + (f" at {rate:g} req/s" if isinstance(rate, (int, float)) else "")
+                       + ": a run of its own" + (f"; its {cut} incomplete or failed requests are not replayed"
+                                                 if cut else ""))
+    return _client_record(pd.DataFrame({"arrival_s": a[:, 0] - a[0, 0], "prompt_tokens": a[:, 1].astype(np.int64),
+                                        "output_tokens": a[:, 2], "ttft_s": a[:, 3] / 1e3, "e2e_s": a[:, 4],
+                                        CLIENT_QUEUE: 0.0}), setup_map, assumptions, setup_where)
+
+
 def read_bench_results(path: str | Path, setup: str | Path | dict) -> list[RunRecord]:
     """The runs of a ``vllm bench serve --save-result --save-detailed`` JSON file, with their set-up.
 
@@ -530,7 +574,10 @@ def read_bench_results(path: str | Path, setup: str | Path | dict) -> list[RunRe
     ``per_request_lifecycle_metrics.json`` (:func:`_inference_perf_records`; kubernetes-sigs/inference-perf,
     ``reportgen/base.py`` and ``apis/base.py``, read at 7de5ef2 and 599d379), is a run per load stage (named
     ``<name>-stage<id>``) when its ``stage_<id>_lifecycle_metrics.json`` reports lie beside it; its arrivals
-    are the send times it records. Per request: ``prompt_tokens`` = ``input_lens``,
+    are the send times it records. A GuideLLM report (``guidellm benchmark --output-path F.json``;
+    vllm-project/guidellm, ``GenerativeRequestStats`` of ``schemas/request_stats.py`` from 0.4, its response
+    stats in ``benchmark/benchmark.py`` before: read at v0.3.0 and ee7a774) is a run per benchmark (each
+    strategy or rate; :func:`_guidellm_record`), named ``<name>-1``, ``<name>-2``, ... Per request: ``prompt_tokens`` = ``input_lens``,
     ``output_tokens`` = ``output_lens``, ``ttft_s`` = ``ttfts``, ``e2e_s`` = TTFT + the sum of its
     ``itls``, ``tpot_s`` = (E2E - TTFT) / (output - 1) (vLLM's own per-request TPOT). Failed
     requests (``errors`` non-empty, or no output) are dropped. The client's cap is the result's
@@ -556,6 +603,11 @@ def read_bench_results(path: str | Path, setup: str | Path | dict) -> list[RunRe
     if not all(isinstance(o, dict) for o in objects):
         raise ValueError(f"benchmark result {path} must hold JSON objects (or one array of inference-perf's "
                          "request records)")
+    if isinstance(objects[0].get("benchmarks"), list):  # a GuideLLM report: a run per benchmark (stage)
+        benches = objects[0]["benchmarks"]
+        return [_guidellm_record(b if isinstance(b, dict) else {}, f"{path} benchmark {i + 1} of {len(benches)}",
+                                 {**base, "name": name if len(benches) == 1 else f"{name}-{i + 1}"}, setup_where)
+                for i, b in enumerate(benches)]
     if "metadata" in objects[0] and "metrics" in objects[0]:  # aiperf's profile_export.jsonl: a record per request
         return [_aiperf_record(objects, str(path), {**base, "name": name}, setup_where)]
     out = []
