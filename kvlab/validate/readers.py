@@ -428,31 +428,43 @@ INFERENCE_PERF_REQUESTS = "per_request_lifecycle_metrics.json"
 INFERENCE_PERF_STAGE = re.compile(r"stage_(-?\d+)_lifecycle_metrics\.json")
 
 
+def _is_num(x) -> bool:
+    """Whether a JSON value is a finite number (not a bool)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _obj(x) -> dict:
+    """A JSON value as an object: itself, or empty where it is none."""
+    return x if isinstance(x, dict) else {}
+
+
 def _inference_perf_request(o, where: str) -> tuple[float, float, float, float, float, bool]:
     """(send, prompt tokens, output tokens, TTFT, E2E, ok) of one inference-perf request record (s, tokens)."""
-    if not isinstance(o, dict) or not isinstance(o.get("start_time"), (int, float)):
-        raise ValueError(f"{where}: expected an object with start_time (inference-perf's per-request report)")
-    info = o.get("info") or {}
-    resp = info.get("response_metrics") or info  # the record's layout from 2026-05 on, or the flat one before it
-    usage = resp.get("server_usage") or {}
-    times = resp.get("output_token_times") or []
-    ok = not o.get("error") and bool(times) and isinstance(o.get("end_time"), (int, float))
-    if not ok:
-        return float(o["start_time"]), 0.0, 0.0, float("nan"), float("nan"), False
-    prompt = usage.get("prompt_tokens", info.get("input_tokens", (info.get("request_metrics") or {})
-                                                 .get("text", {}).get("input_tokens")))
+    if not isinstance(o, dict) or not _is_num(o.get("start_time")):
+        raise ValueError(f"{where}: expected an object with a numeric start_time (inference-perf's per-request "
+                         "report)")
+    info = _obj(o.get("info"))
+    resp = _obj(info.get("response_metrics")) or info  # the layout from 2026-05 on, or the flat one before it
+    usage = _obj(resp.get("server_usage"))
+    times = resp.get("output_token_times")
+    start = float(o["start_time"])
+    if o.get("error") or not isinstance(times, list) or not times:  # failed, or not streamed
+        return start, 0.0, 0.0, float("nan"), float("nan"), False
+    if not _is_num(times[0]) or not _is_num(o.get("end_time")) or not start <= times[0] <= o["end_time"]:
+        raise ValueError(f"{where}: expected start_time <= output_token_times[0] <= end_time (seconds)")
+    prompt = usage.get("prompt_tokens", info.get("input_tokens", _obj(_obj(info.get("request_metrics"))
+                                                                      .get("text")).get("input_tokens")))
     out = usage.get("completion_tokens")
     if out is None:
         try:
-            body = json.loads(o.get("request") or "{}")
+            body = _obj(json.loads(o.get("request") or "{}"))
         except (json.JSONDecodeError, TypeError):
             body = {}
         # ignore_eos: the server ran to max_tokens, exact where the client's re-tokenised count is not
         out = body.get("max_tokens") if body.get("ignore_eos") is True else None
         out = resp.get("output_tokens") if out is None else out
-    if not isinstance(prompt, (int, float)) or not isinstance(out, (int, float)):
+    if not _is_num(prompt) or not _is_num(out) or prompt < 1 or out < 0:
         raise ValueError(f"{where}: lacks its prompt or output token count")
-    start = float(o["start_time"])
     return start, float(prompt), float(out), float(times[0]) - start, float(o["end_time"]) - start, out > 0
 
 
@@ -464,9 +476,9 @@ def _inference_perf_stages(folder: Path) -> list[tuple[int, int, float | None]]:
     for sid, f in found:
         vals = _json_values(f)
         load = vals[0].get("load_summary") if isinstance(vals[0], dict) else None
-        if not isinstance(load, dict) or not isinstance(load.get("count"), int):
+        if not isinstance(load, dict) or not _is_num(load.get("count")) or load["count"] < 0:
             raise ValueError(f"{f}: lacks load_summary.count (inference-perf's stage report)")
-        out.append((sid, load["count"], load.get("requested_rate")))
+        out.append((sid, int(load["count"]), load.get("requested_rate")))
     return out
 
 
@@ -502,7 +514,7 @@ def _inference_perf_records(items: list, path: Path, setup_map: dict, setup_wher
                              "records the first token)")
         assumptions = list(base.get("assumptions") or ())
         if stages:
-            assumptions.append(f"inference-perf stage {sid}" + (f" at {rate:g} req/s" if rate else "")
+            assumptions.append(f"inference-perf stage {sid}" + (f" at {rate:g} req/s" if _is_num(rate) else "")
                                + ": a run of its own (the client waits for a stage's requests before the next)")
         else:
             assumptions.append("no inference-perf stage reports beside the file: its stages replayed as one run")
@@ -524,35 +536,35 @@ def _guidellm_record(bench: dict, where: str, setup_map: dict, setup_where: str)
     """One benchmark of a GuideLLM report (``where`` names it) as a run: its successful requests, each arriving
     when GuideLLM sent it; its strategy's cap (``concurrent`` streams, ``synchronous`` 1, or ``max_concurrency``)
     unless the set-up gives one."""
-    reqs = bench.get("requests") if isinstance(bench.get("requests"), dict) else {}
+    reqs = _obj(bench.get("requests"))
     done = reqs.get("successful")
     if not isinstance(done, list) or not done:
         raise ValueError(f"{where}: no successful request recorded (requests.successful)")
-    total = (bench.get("request_totals") or {}).get("successful")
-    if isinstance(total, int) and total > len(done):
+    total = _obj(bench.get("request_totals")).get("successful")
+    if _is_num(total) and total > len(done):
         raise ValueError(f"{where}: holds {len(done)} of its {total} successful requests (sampled: a replay needs "
                          "every request; run GuideLLM without --output-sampling)")
     rows = []
     for i, r in enumerate(done):
-        start = r.get("request_start_time", r.get("start_time")) if isinstance(r, dict) else None
-        vals = [r.get(k) for k in GUIDELLM_FIELDS] if isinstance(r, dict) else [None]
-        if not isinstance(start, (int, float)) or not all(isinstance(v, (int, float)) for v in vals):
+        r = _obj(r)
+        start, vals = r.get("request_start_time", r.get("start_time")), [r.get(k) for k in GUIDELLM_FIELDS]
+        if not _is_num(start) or not all(_is_num(v) and v >= 0 for v in vals):
             raise ValueError(f"{where} request {i + 1}: lacks its send time or one of {', '.join(GUIDELLM_FIELDS)} "
                              "(a streamed request records its first token)")
         rows.append([start, *vals])
     a = np.asarray(rows, dtype=np.float64)
     a = a[np.argsort(a[:, 0], kind="stable")]
-    strategy = (bench.get("config") or bench.get("args") or {}).get("strategy") or {}
+    strategy = _obj(_obj(bench.get("config") or bench.get("args")).get("strategy"))
     kind = str(strategy.get("type_", "?"))
     cap = {"concurrent": strategy.get("streams"), "synchronous": 1}.get(kind, strategy.get("max_concurrency"))
     setup_map = {k: x for k, x in setup_map.items() if k not in ("request_rate", "burstiness", "arrivals", "seed")}
-    if "max_concurrency" not in setup_map and isinstance(cap, int):
+    if "max_concurrency" not in setup_map and _is_num(cap) and cap >= 1:
         setup_map["max_concurrency"] = cap
     assumptions = list(setup_map.pop("assumptions", None) or ())
     rate = strategy.get("rate")
     cut = sum(len(reqs.get(k) or ()) for k in ("incomplete", "errored"))
-    assumptions.append(f"GuideLLM {kind}" + (f" at {rate:g} req/s" if isinstance(rate, (int, float)) else "")
-                       + ": a run of its own" + (f"; its {cut} incomplete or failed requests are not replayed"
+    assumptions.append(f"GuideLLM {kind}" + (f" at {rate:g} req/s" if _is_num(rate) else "")
+                       + ": a run of its own" + (f"; {cut} incomplete or failed requests not replayed"
                                                  if cut else ""))
     return _client_record(pd.DataFrame({"arrival_s": a[:, 0] - a[0, 0], "prompt_tokens": a[:, 1].astype(np.int64),
                                         "output_tokens": a[:, 2], "ttft_s": a[:, 3] / 1e3, "e2e_s": a[:, 4],
@@ -605,6 +617,8 @@ def read_bench_results(path: str | Path, setup: str | Path | dict) -> list[RunRe
                          "request records)")
     if isinstance(objects[0].get("benchmarks"), list):  # a GuideLLM report: a run per benchmark (stage)
         benches = objects[0]["benchmarks"]
+        if not benches:
+            raise ValueError(f"GuideLLM report {path} holds no benchmarks")
         return [_guidellm_record(b if isinstance(b, dict) else {}, f"{path} benchmark {i + 1} of {len(benches)}",
                                  {**base, "name": name if len(benches) == 1 else f"{name}-{i + 1}"}, setup_where)
                 for i, b in enumerate(benches)]
