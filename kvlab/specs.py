@@ -1,7 +1,9 @@
 """Model and GPU specifications: the numbers every memory and time estimate in kvlab starts from.
 
 Shipped as ``data/models.csv`` and ``data/gpus.csv``, one row per model or GPU with its source
-(a model's ``hf_id`` is the Hugging Face repository its row comes from);
+(a model's ``hf_id`` is the Hugging Face repository its row comes from; its ``variant_ids``, the
+repositories of its fine-tunes that keep its architecture, e.g. the chat and instruct models, are
+looked up as the same model, the spec's ``hf_id`` then the one named);
 :func:`model_from_config` builds a :class:`ModelSpec` from any Hugging Face ``config.json``, and
 :func:`gpu_from_file` a :class:`GPUSpec` from a YAML file with the columns of ``gpus.csv``;
 :func:`resolve_model` and :func:`resolve_gpu` read what a user types (a name, a Hugging Face id,
@@ -429,13 +431,24 @@ GPU_PRODUCT_NAMES = {
 }
 
 
+def _variant_ids(cell: object) -> list[str]:
+    """A model row's fine-tunes of the same architecture (its ``variant_ids`` cell, ``;``-separated)."""
+    return [] if pd.isna(cell) else [v for v in str(cell).split(";") if v]
+
+
 def _lookup(table: pd.DataFrame, name: str, what: str) -> pd.Series:
-    """The row called ``name``: by catalogue name, else (models) by Hugging Face id, else (GPUs) by the
-    product name ``nvidia-smi`` prints; spaces, dashes, underscores and case do not matter."""
+    """The row called ``name``: by catalogue name, else (models) by Hugging Face id or a variant's (with or
+    without its owner), else (GPUs) by the product name ``nvidia-smi`` prints; spaces, dashes, underscores and
+    case do not matter."""
     key = _key(name)
     hit = table[table["name"].map(_key) == key]
     if hit.empty and "hf_id" in table.columns:
         hit = table[table["hf_id"].fillna("").map(_key) == key]
+    if hit.empty and "variant_ids" in table.columns:
+        hit = table[table["variant_ids"].map(lambda cell: key in map(_key, _variant_ids(cell)))]
+    if hit.empty and "hf_id" in table.columns and "/" not in name:  # a repository named without its owner
+        ids = table["hf_id"].fillna("") + ";" + table["variant_ids"].fillna("")
+        hit = table[ids.map(lambda cell: key in (_key(v.rpartition("/")[2]) for v in _variant_ids(cell)))]
     if hit.empty:
         alias = {_key(k): _key(v) for k, v in GPU_PRODUCT_NAMES.items()}.get(key) if what == "GPU" else None
         hit = table[table["name"].map(_key) == alias] if alias else hit
@@ -459,8 +472,9 @@ def model(name: str | ModelSpec) -> ModelSpec:
 def _catalogue_model(name: str) -> ModelSpec:
     """:func:`model` of a name, once per name (the catalogue is read once; a spec is immutable)."""
     row = _lookup(_model_table(), name, "model")
+    variant = [v for v in _variant_ids(row.get("variant_ids")) if _key(name) in (_key(v), _key(v.rpartition("/")[2]))]
     kw: dict = {"name": str(row["name"]), "source": str(row["source"]), "gated_mlp": bool(row["gated_mlp"]),
-                "hf_id": "" if pd.isna(row["hf_id"]) else str(row["hf_id"]),
+                "hf_id": variant[0] if variant else "" if pd.isna(row["hf_id"]) else str(row["hf_id"]),
                 "sliding_window_tokens": _optional_int(row["sliding_window_tokens"])}
     kw.update({f: int(row[f]) for f in _INT_FIELDS})
     kw.update({f: _optional_int(row[f]) or 0 for f in _ZERO_INT_FIELDS})
@@ -578,8 +592,8 @@ def gpu_from_file(path: str | os.PathLike) -> GPUSpec:
 
 
 def resolve_model(text: str | ModelSpec) -> ModelSpec:
-    """The model a user names: a catalogue name, a Hugging Face id of the catalogue (its ``hf_id``
-    column; no hub access), or a path to a ``config.json`` (or the folder holding one).
+    """The model a user names: a catalogue name, a Hugging Face id of the catalogue (its ``hf_id`` or
+    ``variant_ids`` columns; no hub access), or a path to a ``config.json`` (or the folder holding one).
 
     Raises
     ------
@@ -596,19 +610,17 @@ def resolve_model(text: str | ModelSpec) -> ModelSpec:
         # a config saved from the hub names its repository (_name_or_path "Qwen/Qwen3-8B"): the id to load
         is_id = re.fullmatch(r"[\w.-]+/[\w.-]+", spec.name) and not os.path.exists(spec.name)
         return replace(spec, hf_id=spec.name) if is_id and not spec.hf_id else spec
-    table = _model_table()
-    if (table["name"].map(_key) == _key(text)).any():
+    try:
         return model(text)
-    ids = table["hf_id"].dropna().astype(str) if "hf_id" in table.columns else pd.Series([], dtype=str)
-    hit = table.loc[ids.index[ids.str.lower() == text.lower()]]
-    if len(hit):
-        return model(str(hit["name"].iloc[0]))
-    if "/" in text:
-        near = suggestions(text, ids)
-        raise ValueError(f"Hugging Face id {text!r} is not in kvlab's catalogue"
-                         + (f" (did you mean {' or '.join(near)}?)" if near else "")
-                         + "; download its config.json and pass its path (--model path/to/config.json)")
-    raise _unknown(text, table["name"], "model")
+    except ValueError:
+        if "/" not in text:
+            raise
+    table = _model_table()
+    ids = [*table["hf_id"].dropna().astype(str), *(v for cell in table["variant_ids"] for v in _variant_ids(cell))]
+    near = suggestions(text, ids)
+    raise ValueError(f"Hugging Face id {text!r} is not in kvlab's catalogue"
+                     + (f" (did you mean {' or '.join(near)}?)" if near else "")
+                     + "; download its config.json and pass its path (--model path/to/config.json)")
 
 
 def resolve_gpu(name: str | None = None, spec_file: str | os.PathLike | None = None) -> GPUSpec:

@@ -91,6 +91,24 @@ def test_every_catalogue_row_is_its_config_through_model_from_config():
         assert got.hf_id == repo, name
 
 
+def test_fine_tunes_of_a_catalogued_architecture_are_that_model_under_their_own_id():
+    """A chat or instruct model named by its Hugging Face id (with or without its owner) is its base's row, its
+    ``hf_id`` (the repository a printed command loads) the one named; no variant id names two rows."""
+    table = specs.models()
+    seen = {specs._key(x) for x in (*table["name"], *table["hf_id"].dropna())}
+    variants = [(row["name"], v) for _, row in table.iterrows() for v in specs._variant_ids(row["variant_ids"])]
+    assert len(variants) >= 20
+    for name, v in variants:
+        assert specs._key(v) not in seen, v
+        seen.add(specs._key(v))
+        base = specs.model(name)
+        for typed in (v, v.upper(), v.rpartition("/")[2]):
+            got = specs.resolve_model(typed)
+            assert dataclasses.replace(got, hf_id=base.hf_id) == base and got.hf_id == v, typed
+    with pytest.raises(ValueError, match=r"not in kvlab's catalogue \(did you mean meta-llama/Llama-2-7b-chat-hf"):
+        specs.resolve_model("meta-llama/Llama-2-7b-chat")
+
+
 @pytest.mark.parametrize("name, published, rtol", [
     # Exact counts from the checkpoints' safetensors metadata / model cards.
     ("Llama-2-7B", 6_738_415_616, 0), ("Llama-3-8B", 8_030_261_248, 0), ("Mistral-7B", 7_241_732_096, 0),

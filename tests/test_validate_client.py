@@ -151,6 +151,8 @@ def test_a_new_dataset_in_the_shared_layout_is_read(tmp_path):
 def test_catalogue_answers_to_hugging_face_ids_and_nvidia_smi_names():
     assert specs.model("meta-llama/Llama-2-70b-hf").name == "Llama-2-70B"
     assert specs.model("CODELLAMA/codellama-34b-hf").name == "CodeLlama-34B"
+    assert with_server_defaults({"model": "codellama/CodeLlama-34b-Instruct-hf", "gpu": "H100-SXM", "tp": 2},
+                                [])["model"] == "CodeLlama-34B"
     assert specs.gpu("NVIDIA H100 80GB HBM3").name == "H100-SXM"
     assert specs.gpu("NVIDIA GeForce RTX 4090").name == "RTX4090"
     with pytest.raises(ValueError, match="unknown GPU 'NVIDIA H100 NVL'"):

@@ -25,6 +25,7 @@ import yaml
 
 from .._paths import SHARED_DATA_DIR
 from .._validate import read_text_file
+from ..specs import model as _model
 from .records import CLIENT_QUEUE, RunRecord, SetUp
 
 #: Where the shared serving runs live (``../shared/data/serving`` from the project root).
@@ -42,11 +43,6 @@ _DISTSERVE_ASSUMED = (
     "gpu_memory_utilization=0.9, block_size=16, 4 GiB swap",
     "times from the client's issue (HTTP round trip included, not modelled)",
 )
-
-#: The catalogue names of the LLMServingSim runs' models and GPUs.
-_MODELS = {"meta-llama/Llama-3.1-8B": "Llama-3.1-8B", "Qwen/Qwen3-32B": "Qwen3-32B",
-           "Qwen/Qwen3-30B-A3B-Instruct-2507": "Qwen3-30B-A3B", "facebook/opt-13b": "OPT-13B"}
-
 
 #: LLMServingSim's hosts that ran their multi-GPU runs without GPU peer-to-peer, with why (not recorded with the
 #: runs, all of 2026-04-25 by their meta.json's started_at): its RTX PRO 6000 pair measured NCCL through host memory
@@ -77,7 +73,7 @@ def read_distserve(folder: str | Path = SHARED_SERVING) -> list[RunRecord]:
         if rows.empty:
             raise ValueError(f"{folder}: run {name} of the summary has no requests")
         setup = SetUp(name=name, dataset=DISTSERVE, server="vLLM", server_version="", engine="vllm-v0",
-                      model=_MODELS.get(str(row["model"]), str(row["model"])), gpu="A100-80GB-SXM",
+                      model=_model(str(row["model"])).name, gpu="A100-80GB-SXM",
                       tp=int(row["tp"]), scheduler="prefill_first", max_num_seqs=256, max_num_batched_tokens=2048,
                       max_model_len=2048, block_size=16, gpu_memory_utilization=0.9, clock_start="client issue",
                       assumptions=_DISTSERVE_ASSUMED,
@@ -117,7 +113,7 @@ def read_llmservingsim(folder: str | Path = SHARED_SERVING) -> list[RunRecord]:
             assumed.append(_LLMSERVINGSIM_NO_P2P[str(row["gpu"])])
         mml = None if pd.isna(row["max_model_len"]) else int(row["max_model_len"])
         setup = SetUp(name=name, dataset=LLMSERVINGSIM, server="vLLM", server_version=str(row["vllm_version"]),
-                      engine="vllm-v1", model=_MODELS.get(str(row["model"]), str(row["model"])), gpu=str(row["gpu"]),
+                      engine="vllm-v1", model=_model(str(row["model"])).name, gpu=str(row["gpu"]),
                       tp=int(row["tp"]), dp=dp, expert_parallel=ep, p2p=not no_p2p,
                       scheduler="chunked", max_num_seqs=int(row["max_num_seqs"]),
                       max_num_batched_tokens=int(row["max_num_batched_tokens"]), max_model_len=mml,
@@ -250,7 +246,7 @@ def with_server_defaults(setup_map: dict, assumptions: list[str]) -> dict:
     ``assumptions``. A server kvlab has no profile for keeps :class:`SetUp`'s defaults.
     """
     from ..recommend.servers import Context, profiles, resolve
-    from ..specs import KV_CACHE_DTYPES, WEIGHT_DTYPES, gpu as _gpu, model as _model, with_precision
+    from ..specs import KV_CACHE_DTYPES, WEIGHT_DTYPES, gpu as _gpu, with_precision
 
     out = dict(setup_map)
     if "model" not in out or "gpu" not in out:
