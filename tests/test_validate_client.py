@@ -9,7 +9,7 @@ import pytest
 import kvlab
 from kvlab import specs
 from kvlab.validate import RunRecord, SetUp, compare, read_bench_results, read_shared, replay
-from kvlab.validate.readers import read_dataset, with_server_defaults
+from kvlab.validate.readers import read_dataset, setup_keys, with_server_defaults
 from kvlab.validate.replay import client_send_times
 
 MODEL, GPU = "Llama-2-7B", "A100-80GB-SXM"
@@ -157,6 +157,23 @@ def test_catalogue_answers_to_hugging_face_ids_and_nvidia_smi_names():
     assert specs.gpu("NVIDIA GeForce RTX 4090").name == "RTX4090"
     with pytest.raises(ValueError, match="unknown GPU 'NVIDIA H100 NVL'"):
         specs.gpu("NVIDIA H100 NVL")
+
+
+def test_a_set_up_may_name_the_servers_own_flags():
+    """Flags copied from a vllm serve or sglang.launch_server command line read as kvlab's set-up keys."""
+    vllm = setup_keys({"model": MODEL, "--tensor-parallel-size": 4, "data-parallel-size": 2, "enable_expert_parallel": True,
+                       "no-enable-prefix-caching": True, "kv-cache-dtype": "fp8_e4m3", "quantization": "fp8",
+                       "num_gpu_blocks_override": 2588, "no_async_scheduling": True}, "s.yaml")
+    assert vllm == {"model": MODEL, "tp": 4, "dp": 2, "expert_parallel": 8, "prefix_caching": False,
+                    "kv_cache_dtype": "fp8", "weight_dtype": "fp8", "pool_pages": 2588, "async_scheduling": False}
+    sgl = setup_keys({"tp-size": 2, "max-running-requests": 64, "chunked-prefill-size": 4096, "page-size": 1,
+                      "mem-fraction-static": 0.8, "disable-radix-cache": False, "context-length": 8192}, "s.yaml")
+    assert sgl == {"tp": 2, "max_num_seqs": 64, "max_num_batched_tokens": 4096, "block_size": 1,
+                   "gpu_memory_utilization": 0.8, "prefix_caching": True, "max_model_len": 8192}
+    with pytest.raises(ValueError, match=r"s.yaml: tp is given twice \(2 and 4, as tensor_parallel_size\)"):
+        setup_keys({"tp": 2, "tensor_parallel_size": 4}, "s.yaml")
+    with pytest.raises(ValueError, match=r"quantization 'awq' is not replayed"):
+        setup_keys({"quantization": "awq"}, "s.yaml")
 
 
 def test_fp8_kv_set_up_doubles_the_replayed_pool():

@@ -230,6 +230,45 @@ def read_setup_yaml(path: str | Path) -> dict:
     return data
 
 
+#: Server flags a set-up may use for its own keys (as ``vllm serve`` and SGLang's ``launch_server`` spell them,
+#: dashes or underscores, leading dashes dropped): flag -> (set-up key, whether the flag says the opposite).
+SERVER_FLAGS = {"tensor_parallel_size": ("tp", False), "tp_size": ("tp", False),
+                "data_parallel_size": ("dp", False), "dp_size": ("dp", False),
+                "enable_prefix_caching": ("prefix_caching", False), "no_enable_prefix_caching": ("prefix_caching", True),
+                "disable_radix_cache": ("prefix_caching", True), "num_gpu_blocks_override": ("pool_pages", False),
+                "max_running_requests": ("max_num_seqs", False), "chunked_prefill_size": ("max_num_batched_tokens", False),
+                "mem_fraction_static": ("gpu_memory_utilization", False), "page_size": ("block_size", False),
+                "context_length": ("max_model_len", False), "no_async_scheduling": ("async_scheduling", True),
+                "disable_overlap_schedule": ("async_scheduling", True)}
+
+
+def setup_keys(data: dict, where: str) -> dict:
+    """A set-up mapping with server flags (:data:`SERVER_FLAGS`) as kvlab's keys: ``--tensor-parallel-size 4``
+    is ``tp: 4``; FP8 KV caches of any format are ``kv_cache_dtype: fp8``; ``quantization: fp8`` is
+    ``weight_dtype: fp8``; ``enable_expert_parallel: true`` is ``expert_parallel`` over every GPU. A key given
+    twice (as itself and as a flag) with different values is a ``ValueError`` naming ``where``."""
+    out: dict = {}
+    for key, value in data.items():
+        k = str(key).lstrip("-").replace("-", "_")
+        if k == "quantization":
+            if str(value).lower() not in ("fp8", "none", "null"):
+                raise ValueError(f"{where}: quantization {value!r} is not replayed (fp8 weights only: weight_dtype)")
+            k, value = "weight_dtype", "fp8" if str(value).lower() == "fp8" else "bf16"
+        elif k in SERVER_FLAGS:
+            k, negate = SERVER_FLAGS[k]
+            value = (not value) if negate and isinstance(value, bool) else value
+        elif k == "kv_cache_dtype" and str(value).lower().startswith("fp8"):
+            value = "fp8"  # fp8_e4m3 / fp8_e5m2 / fp8_e4m3fn: one byte an element
+        if k in out and out[k] != value:
+            raise ValueError(f"{where}: {k} is given twice ({out[k]!r} and {value!r}, as {key})")
+        out[k] = value
+    tp, dp = out.get("tp", 1), out.get("dp", 1)
+    if out.pop("enable_expert_parallel", False) is True and "expert_parallel" not in out and isinstance(tp, int) \
+            and isinstance(dp, int):  # else SetUp names the bad value
+        out["expert_parallel"] = tp * dp
+    return out
+
+
 #: Set-up keys filled from the server's own defaults when a record lacks them: profile key -> set-up key.
 _DEFAULTED = {"max_num_seqs": "max_num_seqs", "max_num_batched_tokens": "max_num_batched_tokens",
               "gpu_memory_utilization": "gpu_memory_utilization", "block_size": "block_size",
@@ -602,8 +641,8 @@ def read_bench_results(path: str | Path, setup: str | Path | dict) -> list[RunRe
                              "with report.request_lifecycle.per_request: true)")
         path = path / INFERENCE_PERF_REQUESTS
     objects = _json_values(path)
-    base = dict(read_setup_yaml(setup) if not isinstance(setup, dict) else setup)
     setup_where = f"set-up {setup}" if not isinstance(setup, dict) else "set-up"
+    base = setup_keys(read_setup_yaml(setup) if not isinstance(setup, dict) else setup, setup_where)
     name = str(base.pop("name", path.parent.name if path.name == INFERENCE_PERF_REQUESTS else path.stem))
     base.setdefault("source", str(path))
     if len(objects) == 1 and isinstance(objects[0], list):  # inference-perf: one array, an object per request
