@@ -146,6 +146,11 @@ def test_a_new_dataset_in_the_shared_layout_is_read(tmp_path):
     req.to_csv(tmp_path / "bad_requests.csv", index=False)
     with pytest.raises(ValueError, match="bad_summary.csv: lacks column.*gpu"):
         read_dataset(tmp_path / "bad_summary.csv", tmp_path / "bad_requests.csv")
+    # the servers' own flag names as columns are the same keys (tensor_parallel_size is TP, not a column dropped)
+    summ.assign(tensor_parallel_size=2, kv_cache_dtype="fp8_e5m2", quantization="fp8").drop(columns="tp").to_csv(
+        tmp_path / "flags_summary.csv", index=False)
+    flags = read_dataset(tmp_path / "flags_summary.csv", tmp_path / "h100_vllm_requests.csv")[0].setup
+    assert (flags.tp, flags.kv_cache_dtype, flags.weight_dtype) == (2, "fp8", "fp8")
 
 
 def test_catalogue_answers_to_hugging_face_ids_and_nvidia_smi_names():
@@ -172,8 +177,8 @@ def test_a_set_up_may_name_the_servers_own_flags():
                    "gpu_memory_utilization": 0.8, "prefix_caching": True, "max_model_len": 8192}
     with pytest.raises(ValueError, match=r"s.yaml: tp is given twice \(2 and 4, as tensor_parallel_size\)"):
         setup_keys({"tp": 2, "tensor_parallel_size": 4}, "s.yaml")
-    with pytest.raises(ValueError, match=r"quantization 'awq' is not replayed"):
-        setup_keys({"quantization": "awq"}, "s.yaml")
+    assert setup_keys({"quantization": None, "kv_cache_dtype": "auto"}, "s.yaml") == {"weight_dtype": "bf16",
+                                                                                     "kv_cache_dtype": "auto"}
 
 
 def test_fp8_kv_set_up_doubles_the_replayed_pool():

@@ -126,15 +126,38 @@ def read_llmservingsim(folder: str | Path = SHARED_SERVING) -> list[RunRecord]:
     return out
 
 
-#: Summary columns a generic dataset may give, by the :class:`SetUp` key they fill (first match wins).
-SUMMARY_KEYS = {"server_version": ("server_version", "vllm_version"), "server": ("server",),
-                 "tp": ("tp",), "dp": ("dp",), "max_num_seqs": ("max_num_seqs",),
-                 "max_num_batched_tokens": ("max_num_batched_tokens",), "max_model_len": ("max_model_len",),
-                 "block_size": ("block_size",), "pool_pages": ("pool_pages", "num_gpu_blocks"),
-                 "gpu_memory_utilization": ("gpu_memory_utilization",), "kv_cache_dtype": ("kv_cache_dtype",),
-                 "prefix_caching": ("prefix_caching", "enable_prefix_caching"),
-                 "max_concurrency": ("max_concurrency",), "clock_start": ("clock_start",),
-                 "scheduler": ("scheduler",), "engine": ("engine",), "async_scheduling": ("async_scheduling",)}
+#: Server flags a set-up may use for its own keys (as ``vllm serve`` and SGLang's ``launch_server`` spell them,
+#: dashes or underscores, leading dashes dropped): flag -> (set-up key, whether the flag says the opposite).
+SERVER_FLAGS = {"tensor_parallel_size": ("tp", False), "tp_size": ("tp", False),
+                "data_parallel_size": ("dp", False), "dp_size": ("dp", False),
+                "enable_prefix_caching": ("prefix_caching", False), "no_enable_prefix_caching": ("prefix_caching", True),
+                "disable_radix_cache": ("prefix_caching", True), "num_gpu_blocks_override": ("pool_pages", False),
+                "max_running_requests": ("max_num_seqs", False), "chunked_prefill_size": ("max_num_batched_tokens", False),
+                "mem_fraction_static": ("gpu_memory_utilization", False), "page_size": ("block_size", False),
+                "context_length": ("max_model_len", False), "no_async_scheduling": ("async_scheduling", True),
+                "disable_overlap_schedule": ("async_scheduling", True), "quantization": ("weight_dtype", False)}
+
+
+def _precision(key: str, value):
+    """A set-up value as kvlab spells it: any FP8 KV-cache format is ``fp8`` (a byte an element), and weights
+    without quantization (``none``, ``bfloat16``, ``float16``, ``auto``) are ``bf16`` (two bytes)."""
+    text = str(value).strip().lower()
+    if key == "kv_cache_dtype" and text.startswith("fp8"):
+        return "fp8"
+    if key == "weight_dtype" and text in ("none", "null", "bfloat16", "float16", "auto"):
+        return "bf16"
+    return value
+
+
+#: Summary columns read as set-up keys: the key itself, the names the shared files use, and the server flags
+#: that mean it (:data:`SERVER_FLAGS`).
+SUMMARY_KEYS = {key: (key, *other, *(f for f, (k, negated) in SERVER_FLAGS.items() if k == key and not negated))
+                for key, other in {"server_version": ("vllm_version",), "server": (), "tp": (), "dp": (),
+                                   "max_num_seqs": (), "max_num_batched_tokens": (), "max_model_len": (),
+                                   "block_size": (), "pool_pages": ("num_gpu_blocks",), "gpu_memory_utilization": (),
+                                   "kv_cache_dtype": (), "weight_dtype": (),
+                                   "prefix_caching": (), "max_concurrency": (), "clock_start": (), "scheduler": (),
+                                   "engine": (), "async_scheduling": ()}.items()}
 _INT_KEYS = {"tp", "dp", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size", "pool_pages",
              "max_concurrency"}
 
@@ -150,7 +173,7 @@ def summary_cell(value, key: str, where: str):
         return str(value).strip().lower() in ("true", "1", "yes", "on")
     if key == "gpu_memory_utilization":
         return float(value)
-    return str(value).strip()
+    return _precision(key, str(value).strip())
 
 
 def read_dataset(summary: str | Path, requests: str | Path) -> list[RunRecord]:
@@ -230,35 +253,19 @@ def read_setup_yaml(path: str | Path) -> dict:
     return data
 
 
-#: Server flags a set-up may use for its own keys (as ``vllm serve`` and SGLang's ``launch_server`` spell them,
-#: dashes or underscores, leading dashes dropped): flag -> (set-up key, whether the flag says the opposite).
-SERVER_FLAGS = {"tensor_parallel_size": ("tp", False), "tp_size": ("tp", False),
-                "data_parallel_size": ("dp", False), "dp_size": ("dp", False),
-                "enable_prefix_caching": ("prefix_caching", False), "no_enable_prefix_caching": ("prefix_caching", True),
-                "disable_radix_cache": ("prefix_caching", True), "num_gpu_blocks_override": ("pool_pages", False),
-                "max_running_requests": ("max_num_seqs", False), "chunked_prefill_size": ("max_num_batched_tokens", False),
-                "mem_fraction_static": ("gpu_memory_utilization", False), "page_size": ("block_size", False),
-                "context_length": ("max_model_len", False), "no_async_scheduling": ("async_scheduling", True),
-                "disable_overlap_schedule": ("async_scheduling", True)}
-
-
 def setup_keys(data: dict, where: str) -> dict:
     """A set-up mapping with server flags (:data:`SERVER_FLAGS`) as kvlab's keys: ``--tensor-parallel-size 4``
-    is ``tp: 4``; FP8 KV caches of any format are ``kv_cache_dtype: fp8``; ``quantization: fp8`` is
-    ``weight_dtype: fp8``; ``enable_expert_parallel: true`` is ``expert_parallel`` over every GPU. A key given
-    twice (as itself and as a flag) with different values is a ``ValueError`` naming ``where``."""
+    is ``tp: 4``, ``quantization: fp8`` is ``weight_dtype: fp8``, an FP8 KV cache of any format is
+    ``kv_cache_dtype: fp8`` (:func:`_precision`), ``enable_expert_parallel: true`` is ``expert_parallel`` over
+    every GPU. A key given twice (as itself and as a flag) with different values is a ``ValueError`` naming
+    ``where``."""
     out: dict = {}
     for key, value in data.items():
         k = str(key).lstrip("-").replace("-", "_")
-        if k == "quantization":
-            if str(value).lower() not in ("fp8", "none", "null"):
-                raise ValueError(f"{where}: quantization {value!r} is not replayed (fp8 weights only: weight_dtype)")
-            k, value = "weight_dtype", "fp8" if str(value).lower() == "fp8" else "bf16"
-        elif k in SERVER_FLAGS:
-            k, negate = SERVER_FLAGS[k]
-            value = (not value) if negate and isinstance(value, bool) else value
-        elif k == "kv_cache_dtype" and str(value).lower().startswith("fp8"):
-            value = "fp8"  # fp8_e4m3 / fp8_e5m2 / fp8_e4m3fn: one byte an element
+        if k in SERVER_FLAGS:
+            k, negated = SERVER_FLAGS[k]
+            value = (not value) if negated and isinstance(value, bool) else value
+        value = _precision(k, value)
         if k in out and out[k] != value:
             raise ValueError(f"{where}: {k} is given twice ({out[k]!r} and {value!r}, as {key})")
         out[k] = value
