@@ -374,6 +374,8 @@ def test_inference_perf_report_reads_as_a_run_per_stage(tmp_path, runs):
         row = compare(replay(g, cost_model=cost))
         assert abs(row["e2e_mean_err"]) < 1e-6 and abs(row["ttft_p99_err"]) < 1e-6 and abs(row["tpot_mean_err"]) < 1e-6
     assert any("stage 1 at 12 req/s" in a for a in got[1].setup.assumptions)
+    assert any("1 failed or unstreamed requests not replayed" in a for a in got[1].setup.assumptions)
+    assert not any("failed" in a for a in got[0].setup.assumptions)
     alone = tmp_path / "alone.json"  # the file without its stage reports: one run of both stages
     alone.write_text(json.dumps(items))
     (one,) = read_bench_results(alone, tmp_path / "s.yaml")

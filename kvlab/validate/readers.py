@@ -333,6 +333,13 @@ def with_server_defaults(setup_map: dict, assumptions: list[str]) -> dict:
 
 #: How a result without ``start_times`` had its arrivals drawn (the set-up's ``arrivals`` key).
 ARRIVALS = ("poisson", "gamma", "constant")
+#: Set-up keys that redraw arrivals: a client that records each send time needs none of them.
+REDRAW_KEYS = ("request_rate", "burstiness", "arrivals", "seed")
+
+
+def _sent_at_recorded_times(setup_map: dict) -> dict:
+    """``setup_map`` without :data:`REDRAW_KEYS` (for a client that records when it sent each request)."""
+    return {k: x for k, x in setup_map.items() if k not in REDRAW_KEYS}
 
 
 def _json_values(path: Path) -> list:
@@ -454,7 +461,7 @@ def _aiperf_record(objects: list[dict], where: str, setup_map: dict, setup_where
         raise ValueError(f"{where}: no successful request in the profiling phase")
     start_ns = np.asarray([r[0] for r in rows], dtype=np.int64)  # epoch ns: exact in integers, not in a double
     prompt, out, ttft_ms, e2e_ms = (np.asarray(c, dtype=np.float64) for c in zip(*(r[1:] for r in rows)))
-    setup_map = {k: x for k, x in setup_map.items() if k not in ("request_rate", "burstiness", "arrivals", "seed")}
+    setup_map = _sent_at_recorded_times(setup_map)
     assumptions = list(setup_map.pop("assumptions", None) or ())
     sent = (start_ns - start_ns.min()) / 1e9
     arrival, queue = _arrivals({"start_times": sent.tolist()}, where, len(sent), None, 1.0, None, 0,
@@ -542,12 +549,13 @@ def _inference_perf_records(items: list, path: Path, setup_map: dict, setup_wher
     if stages and sum(c for _, c, _ in stages) != len(rows):
         raise ValueError(f"{path}: holds {len(rows)} requests, but its stage reports count "
                          f"{sum(c for _, c, _ in stages)} ({', '.join(f'stage {s}: {c}' for s, c, _ in stages)})")
-    base = {k: x for k, x in setup_map.items() if k not in ("request_rate", "burstiness", "arrivals", "seed")}
+    base = _sent_at_recorded_times(setup_map)
     name = str(base.pop("name"))
     bounds = np.cumsum([0] + [c for _, c, _ in stages]) if stages else np.array([0, len(rows)])
     out = []
     for k in range(len(bounds) - 1):
         part = rows[bounds[k]:bounds[k + 1]]
+        failed = int((part[:, 5] == 0).sum())
         part = part[part[:, 5] > 0]
         sid, rate = (stages[k][0], stages[k][2]) if stages else (None, None)
         where = f"{path}" + (f" stage {sid}" if stages else "")
@@ -560,6 +568,8 @@ def _inference_perf_records(items: list, path: Path, setup_map: dict, setup_wher
                                + ": a run of its own (the client waits for a stage's requests before the next)")
         else:
             assumptions.append("no inference-perf stage reports beside the file: its stages replayed as one run")
+        if failed:
+            assumptions.append(f"{failed} failed or unstreamed requests not replayed")
         out.append(_client_record(pd.DataFrame({"arrival_s": part[:, 0] - part[0, 0],
                                                 "prompt_tokens": part[:, 1].astype(np.int64),
                                                 "output_tokens": part[:, 2], "ttft_s": part[:, 3],
@@ -599,9 +609,9 @@ def _guidellm_record(bench: dict, where: str, setup_map: dict, setup_where: str)
     strategy = _obj(_obj(bench.get("config") or bench.get("args")).get("strategy"))
     kind = str(strategy.get("type_", "?"))
     cap = {"concurrent": strategy.get("streams"), "synchronous": 1}.get(kind, strategy.get("max_concurrency"))
-    setup_map = {k: x for k, x in setup_map.items() if k not in ("request_rate", "burstiness", "arrivals", "seed")}
+    setup_map = _sent_at_recorded_times(setup_map)
     if "max_concurrency" not in setup_map and _is_num(cap) and cap >= 1:
-        setup_map["max_concurrency"] = cap
+        setup_map["max_concurrency"] = int(cap)
     assumptions = list(setup_map.pop("assumptions", None) or ())
     rate = strategy.get("rate")
     cut = sum(len(reqs.get(k) or ()) for k in ("incomplete", "errored"))
