@@ -144,9 +144,10 @@ class ServingConfig:
         Names in :mod:`kvlab.specs`.
     tp, pp : int
         Tensor-parallel GPUs per stage and pipeline stages (``tp x pp`` GPUs).
-    scheduler : {"chunked", "prefill_first", "prefill_first_chunked", "mixed_whole"}
+    scheduler : {"chunked", "prefill_first", "prefill_first_chunked", "mixed_whole", "chunked_alternating"}
         Sarathi-Serve's stall-free chunked prefill, vLLM V0's prefill-first, SGLang's chunked prefills
-        that stall decodes, or TensorRT-LLM's whole prefills beside the decodes (:func:`kvlab.simulate`).
+        that stall decodes, TensorRT-LLM's whole prefills beside the decodes, or TGI's chunked prefill
+        admitting in alternate iterations (:func:`kvlab.simulate`).
     max_num_batched_tokens : int, optional
         Token budget per iteration (tokens); the simulator's default when None.
     max_num_seqs : int

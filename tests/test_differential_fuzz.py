@@ -53,7 +53,7 @@ def cases(draw):
     policy = draw(st.sampled_from(sorted(policy_names())))
     bs = draw(st.sampled_from([1, 3, 4, 7, 8, 12, 16]))
     kw = dict(block_size=bs, pool_pages=draw(st.integers(1, 48)),
-              scheduler=draw(st.sampled_from(["chunked", "prefill_first", "prefill_first_chunked", "mixed_whole"])),
+              scheduler=draw(st.sampled_from(["chunked", "prefill_first", "prefill_first_chunked", "mixed_whole", "chunked_alternating"])),
               preemption_mode=draw(st.sampled_from(["recompute", "swap", "reject"])),
               max_new_tokens=draw(st.integers(1, 120)), max_num_seqs=draw(st.integers(1, 12)),
               max_num_batched_tokens=bs * draw(st.integers(1, 12)), cpu_pool_pages=draw(st.integers(0, 24)),

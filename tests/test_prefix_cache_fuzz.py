@@ -52,7 +52,7 @@ def cases(draw):
         hash_ids.append([100 * template + j for j in range(keep)] + own)
     policy = draw(st.sampled_from(sorted(policy_names())))
     kw = dict(block_size=bs, hash_block_tokens=hash_tokens, pool_pages=draw(st.integers(1, 60)),
-              scheduler=draw(st.sampled_from(["chunked", "prefill_first", "prefill_first_chunked", "mixed_whole"])),
+              scheduler=draw(st.sampled_from(["chunked", "prefill_first", "prefill_first_chunked", "mixed_whole", "chunked_alternating"])),
               max_new_tokens=draw(st.integers(1, 80)),
               max_num_seqs=draw(st.integers(1, 10)), max_num_batched_tokens=bs * draw(st.integers(1, 12)),
               seed=draw(st.integers(0, 3)))

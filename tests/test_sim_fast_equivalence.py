@@ -34,7 +34,7 @@ def random_case(seed: int) -> tuple[pd.DataFrame, str, dict]:
     w = pd.DataFrame({"prompt_tokens": rng.integers(1, 60, n), "output_tokens": rng.integers(1, 80, n),
                       "arrival_s": np.round(rng.exponential(0.3, n).cumsum() * rng.integers(0, 2), 3)})
     policy = POLICIES[seed % len(POLICIES)]
-    kw = dict(scheduler=str(rng.choice(["chunked", "prefill_first", "prefill_first_chunked", "mixed_whole"])),
+    kw = dict(scheduler=str(rng.choice(["chunked", "prefill_first", "prefill_first_chunked", "mixed_whole", "chunked_alternating"])),
               preemption_mode=str(rng.choice(["recompute", "swap", "reject"])), block_size=bs,
               pool_pages=int(rng.integers(1, 60)), max_new_tokens=int(rng.integers(1, 100)),
               max_num_seqs=int(rng.integers(1, 10)), max_num_batched_tokens=bs * int(rng.integers(1, 10)),

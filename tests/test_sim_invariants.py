@@ -46,7 +46,7 @@ def _checked_execute(self, step):
 configs = st.fixed_dictionaries({
     "policy": st.sampled_from(policy_names()),
     "preemption_mode": st.sampled_from(["recompute", "swap", "reject"]),
-    "scheduler": st.sampled_from(["chunked", "prefill_first", "prefill_first_chunked", "mixed_whole"]),
+    "scheduler": st.sampled_from(["chunked", "prefill_first", "prefill_first_chunked", "mixed_whole", "chunked_alternating"]),
     "block_size": st.sampled_from([1, 2, 4, 8]),
     "pool_pages": st.integers(1, 40),
     "max_new_tokens": st.integers(1, 48),

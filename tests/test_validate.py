@@ -635,7 +635,7 @@ def test_calibrate_takes_the_runs_scheduling_and_refuses_a_mix(runs):
 
 
 def test_runs_of_other_servers_replay_with_their_own_rules(tmp_path, runs):
-    """A run of SGLang or TensorRT-LLM replays with its server profile's policy, default scheduler, overlap
+    """A run of SGLang, TensorRT-LLM or TGI replays with its server profile's policy, default scheduler, overlap
     scheduler and attention (kvlab.recommend.servers), exactly as simulating those rules directly does; a set-up
     naming the server takes its flags' defaults from the profile; an unknown engine is refused."""
     from dataclasses import replace as _replace
@@ -644,17 +644,18 @@ def test_runs_of_other_servers_replay_with_their_own_rules(tmp_path, runs):
     from kvlab.specs import model as spec_model
 
     w = runs[1].requests
-    for engine, policy, params, scheduler, split in (
-            ("sglang", "sglang", {"init_ratio": 0.7}, "prefill_first_chunked", False),
-            ("tensorrt-llm", "reserve_max", {}, "mixed_whole", True)):
+    for engine, policy, params, scheduler, split, overlap in (
+            ("sglang", "sglang", {"init_ratio": 0.7}, "prefill_first_chunked", False, True),
+            ("tensorrt-llm", "reserve_max", {}, "mixed_whole", True, True),
+            ("tgi", "tgi", {"cap_tokens": 1024}, "chunked_alternating", False, False)):
         s = SetUp(name=f"{engine}-run", dataset="hand-made", engine=engine, model=MODEL, gpu=GPU, max_num_seqs=64)
-        assert (s.scheduler, s.schedules_async, s.profile.split_attention) == (scheduler, True, split)
+        assert (s.scheduler, s.schedules_async, s.profile.split_attention) == (scheduler, overlap, split)
         assert (s.profile.policy, dict(s.profile.policy_params)) == (policy, params)
         rep = replay(RunRecord(s, w))
         direct = kvlab.simulate(w[["arrival_s", "prompt_tokens", "output_tokens"]], policy, **params, model=MODEL,
                                 gpu=GPU, scheduler=scheduler, max_num_seqs=64, max_num_batched_tokens=2048,
                                 gpu_memory_utilization=0.9, max_new_tokens=int(w["output_tokens"].max()),
-                                async_scheduling=True, cost_model=cost_model(MODEL, GPU, split_attention=split))
+                                async_scheduling=overlap, cost_model=cost_model(MODEL, GPU, split_attention=split))
         assert np.allclose(rep.predicted["e2e_s"].to_numpy(), direct.requests["e2e_s"].to_numpy(), rtol=1e-12)
         assert ("attention split by phase" in rep.cost_model) is split
         assert _replace(s, scheduler="chunked").scheduler == "chunked"  # a stated scheduler is kept

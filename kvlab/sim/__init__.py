@@ -113,11 +113,11 @@ def simulate(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: st
         Share of GPU memory for weights + KV when ``pool_pages`` is derived.
     tp : int
         Tensor-parallel degree.
-    scheduler : {"chunked", "prefill_first", "prefill_first_chunked", "mixed_whole"}
+    scheduler : {"chunked", "prefill_first", "prefill_first_chunked", "mixed_whole", "chunked_alternating"}
         Stall-free chunked prefill (Sarathi-Serve, vLLM V1), whole prefills that stall decodes
         (vLLM V0), chunked prefills that stall decodes (SGLang, whose ``--enable-mixed-chunk`` is off
-        by default), or whole prefills beside the decodes (TensorRT-LLM without chunked prefill): see
-        :mod:`kvlab.sim.reference`.
+        by default), whole prefills beside the decodes (TensorRT-LLM without chunked prefill), or
+        chunked prefill that admits in alternate iterations (TGI 3): see :mod:`kvlab.sim.reference`.
     max_num_seqs : int
         Running requests at most; default 128 (``kvlab.sim.config.DEFAULT_MAX_NUM_SEQS``).
     max_num_batched_tokens : int, optional

@@ -18,6 +18,7 @@ class SchedulerKind(str, enum.Enum):
     PREFILL_FIRST = "prefill_first"
     PREFILL_FIRST_CHUNKED = "prefill_first_chunked"
     MIXED_WHOLE = "mixed_whole"
+    CHUNKED_ALTERNATING = "chunked_alternating"
 
 
 class PreemptionMode(str, enum.Enum):
@@ -34,8 +35,10 @@ class SchedulerConfig:
 
     kind: SchedulerKind = field(default=SchedulerKind.CHUNKED,
                                 metadata={"help": "chunked (Sarathi-Serve, vLLM V1), prefill_first (vLLM V0), "
-                                                  "prefill_first_chunked (SGLang without --enable-mixed-chunk) or "
-                                                  "mixed_whole (TensorRT-LLM without chunked prefill)"})
+                                                  "prefill_first_chunked (SGLang without --enable-mixed-chunk), "
+                                                  "mixed_whole (TensorRT-LLM without chunked prefill) or "
+                                                  "chunked_alternating (TGI 3: chunked, but no admission in the "
+                                                  "iteration after one that admitted)"})
     max_num_seqs: int = field(default=DEFAULT_MAX_NUM_SEQS, metadata={"help": "running requests at most (requests)"})
     max_num_batched_tokens: int = field(default=2048, metadata={"help": "tokens computed per iteration (tokens)"})
     preemption_mode: PreemptionMode = field(default=PreemptionMode.RECOMPUTE,

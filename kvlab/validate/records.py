@@ -65,10 +65,10 @@ class SetUp:
         Whether the host let its GPUs reach each other peer-to-peer (default); False where it
         blocked it (PCIe ACS or an IOMMU on): collectives through host memory
         (:attr:`kvlab.specs.GPUSpec.p2p`, :mod:`kvlab.costmodel.host_collectives`).
-    scheduler : {"chunked", "prefill_first", "prefill_first_chunked", "mixed_whole"}
-        V1 chunked prefill, V0 whole prefills, SGLang's unmixed chunks, or TensorRT-LLM's whole prefills beside
-        the decodes (:func:`kvlab.simulate`'s ``scheduler``); None (not stated): ``chunked`` for vLLM, else the
-        engine's profile's default.
+    scheduler : {"chunked", "prefill_first", "prefill_first_chunked", "mixed_whole", "chunked_alternating"}
+        V1 chunked prefill, V0 whole prefills, SGLang's unmixed chunks, TensorRT-LLM's whole prefills beside
+        the decodes, or TGI's chunks admitting in alternate iterations (:func:`kvlab.simulate`'s ``scheduler``);
+        None (not stated): ``chunked`` for vLLM, else the engine's profile's default.
     max_num_seqs, max_num_batched_tokens, max_model_len, block_size : int
         Engine flags (``max_model_len`` None: the model's own context).
     pool_pages : int or None

@@ -43,10 +43,10 @@ class Setting:
         kvlab policy (``kvlab.policy_names()``) with ``policy_params``.
     preemption_mode : {"recompute", "swap", "reject"}
         What a preempted request goes through (``swap`` also prices a CPU offload tier).
-    scheduler : {"chunked", "prefill_first", "prefill_first_chunked", "mixed_whole"}
+    scheduler : {"chunked", "prefill_first", "prefill_first_chunked", "mixed_whole", "chunked_alternating"}
         Chunked prefill with a token budget, whole prefills that stall decodes (vLLM V0), chunked
-        prefills that stall decodes (SGLang), or whole prefills beside the decodes (TensorRT-LLM without
-        chunked prefill).
+        prefills that stall decodes (SGLang), whole prefills beside the decodes (TensorRT-LLM without
+        chunked prefill), or chunked prefill admitting in alternate iterations (TGI 3).
     max_num_seqs : int
         Requests running at most.
     max_num_batched_tokens : int

@@ -21,9 +21,11 @@ Facts, from huggingface/text-generation-inference at v3.3.7:
   ``server/text_generation_server/server.py`` (``Prefill``: ``concatenate``) runs in one forward pass
   with one decode token per running request and the new requests' chunks, within
   ``--max-batch-prefill-tokens`` (``queue.rs`` ``next_batch``; ``flash_causal_lm.py``
-  ``generate_token`` keeps one token per other request for later chunks): kvlab's ``chunked``
-  scheduler. Not modelled: the router follows each admitting pass with a ``decode`` pass, so it admits
-  every other forward pass, and mixed passes run without CUDA graphs.
+  ``generate_token`` keeps one token per other request for later chunks). The router follows each
+  ``prefill`` pass (the only one that takes new requests) with a ``decode`` pass (``batching_task``: ``decode``
+  after every ``prefill`` of a new batch), while a prompt's later chunks go on in every pass
+  (``flash_causal_lm.py``, ``next_chunk_lengths``): kvlab's ``chunked_alternating`` scheduler, which admits no
+  request in the iteration after one that admitted. Not modelled: mixed passes run without CUDA graphs.
 - ``backends/v3/src/queue.rs``: admission reserves the prompt plus the request's
   ``max_new_tokens`` of blocks (kvlab's ``tgi`` policy with its 1,024-token cap on the decode
   reservation); a request that outgrows it is re-queued (recompute).
@@ -83,6 +85,7 @@ class TGI(ServerProfile):
                     "when the trace carries block ids (hash_ids)")
     prefix_caching = True
     policy, policy_params = "tgi", {"cap_tokens": 1024}  # the decode reservation capped at 1,024 tokens
+    scheduler = "chunked_alternating"  # a decode pass after each admitting prefill pass
     engine = "tgi"
     host_offload = ""
     kv_knobs = ("kv_cache_dtype",)

@@ -47,7 +47,8 @@ MIN_ROWS = 1 << 12
 #: The loop's code of each scheduler (``C[SCHED]``).
 SCHEDULER_CODES = {SchedulerKind.CHUNKED: lp.SCHED_CHUNKED, SchedulerKind.PREFILL_FIRST: lp.SCHED_PREFILL_FIRST,
                    SchedulerKind.PREFILL_FIRST_CHUNKED: lp.SCHED_PREFILL_FIRST_CHUNKED,
-                   SchedulerKind.MIXED_WHOLE: lp.SCHED_MIXED_WHOLE}
+                   SchedulerKind.MIXED_WHOLE: lp.SCHED_MIXED_WHOLE,
+                   SchedulerKind.CHUNKED_ALTERNATING: lp.SCHED_CHUNKED_ALTERNATING}
 
 
 def _forms_on() -> bool:

@@ -14,9 +14,10 @@ from .state import ABORT_REASONS
 (K, ARRIVED, COMMITTED, USED_PAGES, CPU_USED, IDLE, NROWS, WQ_HEAD, WQ_LEN, SW_HEAD, SW_LEN, NRUN, NSTALE,
  NLIMBO, STAGE, BUDGET, NSCHED, NPREEMPTED, SWAP_PAGES, NABORTED, CURSOR, NUM_DEC, NUM_OTHER, CUR_R, CUR_CHUNK,
  HAS_ANSWER, ANSWER, ASK_R, ASK_FREE, ASK_TOKENS, ASK_PAIRS, ASK_KV, STATE0, STATE1, TABLE, CACHED_FREE,
- NFIN) = range(37)
-NUM_INT_STATE = 37  # under prefix caching USED_PAGES counts distinct pages, TABLE block-table entries; NFIN:
-# requests finished in the previous iteration still holding pages and slots (async scheduling, ids in fin)
+ NFIN, ADMITTED, ADMITTED_LAST) = range(39)
+NUM_INT_STATE = 39  # under prefix caching USED_PAGES counts distinct pages, TABLE block-table entries; NFIN:
+# requests finished in the previous iteration still holding pages and slots (async scheduling, ids in fin);
+# ADMITTED: this iteration admitted a waiting request, ADMITTED_LAST: the previous one did (chunked_alternating)
 NOW, START, ANSWER_S, PREV_START = 0, 1, 2, 3  # PREV_START: start of the iteration that ran into NOW (async), or -1
 NUM_FLOAT_STATE = 4
 # ---- stages of an iteration (S[STAGE])
@@ -28,7 +29,8 @@ BLOCK_SIZE, NUM_PAGES, MNBT, MAX_SEQS, SCHED, ON_DEMAND, MODE, CPU_POOL, SHIFT, 
 NUM_CONFIG = 24  # SCHED: the scheduler (SCHED_* below); AS_RANK: a data-parallel rank (:mod:`kvlab.sim.data_parallel`):
 # RANK_IDLE instead of a clock jump, and every iteration's whole duration asked (ASK_COST); FIRST_CHUNK: the policy
 # reserves_first_chunk (vLLM V1's admission)
-SCHED_CHUNKED, SCHED_PREFILL_FIRST, SCHED_PREFILL_FIRST_CHUNKED, SCHED_MIXED_WHOLE = range(4)  # SchedulerKind's
+SCHED_CHUNKED, SCHED_PREFILL_FIRST, SCHED_PREFILL_FIRST_CHUNKED, SCHED_MIXED_WHOLE, SCHED_CHUNKED_ALTERNATING = \
+    range(5)  # SchedulerKind's
 MODE_RECOMPUTE, MODE_SWAP, MODE_REJECT = 0, 1, 2
 # compiled forms of the policy's rules (ASK: hand the question back to Python)
 ASK, OWN_PAGES, FUTURE_CHARGE, NEWEST, NO_STATE, RATIO_DECAY = 0, 1, 2, 3, 4, 5

@@ -54,11 +54,11 @@ from .layout import (  # every slot, column and code: one definition, shared wit
     K, ARRIVED, COMMITTED, USED_PAGES, CPU_USED, IDLE, NROWS, WQ_HEAD, WQ_LEN, SW_HEAD, SW_LEN, NRUN,
     NSTALE, NLIMBO, STAGE, BUDGET, NSCHED, NPREEMPTED, SWAP_PAGES, NABORTED, CURSOR, NUM_DEC, NUM_OTHER, CUR_R,
     CUR_CHUNK, HAS_ANSWER, ANSWER, ASK_R, ASK_FREE, ASK_TOKENS, ASK_PAIRS, ASK_KV, STATE0, STATE1, TABLE,
-    CACHED_FREE, NFIN, NOW, START, ANSWER_S, PREV_START, BETWEEN, WHOLE, RUNNING_PHASE, SWAPPED_PHASE, CHUNKED,
+    CACHED_FREE, NFIN, ADMITTED, ADMITTED_LAST, NOW, START, ANSWER_S, PREV_START, BETWEEN, WHOLE, RUNNING_PHASE, SWAPPED_PHASE, CHUNKED,
     END_SCHEDULE, EXECUTE, PREFILLS_PHASE, PREFILL_ADMIT, BLOCK_SIZE, NUM_PAGES, MNBT, MAX_SEQS, SCHED,
     ON_DEMAND, MODE, CPU_POOL, SHIFT, ADMISSION, VICTIM, STATE_RULE, ORDERED, MAX_NEW, CLIP, FLOOR_NUM, FLOOR_DEN,
     STEP_NUM, STEP_DEN, CACHING, EVERY_COLUMN, ASYNC, AS_RANK, FIRST_CHUNK, SCHED_CHUNKED, SCHED_PREFILL_FIRST,
-    SCHED_PREFILL_FIRST_CHUNKED, SCHED_MIXED_WHOLE, RANK_IDLE, MODE_SWAP,
+    SCHED_PREFILL_FIRST_CHUNKED, SCHED_MIXED_WHOLE, SCHED_CHUNKED_ALTERNATING, RANK_IDLE, MODE_SWAP,
     MODE_REJECT, OWN_PAGES, FUTURE_CHARGE, NEWEST, NO_STATE, RATIO_DECAY, COST_ASK, PROMPT, GEN, COMP, RES, USED,
     TARGET, MAX_USED, MAX_RES, STATUS, OUTPUT, CPU, NPRE, NSWAP, ABORT, HIT, SAVED, LAST_S,
     MAX_TBT, ADM_S, FT_S, FIN_S, ADM_ITER, FT_ITER, FIN_ITER, F_RES_PAGES, F_ADM_PAGES, F_FITS, F_GEN, F_RES_TOKENS,
@@ -386,6 +386,7 @@ def _begin(S, F, C, Q, Fct, order, arrival, wq, limbo, fin, R, pg, blk, rb):  # 
         return ROWS_FULL
     F[START] = F[NOW]
     S[BUDGET] = C[MNBT]
+    S[ADMITTED_LAST], S[ADMITTED] = S[ADMITTED], 0
     S[NSCHED] = S[NPREEMPTED] = S[SWAP_PAGES] = S[NABORTED] = 0
     S[CURSOR], S[CUR_R] = -1, -1
     S[STAGE] = RUNNING_PHASE if S[SW_LEN] else WHOLE if C[SCHED] == SCHED_PREFILL_FIRST \
@@ -447,6 +448,7 @@ def _admit_waiting(whole, S, F, C, Q, Fct, T, E, wq, run, sched_ids, sched_chunk
             if ok == 0:
                 break
         _pop_waiting(S, C, Fct, wq)
+        S[ADMITTED] = 1
         if hit:
             _take_hits(r, hit, S, C, Q, pg, page_of, blk, rb)
         _start_running(r, False, first if C[FIRST_CHUNK] else Fct[r, F_RES_PAGES], S, F, Q, T, E, run)
@@ -692,7 +694,8 @@ def _iterate(S, F, C, page_copy_s, Q, Fct, T, E, order, arrival, wq, sw, run, sc
         elif stage == SWAPPED_PHASE:
             ev = _resume_swapped(S, F, C, Q, Fct, T, E, sw, run, sched_ids, sched_chunk, pg, page_of, blk, rb)
             S[STAGE] = stage if ev != CONTINUE else CHUNKED if S[SW_LEN] == 0 and (
-                C[SCHED] == SCHED_CHUNKED or C[SCHED] == SCHED_MIXED_WHOLE) else END_SCHEDULE
+                C[SCHED] == SCHED_CHUNKED or C[SCHED] == SCHED_MIXED_WHOLE or C[SCHED] == SCHED_CHUNKED_ALTERNATING
+                and not (S[ADMITTED_LAST] and S[NRUN] + S[NFIN] > 0)) else END_SCHEDULE
         elif stage == PREFILLS_PHASE:  # prefill_first_chunked: partial prefills, then admissions, no decode
             ev = _schedule_running(False, S, F, C, Q, Fct, T, E, run, sched_ids, sched_chunk, snap, wq, sw, stale,
                                    limbo, pg, page_of, blk, rb)
