@@ -429,6 +429,11 @@ GPU_PRODUCT_NAMES = {
     "NVIDIA RTX PRO 6000 Blackwell Server Edition": "RTXPRO6000",
     "NVIDIA RTX PRO 6000 Blackwell Workstation Edition": "RTXPRO6000",
 }
+#: Other spellings of the same boards, as clouds' and vendors' lists write them (the form factor named, which a
+#: bare "H100" does not: its PCIe, SXM and NVL boards differ up to 2x in bandwidth, so it stays a question).
+GPU_SPELLINGS = {"H100 SXM5": "H100-SXM", "H100 SXM5 80GB": "H100-SXM", "H100 SXM 80GB": "H100-SXM",
+                 "A100 SXM4 80GB": "A100-80GB-SXM", "A100 SXM 80GB": "A100-80GB-SXM", "A100 SXM4 40GB": "A100-40GB",
+                 "H200 SXM": "H200", "H200 SXM 141GB": "H200"}
 
 
 def _variant_ids(cell: object) -> list[str]:
@@ -449,9 +454,11 @@ def _lookup(table: pd.DataFrame, name: str, what: str) -> pd.Series:
     if hit.empty and "hf_id" in table.columns and "/" not in name:  # a repository named without its owner
         ids = table["hf_id"].fillna("") + ";" + table["variant_ids"].fillna("")
         hit = table[ids.map(lambda cell: key in (_key(v.rpartition("/")[2]) for v in _variant_ids(cell)))]
-    if hit.empty:
-        alias = {_key(k): _key(v) for k, v in GPU_PRODUCT_NAMES.items()}.get(key) if what == "GPU" else None
-        hit = table[table["name"].map(_key) == alias] if alias else hit
+    if hit.empty and what == "GPU":  # nvidia-smi's product names, with or without "NVIDIA", and other spellings
+        aliases = {_key(k.removeprefix("NVIDIA ")): v for k, v in GPU_PRODUCT_NAMES.items()}
+        aliases.update({_key(k): v for k, v in (*GPU_PRODUCT_NAMES.items(), *GPU_SPELLINGS.items())})
+        alias = aliases.get(key.removeprefix("nvidia"))
+        hit = table[table["name"].map(_key) == _key(alias)] if alias else hit
     if hit.empty:
         raise _unknown(name, table["name"], what)
     return hit.iloc[0]

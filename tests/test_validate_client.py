@@ -162,6 +162,14 @@ def test_catalogue_answers_to_hugging_face_ids_and_nvidia_smi_names():
     assert specs.gpu("NVIDIA GeForce RTX 4090").name == "RTX4090"
     with pytest.raises(ValueError, match="unknown GPU 'NVIDIA H100 NVL'"):
         specs.gpu("NVIDIA H100 NVL")
+    # nvidia-smi's names without "NVIDIA", and the form factor as clouds write it; a bare "H100" or "A100 80GB"
+    # (PCIe or SXM: up to 2x apart in bandwidth) stays a question
+    assert [specs.gpu(g).name for g in ("H100 80GB HBM3", "H100-SXM5-80GB", "A100-SXM4-80GB", "H200 SXM",
+                                        "GeForce RTX 4090")] == ["H100-SXM", "H100-SXM", "A100-80GB-SXM", "H200",
+                                                                 "RTX4090"]
+    for ambiguous in ("H100", "A100 80GB"):
+        with pytest.raises(ValueError, match=f"unknown GPU '{ambiguous}'; did you mean"):
+            specs.gpu(ambiguous)
 
 
 def test_a_set_up_may_name_the_servers_own_flags():
