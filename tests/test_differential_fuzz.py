@@ -25,6 +25,7 @@ from hypothesis import given, settings, strategies as st
 from kvlab.costmodel import roofline
 from kvlab.policies import policy_names
 from kvlab.sim import simulate
+from kvlab.sim.config import SCHEDULERS
 
 COST = dataclasses.replace(roofline("Llama-2-7B", "A100-80GB-SXM"), iteration_overhead_s=0.002)
 #: Fast paths by the environment that selects them (the compiled loop is the default where it applies).
@@ -53,7 +54,7 @@ def cases(draw):
     policy = draw(st.sampled_from(sorted(policy_names())))
     bs = draw(st.sampled_from([1, 3, 4, 7, 8, 12, 16]))
     kw = dict(block_size=bs, pool_pages=draw(st.integers(1, 48)),
-              scheduler=draw(st.sampled_from(["chunked", "prefill_first", "prefill_first_chunked", "mixed_whole", "chunked_alternating"])),
+              scheduler=draw(st.sampled_from(SCHEDULERS)),
               preemption_mode=draw(st.sampled_from(["recompute", "swap", "reject"])),
               max_new_tokens=draw(st.integers(1, 120)), max_num_seqs=draw(st.integers(1, 12)),
               max_num_batched_tokens=bs * draw(st.integers(1, 12)), cpu_pool_pages=draw(st.integers(0, 24)),

@@ -22,6 +22,7 @@ from hypothesis import given, settings, strategies as st
 from kvlab.costmodel import roofline
 from kvlab.policies import policy_names
 from kvlab.sim import simulate
+from kvlab.sim.config import SCHEDULERS
 
 from test_differential_fuzz import FAST_PATHS, _assert_same as assert_same_columns
 
@@ -52,7 +53,7 @@ def cases(draw):
         hash_ids.append([100 * template + j for j in range(keep)] + own)
     policy = draw(st.sampled_from(sorted(policy_names())))
     kw = dict(block_size=bs, hash_block_tokens=hash_tokens, pool_pages=draw(st.integers(1, 60)),
-              scheduler=draw(st.sampled_from(["chunked", "prefill_first", "prefill_first_chunked", "mixed_whole", "chunked_alternating"])),
+              scheduler=draw(st.sampled_from(SCHEDULERS)),
               max_new_tokens=draw(st.integers(1, 80)),
               max_num_seqs=draw(st.integers(1, 10)), max_num_batched_tokens=bs * draw(st.integers(1, 12)),
               seed=draw(st.integers(0, 3)))

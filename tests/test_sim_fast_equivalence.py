@@ -19,7 +19,7 @@ import kvlab.sim.fast as fast
 from kvlab.costmodel import roofline
 from kvlab.policies import create_policy, policy_names
 from kvlab.sim import simulate
-from kvlab.sim.config import PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind, SwapConfig
+from kvlab.sim.config import SCHEDULERS, PoolConfig, PreemptionMode, SchedulerConfig, SchedulerKind, SwapConfig
 
 COST = dataclasses.replace(roofline("Llama-2-7B", "A100-80GB-SXM"), iteration_overhead_s=0.01)
 POLICIES = tuple(policy_names())
@@ -34,7 +34,7 @@ def random_case(seed: int) -> tuple[pd.DataFrame, str, dict]:
     w = pd.DataFrame({"prompt_tokens": rng.integers(1, 60, n), "output_tokens": rng.integers(1, 80, n),
                       "arrival_s": np.round(rng.exponential(0.3, n).cumsum() * rng.integers(0, 2), 3)})
     policy = POLICIES[seed % len(POLICIES)]
-    kw = dict(scheduler=str(rng.choice(["chunked", "prefill_first", "prefill_first_chunked", "mixed_whole", "chunked_alternating"])),
+    kw = dict(scheduler=str(rng.choice(SCHEDULERS)),
               preemption_mode=str(rng.choice(["recompute", "swap", "reject"])), block_size=bs,
               pool_pages=int(rng.integers(1, 60)), max_new_tokens=int(rng.integers(1, 100)),
               max_num_seqs=int(rng.integers(1, 10)), max_num_batched_tokens=bs * int(rng.integers(1, 10)),

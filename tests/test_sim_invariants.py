@@ -12,6 +12,7 @@ from kvlab.costmodel import roofline
 from kvlab.policies import policy_names
 from kvlab.reservation import pages_for
 from kvlab.sim import RequestStatus, simulate
+from kvlab.sim.config import SCHEDULERS
 from kvlab.sim.reference import ReferenceEngine
 
 COST = dataclasses.replace(roofline("Llama-2-7B", "A100-80GB-SXM"), iteration_overhead_s=0.01)
@@ -46,7 +47,7 @@ def _checked_execute(self, step):
 configs = st.fixed_dictionaries({
     "policy": st.sampled_from(policy_names()),
     "preemption_mode": st.sampled_from(["recompute", "swap", "reject"]),
-    "scheduler": st.sampled_from(["chunked", "prefill_first", "prefill_first_chunked", "mixed_whole", "chunked_alternating"]),
+    "scheduler": st.sampled_from(SCHEDULERS),
     "block_size": st.sampled_from([1, 2, 4, 8]),
     "pool_pages": st.integers(1, 40),
     "max_new_tokens": st.integers(1, 48),

@@ -22,8 +22,8 @@ from ..prefix_blocks import MOONCAKE_HASH_BLOCK_TOKENS, PrefixModel, block_ids, 
 from ..reservation import pool_pages as _pool_pages
 from ..specs import GIB, GPUSpec, ModelSpec, gpu as _gpu, model as _model
 from .context import apply_context as _apply_context, merge as _merge_context
-from .config import (DEFAULT_MAX_NEW_TOKENS, DEFAULT_MAX_NUM_SEQS, PoolConfig, PreemptionMode, SchedulerConfig,
-                     SchedulerKind, SwapConfig)
+from .config import (DEFAULT_MAX_NEW_TOKENS, DEFAULT_MAX_NUM_SEQS, SCHEDULERS, PoolConfig, PreemptionMode,
+                     SchedulerConfig, SchedulerKind, SwapConfig)
 from .metrics import iteration_table, request_table, summarize
 from .fast import run_fast
 from .data_parallel import serve as serve_data_parallel
@@ -297,7 +297,7 @@ def prepare(workload: pd.DataFrame, policy: str | Policy = "vllm", *, model: str
     all_prompt, all_output, trace_arrival, all_ids = _workload_columns(workload)
     m, g = _model(model), _gpu(gpu)
     v.choice(engine, "engine", ENGINES)
-    kind = SchedulerKind(v.choice(scheduler, "scheduler", [k.value for k in SchedulerKind]))
+    kind = SchedulerKind(v.choice(scheduler, "scheduler", SCHEDULERS))
     mode = PreemptionMode(v.choice(preemption_mode, "preemption_mode", [k.value for k in PreemptionMode]))
     # the cap bounds every request's decode: bounded like a trace length, before anything is allocated
     max_new_tokens = v.positive_int(max_new_tokens, "max_new_tokens", maximum=v.MAX_TRACE_TOKENS)

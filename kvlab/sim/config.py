@@ -21,6 +21,10 @@ class SchedulerKind(str, enum.Enum):
     CHUNKED_ALTERNATING = "chunked_alternating"
 
 
+#: Every scheduler's name (``kvlab.simulate``'s ``scheduler``).
+SCHEDULERS = tuple(k.value for k in SchedulerKind)
+
+
 class PreemptionMode(str, enum.Enum):
     """What happens to a preempted request."""
 

@@ -26,16 +26,13 @@ import numpy as np
 import pandas as pd
 
 from ..prefix_blocks import HASH_IDS
-from ..sim.config import SchedulerKind
+from ..sim.config import SCHEDULERS
 from ..specs import NO_P2P, GPUSpec, gpu as _gpu
 
 #: Per-request columns a run record holds (times in seconds, lengths in tokens).
 REQUEST_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s")
 #: Optional per-request column: seconds between the offered arrival and the client sending it.
 CLIENT_QUEUE = "client_queue_s"
-
-#: Engine schedulers kvlab replays: V1's chunked prefill, V0's whole prefills that stall decodes.
-SCHEDULERS = tuple(k.value for k in SchedulerKind)
 
 
 @dataclass(frozen=True, kw_only=True)
