@@ -376,6 +376,9 @@ def test_inference_perf_report_reads_as_a_run_per_stage(tmp_path, runs):
     assert any("stage 1 at 12 req/s" in a for a in got[1].setup.assumptions)
     assert any("1 failed or unstreamed requests not replayed" in a for a in got[1].setup.assumptions)
     assert not any("failed" in a for a in got[0].setup.assumptions)
+    (folder / "stage_1_lifecycle_metrics.json").write_text(  # a concurrent stage: its clients are the cap
+        json.dumps({"load_summary": {"count": len(second) + 1, "concurrency": 8}}))
+    assert read_bench_results(folder, tmp_path / "s.yaml")[1].setup.max_concurrency == 8
     alone = tmp_path / "alone.json"  # the file without its stage reports: one run of both stages
     alone.write_text(json.dumps(items))
     (one,) = read_bench_results(alone, tmp_path / "s.yaml")

@@ -517,9 +517,10 @@ def _inference_perf_request(o, where: str) -> tuple[float, float, float, float, 
     return start, float(prompt), float(out), float(times[0]) - start, float(o["end_time"]) - start, out > 0
 
 
-def _inference_perf_stages(folder: Path) -> list[tuple[int, int, float | None]]:
-    """(stage id, requests, requested rate) of each ``stage_<id>_lifecycle_metrics.json`` beside the per-request
-    report, in stage order (empty when there are none)."""
+def _inference_perf_stages(folder: Path) -> list[tuple[int, int, float | None, int | None]]:
+    """(stage id, requests, requested rate, concurrency of a ``concurrent`` stage) of each
+    ``stage_<id>_lifecycle_metrics.json`` beside the per-request report, in stage order (empty when there are
+    none)."""
     found = sorted((int(m.group(1)), f) for f in folder.iterdir() if (m := INFERENCE_PERF_STAGE.fullmatch(f.name)))
     out = []
     for sid, f in found:
@@ -527,7 +528,8 @@ def _inference_perf_stages(folder: Path) -> list[tuple[int, int, float | None]]:
         load = vals[0].get("load_summary") if isinstance(vals[0], dict) else None
         if not isinstance(load, dict) or not _is_num(load.get("count")) or load["count"] < 0:
             raise ValueError(f"{f}: lacks load_summary.count (inference-perf's stage report)")
-        out.append((sid, int(load["count"]), load.get("requested_rate")))
+        cap = load.get("concurrency")
+        out.append((sid, int(load["count"]), load.get("requested_rate"), int(cap) if _is_num(cap) and cap >= 1 else None))
     return out
 
 
@@ -537,7 +539,8 @@ def _inference_perf_records(items: list, path: Path, setup_map: dict, setup_wher
     A stage sends its requests and waits for every one to finish before the next stage begins
     (``loadgen/load_generator.py``, ``run_stage``), so the stages are separate runs of an empty server: the
     requests in order of sending, the first ``count`` of them stage 0, and so on, by the stage reports beside
-    the file; without them, the file is one run. A request arrives when it was sent (``start_time``, the
+    the file; without them, the file is one run. A ``concurrent`` stage's ``concurrency`` is its run's client
+    cap unless the set-up gives one. A request arrives when it was sent (``start_time``, the
     client's ``perf_counter``); TTFT runs to its first content chunk (``output_token_times``), E2E to
     ``end_time``. Lengths: the server's ``usage`` where recorded, else ``max_tokens`` for an ``ignore_eos``
     request, else the client's re-tokenised count. Failed and non-streamed requests are dropped.
@@ -546,18 +549,18 @@ def _inference_perf_records(items: list, path: Path, setup_map: dict, setup_wher
                     dtype=np.float64).reshape(-1, 6)
     rows = rows[np.argsort(rows[:, 0], kind="stable")]
     stages = _inference_perf_stages(path.parent)
-    if stages and sum(c for _, c, _ in stages) != len(rows):
+    if stages and sum(st[1] for st in stages) != len(rows):
         raise ValueError(f"{path}: holds {len(rows)} requests, but its stage reports count "
-                         f"{sum(c for _, c, _ in stages)} ({', '.join(f'stage {s}: {c}' for s, c, _ in stages)})")
+                         f"{sum(st[1] for st in stages)} ({', '.join(f'stage {st[0]}: {st[1]}' for st in stages)})")
     base = _sent_at_recorded_times(setup_map)
     name = str(base.pop("name"))
-    bounds = np.cumsum([0] + [c for _, c, _ in stages]) if stages else np.array([0, len(rows)])
+    bounds = np.cumsum([0] + [st[1] for st in stages]) if stages else np.array([0, len(rows)])
     out = []
     for k in range(len(bounds) - 1):
         part = rows[bounds[k]:bounds[k + 1]]
         failed = int((part[:, 5] == 0).sum())
         part = part[part[:, 5] > 0]
-        sid, rate = (stages[k][0], stages[k][2]) if stages else (None, None)
+        sid, _, rate, cap = stages[k] if stages else (None, 0, None, None)
         where = f"{path}" + (f" stage {sid}" if stages else "")
         if not len(part):
             raise ValueError(f"{where}: no successful streamed request (inference-perf's api.streaming: true "
@@ -574,8 +577,9 @@ def _inference_perf_records(items: list, path: Path, setup_map: dict, setup_wher
                                                 "prompt_tokens": part[:, 1].astype(np.int64),
                                                 "output_tokens": part[:, 2], "ttft_s": part[:, 3],
                                                 "e2e_s": part[:, 4], CLIENT_QUEUE: 0.0}),
-                                  {**base, "name": f"{name}-stage{sid}" if stages else name,
-                                   "assumptions": None}, assumptions, setup_where))
+                                  {**base, "name": f"{name}-stage{sid}" if stages else name, "assumptions": None,
+                                   **({"max_concurrency": cap} if cap and "max_concurrency" not in base else {})},
+                                  assumptions, setup_where))
     return out
 
 
