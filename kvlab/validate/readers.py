@@ -628,32 +628,34 @@ def _guidellm_record(bench: dict, where: str, setup_map: dict, setup_where: str)
 
 
 def read_bench_results(path: str | Path, setup: str | Path | dict) -> list[RunRecord]:
-    """The runs of a ``vllm bench serve --save-result --save-detailed`` JSON file, with their set-up.
+    """The runs of a benchmark client's result file (or inference-perf's report folder), with their set-up.
 
-    A file holds one result, or several one per line (``--append-result``: stages of one server,
-    named ``<name>-1``, ``<name>-2``, ...). SGLang's client writes the same per-request lists:
-    ``python -m sglang.bench_serving --output-file F --output-details`` appends one such object per run
-    (``bench_serving.py`` of sgl-project/sglang, commit 0033168f: ``input_lens``, ``output_lens`` with 0 for a
-    failed request, ``ttfts`` and ``itls`` in seconds, ``errors``, ``request_rate``, ``max_concurrency``;
-    Poisson arrivals, no send times), so its files read the same way. An aiperf run's
-    ``profile_export.jsonl`` (a record per request, :func:`_aiperf_record`; ai-dynamo/aiperf
-    ``docs/tutorials/working-with-profile-exports.md``) is one run, its arrivals the send times it records; give
-    ``max_concurrency`` in the set-up for ``--concurrency``. inference-perf's report folder, or its
-    ``per_request_lifecycle_metrics.json`` (:func:`_inference_perf_records`; kubernetes-sigs/inference-perf,
-    ``reportgen/base.py`` and ``apis/base.py``, read at 7de5ef2 and 599d379), is a run per load stage (named
-    ``<name>-stage<id>``) when its ``stage_<id>_lifecycle_metrics.json`` reports lie beside it; its arrivals
-    are the send times it records. A GuideLLM report (``guidellm benchmark --output-path F.json``;
-    vllm-project/guidellm, ``GenerativeRequestStats`` of ``schemas/request_stats.py`` from 0.4, its response
-    stats in ``benchmark/benchmark.py`` before: read at v0.3.0 and ee7a774) is a run per benchmark (each
-    strategy or rate; :func:`_guidellm_record`), named ``<name>-1``, ``<name>-2``, ... Per request: ``prompt_tokens`` = ``input_lens``,
-    ``output_tokens`` = ``output_lens``, ``ttft_s`` = ``ttfts``, ``e2e_s`` = TTFT + the sum of its
-    ``itls``, ``tpot_s`` = (E2E - TTFT) / (output - 1) (vLLM's own per-request TPOT). Failed
-    requests (``errors`` non-empty, or no output) are dropped. The client's cap is the result's
-    ``max_concurrency`` unless the set-up gives one. Arrivals: ``start_times`` (when each request
-    was sent) less ``queue_times`` (how long the cap held it) when present; else drawn at the
-    ``request_rate`` of the set-up or the result: Poisson (``burstiness`` 1), gamma, or ``arrivals:
-    constant`` in the set-up (one every 1 / rate s), seeded by ``seed`` (default 0): the same process
-    as the benchmark's, not its draws, and the record's assumptions say so.
+    The set-up (a YAML file or a mapping) gives :class:`SetUp`'s keys or the server's own flags
+    (:func:`setup_keys`); what it lacks is the server's default for its version. Formats, told apart by content:
+
+    * ``vllm bench serve --save-result --save-detailed``: one result, or several one per line
+      (``--append-result``: stages of one server, named ``<name>-1``, ``<name>-2``, ...). Per request:
+      ``prompt_tokens`` = ``input_lens``, ``output_tokens`` = ``output_lens``, ``ttft_s`` = ``ttfts``, ``e2e_s`` =
+      TTFT + the sum of its ``itls``, ``tpot_s`` = (E2E - TTFT) / (output - 1) (vLLM's own per-request TPOT);
+      failed requests (``errors`` non-empty, or no output) dropped; the client's cap the result's
+      ``max_concurrency`` unless the set-up gives one. Arrivals: ``start_times`` (when each request was sent)
+      less ``queue_times`` (how long the cap held it) when present; else drawn at the ``request_rate`` of the
+      set-up or the result: Poisson (``burstiness`` 1), gamma, or ``arrivals: constant`` in the set-up (one every
+      1 / rate s), seeded by ``seed`` (default 0): the same process as the benchmark's, not its draws, and the
+      record's assumptions say so.
+    * ``python -m sglang.bench_serving --output-file F --output-details``: the same per-request lists, one object
+      per run (``bench_serving.py`` of sgl-project/sglang, commit 0033168f: ``output_lens`` 0 for a failed
+      request, ``request_rate``, ``max_concurrency``; Poisson arrivals, no send times).
+    * aiperf's ``profile_export.jsonl`` (:func:`_aiperf_record`; ai-dynamo/aiperf
+      ``docs/tutorials/working-with-profile-exports.md``): one run, its arrivals the send times it records; give
+      ``max_concurrency`` in the set-up for ``--concurrency``.
+    * inference-perf's report folder or its ``per_request_lifecycle_metrics.json`` (:func:`_inference_perf_records`;
+      kubernetes-sigs/inference-perf ``reportgen/base.py`` and ``apis/base.py``, read at 7de5ef2 and 599d379): a
+      run per load stage (``<name>-stage<id>``) when its ``stage_<id>_lifecycle_metrics.json`` reports lie
+      beside it, its arrivals the send times it records.
+    * a GuideLLM JSON report (``guidellm benchmark --output-path F.json``; :func:`_guidellm_record`;
+      vllm-project/guidellm ``schemas/request_stats.py`` from 0.4, ``benchmark/benchmark.py`` before, read at
+      v0.3.0 and ee7a774): a run per benchmark (each strategy or rate), ``<name>-1``, ``<name>-2``, ...
     """
     path = Path(path)
     if path.is_dir():  # inference-perf's report folder
