@@ -205,16 +205,22 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+#: What RESULTS and --set-up take (both commands).
+RESULTS_HELP = ("measured runs: vllm bench serve or sglang.bench_serving result files (one result or several "
+                "appended), aiperf's profile_export.jsonl, a GuideLLM JSON report, an inference-perf report folder, "
+                "or shared[:DATASET]")
+SETUP_HELP = ("set-up of the result files: model, gpu, tp, server_version and engine flags (kvlab.validate.SetUp's "
+              "keys, or the server's own flags such as tensor-parallel-size); one for all, or one per file")
+
+
 def add_commands(sub) -> None:
     """Add ``validate`` and ``calibrate`` to the ``kvlab`` command's subparsers."""
     val = sub.add_parser("validate", help="replay measured real-server runs in their set-up and compare",
                          description="Replay measured runs (default: every run of ../shared/data/serving) in "
                                      "their own set-up and print predicted vs measured errors per run and the "
                                      "error table per dataset.")
-    val.add_argument("results", nargs="*", help="vllm bench serve, sglang.bench_serving or aiperf "
-                                                "(profile_export.jsonl) result files (one result or several "
-                                                "appended), or shared[:DATASET]")
-    val.add_argument("--set-up", action="append", metavar="YAML", help="set-up of the result files")
+    val.add_argument("results", nargs="*", help=RESULTS_HELP)
+    val.add_argument("--set-up", action="append", metavar="YAML", help=SETUP_HELP)
     val.add_argument("--cost-model", help="measured, roofline, a shipped stack (vllm-v0, vllm-v1, vllm-v1-sync) or a "
                                           "cost-model file (.json, from kvlab calibrate)")
     val.add_argument("--stack", help="serving stack added to the cost model (none, sarathi-serve, vllm-v0, vllm-v1, "
@@ -231,11 +237,10 @@ def add_commands(sub) -> None:
                          description="Fit per-iteration and per-sequence overheads (and a GPU-time scale where "
                                      "the data support it) to measured runs, print leave-one-run-out held-out "
                                      "error, and write a cost-model file every command accepts (--cost-model).")
-    cal.add_argument("results", nargs="+", help="vllm bench serve, sglang.bench_serving or aiperf "
-                                                "(profile_export.jsonl) result files, or shared[:DATASET]")
+    cal.add_argument("results", nargs="+", help=RESULTS_HELP)
     cal.add_argument("-o", "--output", required=True, help="cost-model file to write (.json; never an input)")
     cal.add_argument("--force", action="store_true", help="let -o overwrite an existing file")
-    cal.add_argument("--set-up", action="append", metavar="YAML", help="set-up of the result files")
+    cal.add_argument("--set-up", action="append", metavar="YAML", help=SETUP_HELP)
     cal.add_argument("--name", help="the stack's name (default: the file's)")
     cal.add_argument("--label", help="words for the stack in results")
     cal.add_argument("--fit-scale", choices=["auto", "yes", "no"], default="auto",
