@@ -187,6 +187,9 @@ def test_a_set_up_may_name_the_servers_own_flags():
         setup_keys({"tp": 2, "tensor_parallel_size": 4}, "s.yaml")
     assert setup_keys({"quantization": None, "kv_cache_dtype": "auto"}, "s.yaml") == {"weight_dtype": "bf16",
                                                                                      "kv_cache_dtype": "auto"}
+    # --dtype is the weights' width unless quantization names theirs; vLLM's logged block count is the pool
+    assert setup_keys({"dtype": "float16", "num_gpu_blocks": 9000}, "s") == {"weight_dtype": "bf16", "pool_pages": 9000}
+    assert setup_keys({"dtype": "bfloat16", "quantization": "fp8"}, "s") == {"weight_dtype": "fp8"}
 
 
 def test_fp8_kv_set_up_doubles_the_replayed_pool():

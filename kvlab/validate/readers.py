@@ -135,7 +135,8 @@ SERVER_FLAGS = {"tensor_parallel_size": ("tp", False), "tp_size": ("tp", False),
                 "max_running_requests": ("max_num_seqs", False), "chunked_prefill_size": ("max_num_batched_tokens", False),
                 "mem_fraction_static": ("gpu_memory_utilization", False), "page_size": ("block_size", False),
                 "context_length": ("max_model_len", False), "no_async_scheduling": ("async_scheduling", True),
-                "disable_overlap_schedule": ("async_scheduling", True), "quantization": ("weight_dtype", False)}
+                "disable_overlap_schedule": ("async_scheduling", True), "quantization": ("weight_dtype", False),
+                "num_gpu_blocks": ("pool_pages", False)}  # the last not a flag: the blocks vLLM's log reports
 
 
 def _precision(key: str, value):
@@ -154,7 +155,7 @@ def _precision(key: str, value):
 SUMMARY_KEYS = {key: (key, *other, *(f for f, (k, negated) in SERVER_FLAGS.items() if k == key and not negated))
                 for key, other in {"server_version": ("vllm_version",), "server": (), "tp": (), "dp": (),
                                    "max_num_seqs": (), "max_num_batched_tokens": (), "max_model_len": (),
-                                   "block_size": (), "pool_pages": ("num_gpu_blocks",), "gpu_memory_utilization": (),
+                                   "block_size": (), "pool_pages": (), "gpu_memory_utilization": (),
                                    "kv_cache_dtype": (), "weight_dtype": (),
                                    "prefix_caching": (), "max_concurrency": (), "clock_start": (), "scheduler": (),
                                    "engine": (), "async_scheduling": ()}.items()}
@@ -255,13 +256,18 @@ def read_setup_yaml(path: str | Path) -> dict:
 
 def setup_keys(data: dict, where: str) -> dict:
     """A set-up mapping with server flags (:data:`SERVER_FLAGS`) as kvlab's keys: ``--tensor-parallel-size 4``
-    is ``tp: 4``, ``quantization: fp8`` is ``weight_dtype: fp8``, an FP8 KV cache of any format is
+    is ``tp: 4``, ``quantization: fp8`` is ``weight_dtype: fp8`` (``dtype: bfloat16`` or ``float16`` is ``bf16``
+    where no quantization is given), an FP8 KV cache of any format is
     ``kv_cache_dtype: fp8`` (:func:`_precision`), ``enable_expert_parallel: true`` is ``expert_parallel`` over
     every GPU. A key given twice (as itself and as a flag) with different values is a ``ValueError`` naming
     ``where``."""
     out: dict = {}
+    dtype = None  # vLLM's --dtype: the weights' bytes unless quantization says otherwise
     for key, value in data.items():
         k = str(key).lstrip("-").replace("-", "_")
+        if k == "dtype":
+            dtype = value
+            continue
         if k in SERVER_FLAGS:
             k, negated = SERVER_FLAGS[k]
             value = (not value) if negated and isinstance(value, bool) else value
@@ -269,6 +275,8 @@ def setup_keys(data: dict, where: str) -> dict:
         if k in out and out[k] != value:
             raise ValueError(f"{where}: {k} is given twice ({out[k]!r} and {value!r}, as {key})")
         out[k] = value
+    if dtype is not None and "weight_dtype" not in out:
+        out["weight_dtype"] = _precision("weight_dtype", dtype)
     tp, dp = out.get("tp", 1), out.get("dp", 1)
     if out.pop("enable_expert_parallel", False) is True and "expert_parallel" not in out and isinstance(tp, int) \
             and isinstance(dp, int):  # else SetUp names the bad value
