@@ -215,16 +215,33 @@ def test_prefill_first_stalls_decodes_and_chunked_does_not():
     # iteration 1 decodes r0 and admits r1 whole, stopping at r2 (4 > 1); iteration 2 decodes r0 and r1,
     # ending both, and admits r2 (4 of 6 left); iteration 3 decodes r2. (Prefill_first ends r0 at 4.)
     ("mixed_whole", [0, 1, 2], [0, 1, 2], [2, 2, 3], [4, 6, 4, 0], [0, 1, 2, 1]),
-    # TGI 3 (chunked, admitting in alternate iterations): iteration 0 admits r0 and r1's first 4 of 6;
-    # iteration 1 admits nothing (its router's decode pass): r0 decodes and r1's last 2 prefill tokens go on;
-    # iteration 2 ends r0 and r1 and admits r2 (4); iteration 3 may not admit, and r2 decodes and ends.
-    ("chunked_alternating", [0, 0, 2], [0, 1, 2], [2, 2, 3], [8, 2, 4, 0], [0, 1, 2, 1]),
 ])
-def test_the_schedulers_of_sglang_tensorrt_llm_and_tgi_by_hand(scheduler, admitted, first, finish, prefill, decode):
-    """The same three requests as above under the other servers' schedules, in both engines."""
+def test_the_schedulers_of_sglang_and_tensorrt_llm_by_hand(scheduler, admitted, first, finish, prefill, decode):
+    """The same three requests as above under the two other servers' schedules, in both engines."""
     kw = dict(max_new_tokens=8, pool_pages=20, max_num_batched_tokens=8)
     for engine in ("reference", "fast"):
         res = run([4, 6, 4], [3, 2, 2], "reserve_max", scheduler=scheduler, engine=engine, **kw)
+        assert col(res, "admitted_iter") == admitted and col(res, "first_token_iter") == first
+        assert col(res, "finish_iter") == finish
+        assert res.iterations["prefill_tokens"].tolist() == prefill
+        assert res.iterations["decode_tokens"].tolist() == decode
+
+
+@pytest.mark.parametrize("scheduler, admitted, first, finish, prefill, decode", [
+    # r0 (4 tokens, 4 out) at 0 s, r1 (4, 2 out) at 0.5 s, r2 (4, 2 out) at 1.5 s; iteration k runs [k, k + 1).
+    # Chunked: iteration 1 admits r1 beside r0, iteration 2 admits r2 beside both.
+    ("chunked", [0, 1, 2], [0, 1, 2], [3, 2, 3], [4, 4, 4, 0], [0, 1, 2, 2]),
+    # TGI 3: iteration 0 admits r0 into an idle server (its router may join new requests in the next pass);
+    # iteration 1 joins r1 to the running r0, so iteration 2 is its decode pass and admits nothing though r2 waits;
+    # iteration 3 admits r2; r0 ends in 3, r2 in 4.
+    ("chunked_alternating", [0, 1, 3], [0, 1, 3], [3, 2, 4], [4, 4, 0, 4, 0], [0, 1, 2, 1, 1]),
+])
+def test_tgi_admits_no_request_in_the_pass_after_one_that_joined_requests_to_a_running_batch(
+        scheduler, admitted, first, finish, prefill, decode):
+    kw = dict(max_new_tokens=8, pool_pages=20, max_num_batched_tokens=8)
+    for engine in ("reference", "fast"):
+        res = run([4, 4, 4], [4, 2, 2], "reserve_max", arrival_s=[0.0, 0.5, 1.5], scheduler=scheduler, engine=engine,
+                  **kw)
         assert col(res, "admitted_iter") == admitted and col(res, "first_token_iter") == first
         assert col(res, "finish_iter") == finish
         assert res.iterations["prefill_tokens"].tolist() == prefill

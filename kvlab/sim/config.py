@@ -42,7 +42,7 @@ class SchedulerConfig:
                                                   "prefill_first_chunked (SGLang without --enable-mixed-chunk), "
                                                   "mixed_whole (TensorRT-LLM without chunked prefill) or "
                                                   "chunked_alternating (TGI 3: chunked, but no admission in the "
-                                                  "iteration after one that admitted)"})
+                                                  "iteration after one that admitted beside running requests)"})
     max_num_seqs: int = field(default=DEFAULT_MAX_NUM_SEQS, metadata={"help": "running requests at most (requests)"})
     max_num_batched_tokens: int = field(default=2048, metadata={"help": "tokens computed per iteration (tokens)"})
     preemption_mode: PreemptionMode = field(default=PreemptionMode.RECOMPUTE,

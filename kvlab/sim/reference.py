@@ -42,9 +42,10 @@ NOTE (the model; a fast engine must reproduce every integer below exactly)
     only when its whole prefill fits the budget left (the first that does not stops admission), and
     one whose prefill exceeds ``max_num_batched_tokens`` is aborted ("exceeds_token_budget").
   - chunked_alternating (TGI 3 with prefill chunking): as chunked, but an iteration scheduled right after
-    one that admitted a waiting request admits none while anything runs (TGI's router follows each
-    ``prefill`` pass, which takes new requests, with a ``decode`` pass, which does not; partial prefills
-    go on in both).
+    one that admitted a waiting request beside running ones admits none while anything runs (TGI's router
+    follows each ``prefill`` pass that joins new requests to the running batch with a ``decode`` pass, which
+    takes none; a ``prefill`` from an idle server may be followed by a joining one; partial prefills go on
+    in every pass).
   At most ``max_num_seqs`` requests run.
 * Admission checks ``policy.can_admit(req, free_pages=unpromised pages, running)`` (a policy that
   ``reserves_first_chunk``, vLLM V1: whether the pages of its prefix-cache hit plus its first
@@ -111,7 +112,7 @@ class _Step:
     num_preempted: int = 0
     swap_pages: int = 0
     num_aborted: int = 0
-    admitted: bool = False  # a waiting request was admitted (chunked_alternating admits none in the next)
+    joined: bool = False  # a waiting request was admitted beside running ones (chunked_alternating's rule)
     duration_s: float = 0.0  # set before it runs: the engine's own price, or its data-parallel group's
 
     def work(self) -> tuple[int, int, int, int]:
@@ -165,7 +166,7 @@ class ReferenceEngine:
         self.now_s = 0.0
         self.k = 0
         self.admit_count = 0
-        self.admitted_last = False  # the previous iteration admitted a waiting request (chunked_alternating)
+        self.joined_last = False  # the previous iteration's ``joined`` (chunked_alternating)
         self.idle_before = False  # the previous iteration computed no token and aborted none
         self.rows: list[tuple] = []
         self.finishing: list[Request] = []  # async: finished in the previous iteration, pages and slots held
@@ -199,7 +200,7 @@ class ReferenceEngine:
                     self.now_s = self.pending[0].arrival_s
                 continue
             step = self._schedule()
-            self.admitted_last = step.admitted
+            self.joined_last = step.joined
             self._release_finishing()
             self._check_progress(step)
             yield step
@@ -240,10 +241,11 @@ class ReferenceEngine:
             self._schedule_running(step)
             if not step.num_preempted:
                 self._resume_swapped(step)
+                busy = self._slots_taken() > 0
                 alternate = self.cfg.kind == SchedulerKind.CHUNKED_ALTERNATING
                 if not self.swapped and (self.cfg.kind in (SchedulerKind.CHUNKED, SchedulerKind.MIXED_WHOLE)
-                                         or alternate and not (self.admitted_last and self._slots_taken())):
-                    self._admit_waiting(step, whole=self.cfg.kind == SchedulerKind.MIXED_WHOLE)
+                                         or alternate and not (self.joined_last and busy)):
+                    self._admit_waiting(step, whole=self.cfg.kind == SchedulerKind.MIXED_WHOLE, beside=busy)
         if self.policy.keeps_state:
             self.policy.end_schedule(num_preempted=step.num_preempted, running=self._batch(self.running))
         return step
@@ -281,7 +283,9 @@ class ReferenceEngine:
             self.running.append(req)
             self._allocate(req, min(req.remaining_tokens, step.budget_tokens), step)
 
-    def _admit_waiting(self, step: _Step, *, whole: bool) -> None:
+    def _admit_waiting(self, step: _Step, *, whole: bool, beside: bool = False) -> None:
+        """Admit from the front of the waiting queue until one does not fit; ``beside``: requests were running
+        when the phase began (an admission then sets ``step.joined``)."""
         while self.waiting and self._slots_taken() < self.cfg.max_num_seqs and step.budget_tokens > 0:
             req = self.waiting[0]
             if not self.policy.fits_empty_pool(req.view()):
@@ -302,7 +306,7 @@ class ReferenceEngine:
                 break
             self.waiting.popleft()
             req.admit(iteration=step.k, seq=self._next_seq(), start_s=step.start_s)
-            step.admitted = True
+            step.joined = step.joined or beside
             if hit:
                 self._take_hits(req, hit)
             self._reserve(req, first if self.policy.reserves_first_chunk else None)

@@ -21,11 +21,12 @@ Facts, from huggingface/text-generation-inference at v3.3.7:
   ``server/text_generation_server/server.py`` (``Prefill``: ``concatenate``) runs in one forward pass
   with one decode token per running request and the new requests' chunks, within
   ``--max-batch-prefill-tokens`` (``queue.rs`` ``next_batch``; ``flash_causal_lm.py``
-  ``generate_token`` keeps one token per other request for later chunks). The router follows each
-  ``prefill`` pass (the only one that takes new requests) with a ``decode`` pass (``batching_task``: ``decode``
-  after every ``prefill`` of a new batch), while a prompt's later chunks go on in every pass
-  (``flash_causal_lm.py``, ``next_chunk_lengths``): kvlab's ``chunked_alternating`` scheduler, which admits no
-  request in the iteration after one that admitted. Not modelled: mixed passes run without CUDA graphs.
+  ``generate_token`` keeps one token per other request for later chunks). Only ``prefill`` passes take new
+  requests, and ``batching_task`` follows each one that joins them to the running batch with a ``decode`` pass
+  (a ``prefill`` from an idle server may be followed by a joining one), while a prompt's later chunks go on in
+  every pass (``flash_causal_lm.py``, ``next_chunk_lengths``): kvlab's ``chunked_alternating`` scheduler, which
+  admits no request in the iteration after one that admitted beside running requests. Not modelled: mixed
+  passes run without CUDA graphs.
 - ``backends/v3/src/queue.rs``: admission reserves the prompt plus the request's
   ``max_new_tokens`` of blocks (kvlab's ``tgi`` policy with its 1,024-token cap on the decode
   reservation); a request that outgrows it is re-queued (recompute).

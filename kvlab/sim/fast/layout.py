@@ -14,10 +14,11 @@ from .state import ABORT_REASONS
 (K, ARRIVED, COMMITTED, USED_PAGES, CPU_USED, IDLE, NROWS, WQ_HEAD, WQ_LEN, SW_HEAD, SW_LEN, NRUN, NSTALE,
  NLIMBO, STAGE, BUDGET, NSCHED, NPREEMPTED, SWAP_PAGES, NABORTED, CURSOR, NUM_DEC, NUM_OTHER, CUR_R, CUR_CHUNK,
  HAS_ANSWER, ANSWER, ASK_R, ASK_FREE, ASK_TOKENS, ASK_PAIRS, ASK_KV, STATE0, STATE1, TABLE, CACHED_FREE,
- NFIN, ADMITTED, ADMITTED_LAST) = range(39)
-NUM_INT_STATE = 39  # under prefix caching USED_PAGES counts distinct pages, TABLE block-table entries; NFIN:
+ NFIN, ADMIT_BUSY, JOINED, JOINED_LAST) = range(40)
+NUM_INT_STATE = 40  # under prefix caching USED_PAGES counts distinct pages, TABLE block-table entries; NFIN:
 # requests finished in the previous iteration still holding pages and slots (async scheduling, ids in fin);
-# ADMITTED: this iteration admitted a waiting request, ADMITTED_LAST: the previous one did (chunked_alternating)
+# ADMIT_BUSY: the chunked admission phase began with requests running; JOINED: this iteration admitted a waiting
+# request beside running ones; JOINED_LAST: the previous one did (chunked_alternating)
 NOW, START, ANSWER_S, PREV_START = 0, 1, 2, 3  # PREV_START: start of the iteration that ran into NOW (async), or -1
 NUM_FLOAT_STATE = 4
 # ---- stages of an iteration (S[STAGE])
