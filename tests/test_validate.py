@@ -606,7 +606,10 @@ def test_why_names_pcie_collectives_of_tp_and_of_expert_parallelism():
 
 def test_why_names_a_held_out_stacks_cpu_time_that_binds_where_the_run_was_not_cpu_bound():
     """A run predicted too slow by an overlapped stack whose CPU terms were fitted on the other runs: the reason
-    names those terms; an additive stack's, a fast prediction's and a stack without CPU terms' get none."""
+    names those terms; an additive stack's (a run scheduled in step), a fast prediction's and a stack without CPU
+    terms' get none."""
+    import dataclasses
+
     from kvlab.validate.study import why
 
     rec = RunRecord(SetUp(name="r", dataset="d", model="Llama-3.1-8B", gpu="RTXPRO6000"),
@@ -618,7 +621,8 @@ def test_why_names_a_held_out_stacks_cpu_time_that_binds_where_the_run_was_not_c
            "cost_model": "measured (...) + stack vllm-v1: max(GPU time, CPU 19 ms/iteration + 0.166 ms/sequence) "
                          "(CPU overlapped)"}
     assert "CPU-bound at 19 ms + 0.166 ms per sequence" in why(row, rec)
-    assert "CPU-bound" not in why({**row, "cost_model": "measured (...) + stack vllm-v0: 7 ms/iteration"}, rec)
+    in_step = RunRecord(dataclasses.replace(rec.setup, server_version="0.13.0"), rec.requests)  # an additive stack
+    assert not in_step.setup.schedules_async and "CPU-bound" not in why(row, in_step)
     assert "CPU-bound" not in why({**row, "tpot_mean_err": -0.35}, rec)
     assert "CPU-bound" not in why({**row, "held_out_overhead_s": 0.0, "held_out_overhead_s_per_seq": 0.0}, rec)
 
